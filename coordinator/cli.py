@@ -1,0 +1,106 @@
+"""The `coordinator` command: serve, migrate.
+
+coordinator serve [--host 127.0.0.1] [--port 8080]   run the service (migrates the store first)
+coordinator migrate                                  bring the store's schema to the newest version
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from coordinator.core.settings import Settings
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    if getattr(args, "database_url", None):
+        return Settings(database_url=args.database_url)
+    return Settings()
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from coordinator.core.migrate import upgrade_to_head
+
+    settings = _settings(args)
+    upgrade_to_head(settings.database_url)
+    print(f"store at head: {_redact(settings.database_url)}", file=sys.stderr)
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from coordinator.core.app import create_app
+    from coordinator.core.migrate import upgrade_to_head
+
+    settings = _settings(args)
+    upgrade_to_head(settings.database_url)
+    app = create_app(settings)
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        access_log=args.access_log,
+        timeout_graceful_shutdown=5,
+    )
+    return 0
+
+
+def _redact(url: str) -> str:
+    scheme, _, rest = url.partition("://")
+    if "@" in rest:
+        credentials, _, host = rest.rpartition("@")
+        user = credentials.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}" if ":" in credentials else url
+    return url
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="coordinator",
+        description="Exactly-once transaction coordinator: Kafka's idempotent producers and "
+        "transactions over HTTP, on Postgres or an embedded SQLite file.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    database_help = (
+        "the store (default: $COORDINATOR_DATABASE_URL, else coordinator.db in the working "
+        "directory); a plain postgresql:// or sqlite:/// URL"
+    )
+    serve = commands.add_parser("serve", help="run the service; migrates the store first")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8080, help="port to listen on (8080)")
+    serve.add_argument("--database-url", help=database_help)
+    serve.add_argument(
+        "--log-level",
+        default=os.environ.get("COORDINATOR_LOG_LEVEL", "info"),
+        choices=["critical", "error", "warning", "info", "debug"],
+        help="server log level (info)",
+    )
+    serve.add_argument(
+        "--access-log",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="log every request (off)",
+    )
+    serve.set_defaults(run=_serve)
+
+    migrate = commands.add_parser("migrate", help="bring the store's schema to the newest version")
+    migrate.add_argument("--database-url", help=database_help)
+    migrate.set_defaults(run=_migrate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    result: int = args.run(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Settings, database access, error mapping and the app factory shared by every domain."""

@@ -1,0 +1,42 @@
+"""The app factory: one FastAPI app per store, with every domain's routes and the error mapping."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+import coordinator
+from coordinator.core.database import Database
+from coordinator.core.errors import install_error_handlers
+from coordinator.core.health import router as health_router
+from coordinator.core.limits import BodySizeLimit
+from coordinator.core.settings import Settings, get_settings
+from coordinator.log.routes import router as log_router
+from coordinator.producers.routes import router as producers_router
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    # Built here, not in the lifespan, so in-process test clients (which skip it) work too.
+    db = Database(settings)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        await db.dispose()
+
+    app = FastAPI(
+        title="Exactly-once transaction coordinator",
+        version=coordinator.__version__,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.db = db
+    install_error_handlers(app)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
+    app.include_router(health_router)
+    app.include_router(log_router)
+    app.include_router(producers_router)
+    return app

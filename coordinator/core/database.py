@@ -1,0 +1,111 @@
+"""One async SQLAlchemy engine per store, and the unit of work every request runs in.
+
+SQLite (the embedded default) allows one writer at a time: write units begin with
+`BEGIN IMMEDIATE`, so two writers never both read and then fail to upgrade their lock; reads use
+a second engine with plain deferred transactions, which WAL lets run beside the writer. Postgres
+serialises appends with row locks taken inside the unit (see `coordinator.log.service`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from sqlalchemy import BigInteger, Integer, MetaData, event
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
+from sqlalchemy.orm import DeclarativeBase
+
+from coordinator.core.settings import Settings
+
+# A 64-bit key that SQLite still treats as its rowid alias (so it autoincrements).
+BigIntKey = BigInteger().with_variant(Integer(), "sqlite")
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+def _sqlite_engine(url: str, *, immediate: bool) -> AsyncEngine:
+    engine = create_async_engine(url, connect_args={"timeout": 60})
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _: Any) -> None:
+        # Take transaction control away from the driver so we can say BEGIN IMMEDIATE ourselves.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        # FULL: an acknowledged append survives a power cut, not only a killed process.
+        cursor.execute("PRAGMA synchronous=FULL")
+        cursor.execute("PRAGMA busy_timeout=60000")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+class Database:
+    """The store: `write()` and `read()` yield a session inside one database transaction."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.url = settings.database_url
+        self.is_sqlite = settings.is_sqlite
+        if self.is_sqlite:
+            self.engine = _sqlite_engine(self.url, immediate=True)
+            self.read_engine = _sqlite_engine(self.url, immediate=False)
+        else:
+            self.engine = create_async_engine(
+                self.url, pool_size=settings.pool_size, max_overflow=settings.pool_size
+            )
+            self.read_engine = self.engine
+        self._writes = async_sessionmaker(self.engine, expire_on_commit=False)
+        self._reads = async_sessionmaker(self.read_engine, expire_on_commit=False)
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[AsyncSession]:
+        """A unit of work: commits when the block ends normally, rolls back when it raises."""
+        async with self._writes() as session, session.begin():
+            yield session
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncSession]:
+        async with self._reads() as session, session.begin():
+            yield session
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()
+        if self.read_engine is not self.engine:
+            await self.read_engine.dispose()
+
+
+def upsert(
+    session: AsyncSession,
+    table: Any,
+    values: dict[str, Any],
+    keys: list[str],
+) -> Any:
+    """INSERT ... ON CONFLICT (keys) DO UPDATE, in the session's dialect."""
+    updates = {k: v for k, v in values.items() if k not in keys}
+    if session.get_bind().dialect.name == "postgresql":
+        pg_stmt = postgresql.insert(table).values(**values)
+        return session.execute(pg_stmt.on_conflict_do_update(index_elements=keys, set_=updates))
+    lite_stmt = sqlite.insert(table).values(**values)
+    return session.execute(lite_stmt.on_conflict_do_update(index_elements=keys, set_=updates))

@@ -1,0 +1,24 @@
+"""Request-scoped access to the app's store and settings."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from coordinator.core.database import Database
+from coordinator.core.settings import Settings
+
+
+def get_db(request: Request) -> Database:
+    db: Database = request.app.state.db
+    return db
+
+
+def get_app_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+DB = Annotated[Database, Depends(get_db)]
+AppSettings = Annotated[Settings, Depends(get_app_settings)]

@@ -1,0 +1,147 @@
+"""Domain errors and their mapping to RFC 9457 problem documents.
+
+Services raise a `CoordinatorError` subclass; it carries the API code, HTTP status and whether the
+request may simply be sent again. One set of handlers (installed by `install_error_handlers`) turns
+these, validation failures, unknown paths and unexpected failures into `application/problem+json`.
+Endpoints never build `HTTPException`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, ClassVar
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+log = logging.getLogger("coordinator")
+
+PROBLEM_JSON = "application/problem+json"
+
+
+class CoordinatorError(Exception):
+    code: ClassVar[str] = "INTERNAL_ERROR"
+    status: ClassVar[int] = 500
+    retriable: ClassVar[bool] = False
+    title: ClassVar[str] = "Internal error"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class InvalidRequest(CoordinatorError):
+    code = "INVALID_REQUEST"
+    status = 422
+    title = "Invalid request"
+
+
+class RequestTooLarge(CoordinatorError):
+    code = "INVALID_REQUEST"
+    status = 413
+    title = "Request body too large"
+
+
+class NotFound(CoordinatorError):
+    code = "NOT_FOUND"
+    status = 404
+    title = "Not found"
+
+
+class MethodNotAllowed(CoordinatorError):
+    code = "METHOD_NOT_ALLOWED"
+    status = 405
+    title = "Method not allowed"
+
+
+class CoordinatorNotAvailable(CoordinatorError):
+    code = "COORDINATOR_NOT_AVAILABLE"
+    status = 503
+    retriable = True
+    title = "Coordinator not available"
+
+
+class InternalError(CoordinatorError):
+    code = "INTERNAL_ERROR"
+    status = 500
+    retriable = True
+    title = "Internal error"
+
+
+def problem_response(
+    error: CoordinatorError, status: int | None = None, headers: dict[str, str] | None = None
+) -> Response:
+    status = status or error.status
+    body = {
+        "type": f"urn:coordinator:error:{error.code.lower()}",
+        "title": error.title,
+        "status": status,
+        "detail": error.detail,
+        "code": error.code,
+        "retriable": error.retriable,
+    }
+    return Response(orjson.dumps(body), status, headers, media_type=PROBLEM_JSON)
+
+
+def _field_name(loc: tuple[Any, ...] | list[Any]) -> str:
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in ("body", "query", "path", "header"):
+        parts = parts[1:] or parts
+    return ".".join(parts) or "body"
+
+
+def describe_validation_errors(errors: list[dict[str, Any]] | Any) -> str:
+    messages = []
+    for err in list(errors)[:5]:
+        if err.get("type") == "json_invalid":
+            position = err.get("loc", ("body", "?"))[-1]
+            messages.append(f"body: not valid JSON (near character {position})")
+            continue
+        field = _field_name(err.get("loc", ()))
+        messages.append(f"{field}: {err.get('msg', 'invalid')}")
+    return "; ".join(messages) or "invalid request"
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    async def on_domain_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, CoordinatorError)
+        return problem_response(exc)
+
+    async def on_validation_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        return problem_response(InvalidRequest(describe_validation_errors(exc.errors())))
+
+    async def on_http_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        error: CoordinatorError
+        if exc.status_code == 404:
+            error = NotFound("no such path")
+        elif exc.status_code == 405:
+            error = MethodNotAllowed("method not allowed on this path")
+        elif 400 <= exc.status_code < 500:
+            # FastAPI raises 400 itself when a body cannot be parsed at all.
+            return problem_response(InvalidRequest(f"body: {exc.detail}"), exc.status_code)
+        else:
+            error = InternalError(str(exc.detail))
+        return problem_response(error, headers=dict(exc.headers or {}))
+
+    async def on_store_error(_: Request, exc: Exception) -> Response:
+        # A lost connection or an unreachable store: the request did not commit, try again.
+        log.warning("store unavailable: %s", exc.__class__.__name__)
+        return problem_response(CoordinatorNotAvailable("the store did not answer; retry"))
+
+    async def on_unexpected(_: Request, exc: Exception) -> Response:
+        log.exception("unexpected failure", exc_info=exc)
+        return problem_response(InternalError("unexpected failure; nothing was changed"))
+
+    app.add_exception_handler(CoordinatorError, on_domain_error)
+    app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_exception_handler(OperationalError, on_store_error)
+    app.add_exception_handler(InterfaceError, on_store_error)
+    app.add_exception_handler(DBAPIError, on_unexpected)
+    app.add_exception_handler(Exception, on_unexpected)

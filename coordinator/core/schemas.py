@@ -1,0 +1,35 @@
+"""Field types shared by every domain's request and response models (API.md, Conventions)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+EPOCH_MAX = 32766
+
+TOPIC_PATTERN = r"^[A-Za-z0-9._-]{1,249}$"
+
+
+def _printable(value: str) -> str:
+    if not value.isprintable():
+        raise ValueError("must contain printable characters only")
+    return value
+
+
+TopicName = Annotated[str, Field(pattern=TOPIC_PATTERN, examples=["payments"])]
+PartitionNumber = Annotated[int, Field(ge=0, le=INT32_MAX)]
+Offset = Annotated[int, Field(ge=0, le=INT64_MAX)]
+TransactionalId = Annotated[str, Field(min_length=1, max_length=255), AfterValidator(_printable)]
+GroupId = TransactionalId
+ProducerIdField = Annotated[int, Field(ge=-1, le=INT64_MAX)]
+ProducerEpochField = Annotated[int, Field(ge=-1, le=EPOCH_MAX)]
+SequenceField = Annotated[int, Field(ge=-1, le=INT32_MAX)]
+
+
+class RequestModel(BaseModel):
+    """A request body: strict types (no "1" for 1, no 1.0, no true), unknown fields refused."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")

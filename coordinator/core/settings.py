@@ -1,0 +1,62 @@
+"""Configuration from `COORDINATOR_*` environment variables (API.md, Configuration).
+
+Read through the cached `get_settings()`; tests build `Settings(...)` directly and pass it to
+`create_app`.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_SQLITE_FILE = "coordinator.db"
+
+
+def normalise_database_url(url: str) -> str:
+    """Pick the async driver for a plain URL: postgresql:// -> asyncpg, sqlite:// -> aiosqlite."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        raise ValueError(f"not a database URL: {url!r}")
+    base = scheme.split("+", 1)[0]
+    if base in ("postgresql", "postgres"):
+        return f"postgresql+asyncpg://{rest}"
+    if base == "sqlite":
+        return f"sqlite+aiosqlite://{rest}"
+    raise ValueError(f"unsupported database {scheme!r}: use postgresql:// or sqlite://")
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="COORDINATOR_", extra="ignore")
+
+    database_url: str = Field(
+        default_factory=lambda: f"sqlite:///{Path.cwd() / DEFAULT_SQLITE_FILE}",
+        description="The store; a plain postgresql:// or sqlite:/// URL.",
+    )
+    transaction_max_timeout_ms: int = Field(default=900_000, ge=1)
+    timeout_check_interval_ms: int = Field(default=10_000, ge=1)
+    prepared_timeout_ms: int = Field(default=86_400_000, ge=1)
+    transactional_id_expiration_ms: int = Field(default=604_800_000, ge=1)
+    auth_tokens_file: Path | None = None
+    # Largest request body accepted, in bytes; a produce over it is 413 RECORD_LIST_TOO_LARGE.
+    max_request_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    # A fetch stops adding records once their payload passes this (it always returns at least one).
+    fetch_max_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    # Connections per service process (Postgres).
+    pool_size: int = Field(default=10, ge=1)
+
+    @field_validator("database_url")
+    @classmethod
+    def _async_driver(cls, value: str) -> str:
+        return normalise_database_url(value)
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,1 @@
+"""The partition logs: topics, record batches, offsets, producer state, produce and fetch."""

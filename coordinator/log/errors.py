@@ -1,0 +1,39 @@
+"""Errors of the partition logs and producer state (API.md, Records and Error codes)."""
+
+from coordinator.core.errors import CoordinatorError
+
+
+class UnknownTopicOrPartition(CoordinatorError):
+    code = "UNKNOWN_TOPIC_OR_PARTITION"
+    status = 404
+    title = "Unknown topic or partition"
+
+
+class TopicAlreadyExists(CoordinatorError):
+    code = "TOPIC_ALREADY_EXISTS"
+    status = 409
+    title = "Topic already exists"
+
+
+class RecordListTooLarge(CoordinatorError):
+    code = "RECORD_LIST_TOO_LARGE"
+    status = 413
+    title = "Record batch too large"
+
+
+class OutOfOrderSequenceNumber(CoordinatorError):
+    code = "OUT_OF_ORDER_SEQUENCE_NUMBER"
+    status = 409
+    title = "Out of order sequence number"
+
+
+class UnknownProducerId(CoordinatorError):
+    code = "UNKNOWN_PRODUCER_ID"
+    status = 409
+    title = "Unknown producer id"
+
+
+class InvalidProducerEpoch(CoordinatorError):
+    code = "INVALID_PRODUCER_EPOCH"
+    status = 409
+    title = "Invalid producer epoch"

@@ -1,0 +1,113 @@
+"""Tables of the partition logs.
+
+One row per produced batch (records encoded inside, see `codec`), one per control marker; a
+per-partition counter row whose lock serialises appends; producer state per (partition, pid).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    LargeBinary,
+    SmallInteger,
+    String,
+    text,
+)
+from sqlalchemy.orm import Mapped, mapped_column
+
+from coordinator.core.database import Base
+
+
+class Topic(Base):
+    __tablename__ = "topics"
+
+    name: Mapped[str] = mapped_column(String(249), primary_key=True)
+    partitions: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class Partition(Base):
+    __tablename__ = "partitions"
+
+    topic: Mapped[str] = mapped_column(
+        String(249), ForeignKey("topics.name", ondelete="CASCADE"), primary_key=True
+    )
+    partition: Mapped[int] = mapped_column(Integer, primary_key=True)
+    log_start_offset: Mapped[int] = mapped_column(BigInteger, default=0)
+    # The offset the next appended record gets; advanced only under this row's lock.
+    high_watermark: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class Batch(Base):
+    __tablename__ = "batches"
+
+    topic: Mapped[str] = mapped_column(String(249), primary_key=True)
+    partition: Mapped[int] = mapped_column(Integer, primary_key=True)
+    base_offset: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    last_offset: Mapped[int] = mapped_column(BigInteger)
+    producer_id: Mapped[int] = mapped_column(BigInteger)
+    producer_epoch: Mapped[int] = mapped_column(Integer)
+    base_sequence: Mapped[int] = mapped_column(Integer)
+    last_sequence: Mapped[int] = mapped_column(Integer)
+    # Append time, milliseconds since the Unix epoch.
+    timestamp: Mapped[int] = mapped_column(BigInteger)
+    is_transactional: Mapped[bool] = mapped_column(Boolean)
+    # Null for data; CONTROL_ABORT or CONTROL_COMMIT for a transaction marker.
+    control: Mapped[int | None] = mapped_column(SmallInteger, nullable=True)
+    aborted: Mapped[bool] = mapped_column(Boolean, default=False)
+    record_count: Mapped[int] = mapped_column(Integer)
+    payload: Mapped[bytes] = mapped_column(LargeBinary)
+
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["topic", "partition"],
+            ["partitions.topic", "partitions.partition"],
+            ondelete="CASCADE",
+        ),
+        # The last line of defence against a duplicate: one batch per (pid, epoch, sequence).
+        Index(
+            "uq_batches_producer_sequence",
+            "topic",
+            "partition",
+            "producer_id",
+            "producer_epoch",
+            "base_sequence",
+            unique=True,
+            sqlite_where=text("producer_id >= 0 AND control IS NULL"),
+            postgresql_where=text("producer_id >= 0 AND control IS NULL"),
+        ),
+    )
+
+
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+
+
+class ProducerState(Base):
+    __tablename__ = "producer_states"
+
+    topic: Mapped[str] = mapped_column(String(249), primary_key=True)
+    partition: Mapped[int] = mapped_column(Integer, primary_key=True)
+    producer_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    producer_epoch: Mapped[int] = mapped_column(Integer)
+    last_sequence: Mapped[int] = mapped_column(Integer)
+    last_offset: Mapped[int] = mapped_column(BigInteger)
+    last_timestamp: Mapped[int] = mapped_column(BigInteger)
+    # First offset of this producer's open transaction on the partition: pins the LSO.
+    current_txn_first_offset: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["topic", "partition"],
+            ["partitions.topic", "partitions.partition"],
+            ondelete="CASCADE",
+        ),
+    )

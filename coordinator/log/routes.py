@@ -1,0 +1,74 @@
+"""HTTP routes of topics, produce and fetch."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Path, Query
+from starlette.responses import Response
+
+from coordinator.core.dependencies import DB, AppSettings
+from coordinator.core.responses import json_response
+from coordinator.core.schemas import INT32_MAX, INT64_MAX, TOPIC_PATTERN
+from coordinator.log import service
+from coordinator.log.schemas import (
+    CreateTopic,
+    FetchResponse,
+    ProduceRequest,
+    ProduceResponse,
+    TopicDescription,
+    TopicList,
+    TopicSummary,
+)
+
+router = APIRouter(prefix="/v1/topics", tags=["topics and records"])
+
+TopicPath = Annotated[str, Path(pattern=TOPIC_PATTERN, description="topic name")]
+PartitionPath = Annotated[int, Path(ge=0, le=INT32_MAX, description="partition number")]
+
+
+@router.post("", status_code=201, response_model=TopicSummary)
+async def create_topic(body: CreateTopic, db: DB) -> Response:
+    return json_response(await service.create_topic(db, body), 201)
+
+
+@router.get("", response_model=TopicList)
+async def list_topics(db: DB) -> Response:
+    return json_response(await service.list_topics(db))
+
+
+@router.get("/{topic}", response_model=TopicDescription)
+async def describe_topic(topic: TopicPath, db: DB) -> Response:
+    return json_response(await service.describe_topic(db, topic))
+
+
+@router.post("/{topic}/partitions/{partition}/records", response_model=ProduceResponse)
+async def produce(
+    topic: TopicPath, partition: PartitionPath, body: ProduceRequest, db: DB, settings: AppSettings
+) -> Response:
+    result = await service.produce(db, topic, partition, body, settings.max_request_bytes)
+    return json_response(result)
+
+
+@router.get("/{topic}/partitions/{partition}/records", response_model=FetchResponse)
+async def fetch(
+    topic: TopicPath,
+    partition: PartitionPath,
+    db: DB,
+    settings: AppSettings,
+    offset: Annotated[int, Query(ge=0, le=INT64_MAX)] = 0,
+    max_records: Annotated[int, Query(ge=1, le=10_000)] = 500,
+    isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed",
+    encoding: Literal["utf8", "base64"] = "utf8",
+) -> Response:
+    result = await service.fetch(
+        db,
+        topic,
+        partition,
+        offset,
+        max_records,
+        isolation_level == "read_committed",
+        encoding,
+        settings.fetch_max_bytes,
+    )
+    return json_response(result)

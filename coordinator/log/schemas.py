@@ -1,0 +1,95 @@
+"""Request and response bodies of topics, produce and fetch (API.md, Topics and Records)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+from coordinator.core.schemas import (
+    ProducerEpochField,
+    ProducerIdField,
+    RequestModel,
+    SequenceField,
+    TopicName,
+    TransactionalId,
+)
+
+MAX_PARTITIONS = 10_000
+Encoding = Literal["utf8", "base64"]
+HeaderName = Annotated[str, Field(max_length=1024)]
+
+
+class CreateTopic(RequestModel):
+    name: TopicName
+    partitions: Annotated[int, Field(ge=1, le=MAX_PARTITIONS)] = 1
+
+
+class TopicSummary(BaseModel):
+    name: str
+    partitions: int
+
+
+class TopicList(BaseModel):
+    topics: list[TopicSummary]
+
+
+class PartitionInfo(BaseModel):
+    partition: int
+    log_start_offset: int
+    high_watermark: int
+    last_stable_offset: int
+
+
+class TopicDescription(BaseModel):
+    name: str
+    partitions: list[PartitionInfo]
+
+
+class RecordIn(RequestModel):
+    key: str | None = None
+    value: str | None = None
+    headers: Annotated[dict[HeaderName, str], Field(max_length=1000)] = Field(default_factory=dict)
+
+
+class ProduceRequest(RequestModel):
+    producer_id: ProducerIdField = -1
+    producer_epoch: ProducerEpochField = -1
+    base_sequence: SequenceField = -1
+    transactional_id: TransactionalId | None = None
+    encoding: Encoding = "utf8"
+    records: Annotated[list[RecordIn], Field(min_length=1, max_length=1_000_000)]
+
+    @model_validator(mode="after")
+    def _producer_fields_agree(self) -> ProduceRequest:
+        if self.producer_id == -1:
+            if self.producer_epoch != -1 or self.base_sequence != -1:
+                raise ValueError(
+                    "producer_epoch and base_sequence must be -1 (or absent) when producer_id is -1"
+                )
+            if self.transactional_id is not None:
+                raise ValueError("a transactional batch needs a producer_id")
+        elif self.producer_epoch < 0 or self.base_sequence < 0:
+            raise ValueError("producer_epoch and base_sequence are required with a producer_id")
+        return self
+
+
+class ProduceResponse(BaseModel):
+    base_offset: int
+    last_offset: int
+    duplicate: bool
+
+
+class RecordOut(BaseModel):
+    offset: int
+    key: str | None
+    value: str | None
+    headers: dict[str, str]
+    timestamp: int
+
+
+class FetchResponse(BaseModel):
+    records: list[RecordOut]
+    next_offset: int
+    high_watermark: int
+    last_stable_offset: int

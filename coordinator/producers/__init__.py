@@ -1,0 +1,1 @@
+"""Producer ids: InitPid issues them and holds each one's current epoch."""
