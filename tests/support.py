@@ -1,0 +1,123 @@
+"""Helpers shared by the tests: store URLs, empty databases, service processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+POSTGRES_ENV = "COORDINATOR_TEST_POSTGRES_URL"
+
+
+def postgres_base_url() -> str:
+    url = os.environ.get(POSTGRES_ENV)
+    if not url:
+        raise RuntimeError(
+            f"{POSTGRES_ENV} is not set: every store test runs on Postgres too. Point it at a "
+            "server, e.g. postgresql://postgres@127.0.0.1:5432/test"
+        )
+    return url
+
+
+def _with_database(url: str, name: str) -> str:
+    base, _, _ = url.rpartition("/")
+    return f"{base}/{name}"
+
+
+async def _admin(url: str, sql: str) -> None:
+    import asyncpg
+
+    plain = url.replace("postgresql+asyncpg://", "postgresql://")
+    connection = await asyncpg.connect(plain)
+    try:
+        await connection.execute(sql)
+    finally:
+        await connection.close()
+
+
+def create_postgres_database() -> str:
+    """A new empty database on the test server; returns its URL."""
+    base = postgres_base_url()
+    name = f"coordinator_test_{uuid.uuid4().hex[:12]}"
+    asyncio.run(_admin(base, f'CREATE DATABASE "{name}"'))
+    return _with_database(base, name)
+
+
+def drop_postgres_database(url: str) -> None:
+    base = postgres_base_url()
+    name = url.rpartition("/")[2]
+    asyncio.run(_admin(base, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class ServiceProcess:
+    """`coordinator serve` in a child process, as an operator would run it."""
+
+    def __init__(self, database_url: str, workdir: Path, **env: str) -> None:
+        self.database_url = database_url
+        self.workdir = workdir
+        self.port = free_port()
+        self.env = env
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log = workdir / f"service-{self.port}.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> ServiceProcess:
+        env = {**os.environ, "COORDINATOR_DATABASE_URL": self.database_url, **self.env}
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "coordinator", "serve", "--port", str(self.port)],
+                cwd=self.workdir,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"service exited: {self.log.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        raise TimeoutError(f"service did not come up: {self.log.read_text()[-2000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown hooks, no flushing; what is committed is all that is left."""
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def __enter__(self) -> ServiceProcess:
+        return self.start()
+
+    def __exit__(self, *_: Any) -> None:
+        self.stop()
