@@ -1,7 +1,20 @@
 """Every table, imported in one place so `Base.metadata` is complete (for Alembic and tests)."""
 
 from coordinator.core.database import Base
+from coordinator.groups.models import GroupOffset
 from coordinator.log.models import Batch, Partition, ProducerState, Topic
 from coordinator.producers.models import ProducerId
+from coordinator.transactions.models import Transaction, TransactionOffset, TransactionPartition
 
-__all__ = ["Base", "Batch", "Partition", "ProducerId", "ProducerState", "Topic"]
+__all__ = [
+    "Base",
+    "Batch",
+    "GroupOffset",
+    "Partition",
+    "ProducerId",
+    "ProducerState",
+    "Topic",
+    "Transaction",
+    "TransactionOffset",
+    "TransactionPartition",
+]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -14,7 +16,10 @@ from coordinator.core.health import router as health_router
 from coordinator.core.limits import BodySizeLimit
 from coordinator.core.settings import Settings, get_settings
 from coordinator.log.routes import router as log_router
+from coordinator.groups.routes import router as groups_router
 from coordinator.producers.routes import router as producers_router
+from coordinator.transactions.routes import router as transactions_router
+from coordinator.transactions.tasks import run_sweeper
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -24,8 +29,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        yield
-        await db.dispose()
+        sweeper = asyncio.create_task(run_sweeper(db, settings), name="coordinator-sweeper")
+        try:
+            yield
+        finally:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+            await db.dispose()
 
     app = FastAPI(
         title="Exactly-once transaction coordinator",
@@ -39,4 +50,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health_router)
     app.include_router(log_router)
     app.include_router(producers_router)
+    app.include_router(transactions_router)
+    app.include_router(groups_router)
     return app

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from sqlalchemy import BigInteger, Integer, MetaData, event
+from sqlalchemy import BigInteger, Integer, MetaData, Table, event, func, inspect
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
@@ -101,11 +101,27 @@ def upsert(
     table: Any,
     values: dict[str, Any],
     keys: list[str],
+    keep_existing: tuple[str, ...] = (),
 ) -> Any:
-    """INSERT ... ON CONFLICT (keys) DO UPDATE, in the session's dialect."""
-    updates = {k: v for k, v in values.items() if k not in keys}
+    """INSERT ... ON CONFLICT (keys) DO UPDATE, in the session's dialect. Columns named in
+    `keep_existing` keep a non-null stored value rather than take the new one."""
+    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+    stmt = dialect.insert(table).values(**values)
+    columns = inspect(table).columns if not isinstance(table, Table) else table.c
+    updates: dict[str, Any] = {
+        k: func.coalesce(columns[k], stmt.excluded[k]) if k in keep_existing else v
+        for k, v in values.items()
+        if k not in keys
+    }
+    return session.execute(stmt.on_conflict_do_update(index_elements=keys, set_=updates))
+
+
+def insert_ignore(
+    session: AsyncSession, table: Any, rows: list[dict[str, Any]], keys: list[str]
+) -> Any:
+    """INSERT ... ON CONFLICT (keys) DO NOTHING for many rows, in the session's dialect."""
     if session.get_bind().dialect.name == "postgresql":
-        pg_stmt = postgresql.insert(table).values(**values)
-        return session.execute(pg_stmt.on_conflict_do_update(index_elements=keys, set_=updates))
-    lite_stmt = sqlite.insert(table).values(**values)
-    return session.execute(lite_stmt.on_conflict_do_update(index_elements=keys, set_=updates))
+        pg_stmt = postgresql.insert(table).on_conflict_do_nothing(index_elements=keys)
+        return session.execute(pg_stmt, rows)
+    lite_stmt = sqlite.insert(table).on_conflict_do_nothing(index_elements=keys)
+    return session.execute(lite_stmt, rows)

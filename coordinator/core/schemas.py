@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from fastapi import Path
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 INT32_MAX = 2**31 - 1
@@ -33,3 +34,17 @@ class RequestModel(BaseModel):
     """A request body: strict types (no "1" for 1, no 1.0, no true), unknown fields refused."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
+
+
+def transactional_id_path(value: str) -> str:
+    """Validate a transactional or group id taken from a URL path, as its body twin is."""
+    if not 1 <= len(value) <= 255:
+        raise ValueError("must be 1 to 255 characters")
+    return _printable(value)
+
+
+IdPath = Annotated[
+    str,
+    Path(description="a transactional or group id: 1 to 255 printable characters"),
+    AfterValidator(transactional_id_path),
+]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from sqlalchemy import and_, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from coordinator.core.clock import now_ms
 from coordinator.core.database import Database, upsert
 from coordinator.core.errors import InvalidRequest
 from coordinator.core.schemas import INT32_MAX
@@ -44,13 +44,13 @@ from coordinator.log.schemas import (
     TopicSummary,
 )
 from coordinator.producers.models import ProducerId
+from coordinator.transactions.errors import InvalidTxnState, TransactionalIdNotFound
+from coordinator.transactions.models import Transaction, TransactionPartition
+from coordinator.transactions.service import check_caller
+from coordinator.transactions.states import Op, transition
 
 # Batches read per query while filling a fetch.
 FETCH_CHUNK = 64
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def next_sequence(sequence: int) -> int:
@@ -187,6 +187,7 @@ async def _check_sequence(
                 ProducerId.producer_epoch,
                 ProducerState.producer_epoch,
                 ProducerState.last_sequence,
+                ProducerState.current_txn_first_offset,
             )
             .select_from(ProducerId)
             .outerjoin(
@@ -202,7 +203,7 @@ async def _check_sequence(
     ).first()
     if row is None:
         raise UnknownProducerId(f"producer id {pid} was never issued; call init-pid")
-    current_epoch, state_epoch, last_seq = row
+    current_epoch, state_epoch, last_seq, open_txn_offset = row
     if epoch < current_epoch:
         raise InvalidProducerEpoch(
             f"producer {pid} epoch {epoch} is older than its current epoch {current_epoch}"
@@ -210,6 +211,11 @@ async def _check_sequence(
     if epoch > current_epoch:
         raise InvalidProducerEpoch(
             f"producer {pid} epoch {epoch} is newer than its current epoch {current_epoch}"
+        )
+    if body.transactional_id is None and open_txn_offset is not None:
+        raise InvalidTxnState(
+            f"producer {pid} has a transaction open on {topic}-{partition} since offset "
+            f"{open_txn_offset}; a non-transactional batch may not join it"
         )
     if state_epoch is None:
         if base_seq != 0:
@@ -247,6 +253,39 @@ async def _check_sequence(
     )
 
 
+async def verify_transaction(
+    session: AsyncSession, topic: str, partition: int, body: ProduceRequest
+) -> None:
+    """A transactional batch: the transaction's identity checks, in API.md's order, then the
+    partition must be in its Ongoing transaction. Nothing is written otherwise, so no batch can
+    open a transaction the coordinator does not know about (no hanging transactions)."""
+    assert body.transactional_id is not None
+    tid = body.transactional_id
+    row = (
+        await session.execute(
+            select(Transaction, ProducerId.producer_epoch)
+            .join(ProducerId, ProducerId.producer_id == Transaction.producer_id)
+            .where(Transaction.transactional_id == tid)
+        )
+    ).first()
+    if row is None:
+        raise TransactionalIdNotFound(f"transactional id {tid!r} is not known")
+    txn, current_epoch = row
+    await check_caller(session, txn, current_epoch, body.producer_id, body.producer_epoch)
+    transition(txn.state, Op.PRODUCE, tid)
+    joined = await session.scalar(
+        select(TransactionPartition.producer_id).where(
+            TransactionPartition.transactional_id == tid,
+            TransactionPartition.topic == topic,
+            TransactionPartition.partition == partition,
+        )
+    )
+    if joined is None:
+        raise InvalidTxnState(
+            f"{topic}-{partition} is not in the transaction of {tid!r}; add it first"
+        )
+
+
 async def produce(
     db: Database, topic: str, partition: int, body: ProduceRequest, max_batch_bytes: int
 ) -> ProduceResponse:
@@ -266,6 +305,8 @@ async def produce(
         if high_watermark is None:
             raise UnknownTopicOrPartition(f"{topic}-{partition} does not exist")
         idempotent = body.producer_id >= 0
+        if body.transactional_id is not None:
+            await verify_transaction(session, topic, partition, body)
         if idempotent:
             duplicate = await _check_sequence(session, topic, partition, body, count)
             if duplicate is not None:
@@ -313,8 +354,13 @@ async def produce(
                     "last_sequence": last_seq,
                     "last_offset": last_offset,
                     "last_timestamp": timestamp,
+                    # Pins the LSO from the transaction's first batch here until its marker.
+                    "current_txn_first_offset": (
+                        base_offset if body.transactional_id is not None else None
+                    ),
                 },
                 ["topic", "partition", "producer_id"],
+                keep_existing=("current_txn_first_offset",),
             )
     return ProduceResponse(base_offset=base_offset, last_offset=last_offset, duplicate=False)
 

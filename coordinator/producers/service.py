@@ -2,28 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
-from sqlalchemy import insert
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from coordinator.core.database import Database
-from coordinator.core.errors import InvalidRequest
 from coordinator.core.settings import Settings
 from coordinator.producers.errors import InvalidTransactionTimeout
-from coordinator.producers.models import ProducerId
+from coordinator.producers.repository import issue_producer_id
 from coordinator.producers.schemas import InitPidRequest, InitPidResponse
-
-
-async def issue_producer_id(session: AsyncSession, transactional_id: str | None) -> int:
-    """A fresh producer id at epoch 0."""
-    result = await session.execute(
-        insert(ProducerId)
-        .values(producer_epoch=0, transactional_id=transactional_id, created_at=datetime.now(UTC))
-        .returning(ProducerId.producer_id)
-    )
-    producer_id: int = result.scalar_one()
-    return producer_id
+from coordinator.transactions import service as transactions
 
 
 async def init_pid(db: Database, settings: Settings, body: InitPidRequest) -> InitPidResponse:
@@ -34,7 +18,10 @@ async def init_pid(db: Database, settings: Settings, body: InitPidRequest) -> In
             f"not {body.transaction_timeout_ms}"
         )
     if body.transactional_id is not None:
-        raise InvalidRequest("transactional_id: transactional producers are not available yet")
+        producer_id, epoch = await transactions.init_transactional(
+            db, settings, body.transactional_id, body.transaction_timeout_ms, body.keep_prepared
+        )
+        return InitPidResponse(producer_id=producer_id, producer_epoch=epoch)
     async with db.write() as session:
         producer_id = await issue_producer_id(session, None)
     return InitPidResponse(producer_id=producer_id, producer_epoch=0)

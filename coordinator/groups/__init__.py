@@ -1,0 +1,1 @@
+"""Consumer group offsets, committed plainly or inside a transaction."""

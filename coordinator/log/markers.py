@@ -1,0 +1,112 @@
+"""Control markers: how a transaction's end is written into the partition logs.
+
+A marker takes one offset on its partition, like a record. An abort also flags the producer's
+batches of that transaction as aborted, so read_committed readers skip them, and every marker
+releases the partition's LSO by clearing the producer's open-transaction offset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import cast
+
+from sqlalchemy import Table, bindparam, insert, select, tuple_, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from coordinator.log.models import CONTROL_ABORT, CONTROL_COMMIT, Batch, Partition, ProducerState
+
+
+async def lock_partitions(
+    session: AsyncSession, keys: Sequence[tuple[str, int]]
+) -> dict[tuple[str, int], int]:
+    """Lock partition rows in (topic, partition) order, the coordinator's fixed lock order after
+    transactional ids, so concurrent ends and appends never deadlock. Returns high watermarks."""
+    if not keys:
+        return {}
+    rows = (
+        await session.execute(
+            select(Partition.topic, Partition.partition, Partition.high_watermark)
+            .where(tuple_(Partition.topic, Partition.partition).in_(sorted(set(keys))))
+            .order_by(Partition.topic, Partition.partition)
+            .with_for_update()
+        )
+    ).all()
+    return {(t, p): hw for t, p, hw in rows}
+
+
+async def write_markers(
+    session: AsyncSession,
+    producer_epoch: int,
+    partitions: Sequence[tuple[str, int, int]],
+    commit: bool,
+    timestamp: int,
+) -> None:
+    """Append a commit or abort marker to every (topic, partition, producer id) given."""
+    partitions_table = cast(Table, Partition.__table__)
+    if not partitions:
+        return
+    owners = {(t, p): pid for t, p, pid in partitions}
+    high_watermarks = await lock_partitions(session, list(owners))
+    if not commit:
+        for (topic, partition), producer_id in owners.items():
+            first = await session.scalar(
+                select(ProducerState.current_txn_first_offset).where(
+                    ProducerState.topic == topic,
+                    ProducerState.partition == partition,
+                    ProducerState.producer_id == producer_id,
+                )
+            )
+            if first is None:
+                continue  # the partition joined but no record was written to it
+            await session.execute(
+                update(Batch)
+                .where(
+                    Batch.topic == topic,
+                    Batch.partition == partition,
+                    Batch.base_offset >= first,
+                    Batch.producer_id == producer_id,
+                    Batch.control.is_(None),
+                )
+                .values(aborted=True)
+            )
+    markers = [
+        {
+            "topic": topic,
+            "partition": partition,
+            "base_offset": hw,
+            "last_offset": hw,
+            "producer_id": owners[(topic, partition)],
+            "producer_epoch": producer_epoch,
+            "base_sequence": -1,
+            "last_sequence": -1,
+            "timestamp": timestamp,
+            "is_transactional": True,
+            "control": CONTROL_COMMIT if commit else CONTROL_ABORT,
+            "aborted": not commit,
+            "record_count": 1,
+            "payload": b"",
+        }
+        for (topic, partition), hw in high_watermarks.items()
+    ]
+    await session.execute(insert(Batch), markers)
+    await session.execute(
+        # The Core table, not the ORM entity: an executemany with its own WHERE.
+        update(partitions_table)
+        .where(
+            partitions_table.c.topic == bindparam("t"),
+            partitions_table.c.partition == bindparam("p"),
+        )
+        .values(high_watermark=bindparam("hw")),
+        [{"t": t, "p": p, "hw": hw + 1} for (t, p), hw in high_watermarks.items()],
+    )
+    states = cast(Table, ProducerState.__table__)
+    await session.execute(
+        update(states)
+        .where(
+            states.c.topic == bindparam("t"),
+            states.c.partition == bindparam("p"),
+            states.c.producer_id == bindparam("pid"),
+        )
+        .values(current_txn_first_offset=None),
+        [{"t": t, "p": p, "pid": pid} for (t, p), pid in owners.items()],
+    )

@@ -1,0 +1,40 @@
+"""Errors of transactions (API.md, Transactions and Error codes)."""
+
+from coordinator.core.errors import CoordinatorError
+
+
+class TransactionalIdNotFound(CoordinatorError):
+    code = "TRANSACTIONAL_ID_NOT_FOUND"
+    status = 404
+    title = "Transactional id not found"
+
+
+class InvalidProducerIdMapping(CoordinatorError):
+    code = "INVALID_PRODUCER_ID_MAPPING"
+    status = 409
+    title = "Producer id does not belong to this transactional id"
+
+
+class ProducerFenced(CoordinatorError):
+    code = "PRODUCER_FENCED"
+    status = 409
+    title = "Producer fenced"
+
+
+class TransactionTimedOut(CoordinatorError):
+    code = "TRANSACTION_TIMED_OUT"
+    status = 409
+    title = "Transaction timed out"
+
+
+class InvalidTxnState(CoordinatorError):
+    code = "INVALID_TXN_STATE"
+    status = 409
+    title = "Invalid transaction state"
+
+
+class ConcurrentTransactions(CoordinatorError):
+    code = "CONCURRENT_TRANSACTIONS"
+    status = 409
+    retriable = True
+    title = "Concurrent transactions"

@@ -1,0 +1,613 @@
+"""The transaction coordinator: InitPid with a transactional id, AddPartitions, AddOffsets,
+Prepare, EndTxn, commit-group, describe, and the coordinator's own aborts (timeouts, admin).
+
+Every call locks its transactional id's row (with the producer id row) first, then partitions in
+(topic, partition) order; that fixed order is what keeps concurrent calls free of deadlocks. All of
+a transaction's end (markers on every partition, group offsets, new state, raised epoch) is one
+database transaction: it happens whole or not at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from sqlalchemy import and_, delete, or_, select, tuple_
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from coordinator.core.clock import now_ms, rfc3339
+from coordinator.core.database import Database, insert_ignore, upsert
+from coordinator.core.errors import CoordinatorError, InvalidRequest
+from coordinator.core.schemas import EPOCH_MAX
+from coordinator.core.settings import Settings
+from coordinator.groups.models import GroupOffset
+from coordinator.log.errors import InvalidProducerEpoch, UnknownTopicOrPartition
+from coordinator.log.markers import lock_partitions, write_markers
+from coordinator.log.models import Partition
+from coordinator.producers.models import ProducerId
+from coordinator.producers.repository import EPOCH_RETIRED, issue_producer_id, set_epoch
+from coordinator.transactions.errors import (
+    InvalidProducerIdMapping,
+    ProducerFenced,
+    TransactionalIdNotFound,
+    TransactionTimedOut,
+)
+from coordinator.transactions.models import Transaction, TransactionOffset, TransactionPartition
+from coordinator.transactions.schemas import (
+    AddOffsetsRequest,
+    AddPartitionsRequest,
+    Caller,
+    CommitGroupRequest,
+    CommitGroupResponse,
+    CommittedMember,
+    EndTxnRequest,
+    EndTxnResponse,
+    StateResponse,
+    TopicPartitionOut,
+    TransactionDescription,
+)
+from coordinator.transactions.states import OPEN, Op, State, allowed, transition
+
+# Why a transaction ended (`Transaction.last_reason`).
+BY_CLIENT = "client"  # the producer's own EndTxn
+BY_GROUP = "group"  # committed by commit-group
+FENCED = "fenced"  # a newer epoch took over: InitPid, or commit-group aborting the losers
+TIMED_OUT = "timeout"  # outlived its timeout
+BY_ADMIN = "admin"  # an operator aborted it
+
+
+@dataclass(slots=True)
+class Locked:
+    """A transaction row locked for this unit of work, with its producer's current epoch."""
+
+    txn: Transaction
+    epoch: int
+
+
+async def _lock(session: AsyncSession, transactional_id: str) -> Locked | None:
+    row = (
+        await session.execute(
+            select(Transaction, ProducerId.producer_epoch)
+            .join(ProducerId, ProducerId.producer_id == Transaction.producer_id)
+            .where(Transaction.transactional_id == transactional_id)
+            .with_for_update()
+        )
+    ).first()
+    return None if row is None else Locked(row[0], row[1])
+
+
+async def _lock_existing(session: AsyncSession, transactional_id: str) -> Locked:
+    locked = await _lock(session, transactional_id)
+    if locked is None:
+        raise TransactionalIdNotFound(f"transactional id {transactional_id!r} is not known")
+    return locked
+
+
+async def check_caller(
+    session: AsyncSession, txn: Transaction, current_epoch: int, producer_id: int, epoch: int
+) -> None:
+    """API.md's checks, in its order: producer id mapping, then older epoch (fenced, or timed
+    out), then newer epoch. Shared by every transaction call and by transactional produce."""
+    if (
+        txn.last_reason == TIMED_OUT
+        and txn.last_producer_id == producer_id
+        and txn.last_producer_epoch == epoch
+    ):
+        raise TransactionTimedOut(
+            f"the coordinator aborted the transaction of {txn.transactional_id!r} at epoch "
+            f"{epoch} after its timeout of {txn.timeout_ms} ms; call init-pid again"
+        )
+    if producer_id != txn.producer_id:
+        owner = await session.scalar(
+            select(ProducerId.transactional_id).where(ProducerId.producer_id == producer_id)
+        )
+        if owner == txn.transactional_id:
+            raise ProducerFenced(
+                f"producer id {producer_id} of {txn.transactional_id!r} was replaced by "
+                f"{txn.producer_id} after its epochs ran out"
+            )
+        raise InvalidProducerIdMapping(
+            f"producer id {producer_id} does not belong to transactional id "
+            f"{txn.transactional_id!r}"
+        )
+    if epoch < current_epoch:
+        raise ProducerFenced(
+            f"epoch {epoch} of {txn.transactional_id!r} is fenced by epoch {current_epoch}"
+        )
+    if epoch > current_epoch:
+        raise InvalidProducerEpoch(
+            f"epoch {epoch} of {txn.transactional_id!r} is newer than its current epoch "
+            f"{current_epoch}"
+        )
+
+
+def _ended_by(txn: Transaction, producer_id: int, epoch: int, state: State) -> bool:
+    """True when exactly this producer id and epoch ended the last transaction, in `state`, by
+    its own request (EndTxn or commit-group): a retry, answered again rather than refused."""
+    return (
+        txn.last_producer_id == producer_id
+        and txn.last_producer_epoch == epoch
+        and txn.last_state == state
+        and txn.last_reason in (BY_CLIENT, BY_GROUP)
+    )
+
+
+def _identity_after(txn: Transaction) -> tuple[int, int]:
+    """The producer id and epoch the last end handed out (for answering its retries)."""
+    assert txn.last_producer_id is not None and txn.last_producer_epoch is not None
+    if txn.last_producer_epoch < EPOCH_MAX:
+        return txn.last_producer_id, txn.last_producer_epoch + 1
+    return txn.producer_id, 0
+
+
+async def _raise_epoch(session: AsyncSession, locked: Locked) -> tuple[int, int]:
+    """Raise the producer's epoch by one; past 32766, a new producer id at epoch 0."""
+    txn = locked.txn
+    if locked.epoch < EPOCH_MAX:
+        locked.epoch += 1
+        await set_epoch(session, txn.producer_id, locked.epoch)
+        return txn.producer_id, locked.epoch
+    await set_epoch(session, txn.producer_id, EPOCH_RETIRED)
+    txn.producer_id = await issue_producer_id(session, txn.transactional_id)
+    locked.epoch = 0
+    return txn.producer_id, 0
+
+
+async def _partitions_of(
+    session: AsyncSession, transactional_ids: list[str]
+) -> list[tuple[str, str, int, int]]:
+    rows = await session.execute(
+        select(
+            TransactionPartition.transactional_id,
+            TransactionPartition.topic,
+            TransactionPartition.partition,
+            TransactionPartition.producer_id,
+        ).where(TransactionPartition.transactional_id.in_(transactional_ids))
+    )
+    return [(tid, t, p, pid) for tid, t, p, pid in rows]
+
+
+async def _finish(
+    session: AsyncSession,
+    locked: Locked,
+    op: Op,
+    reason: str,
+    now: int,
+    group_key: str | None = None,
+) -> State:
+    """End the open transaction: markers on each of its partitions, its group offsets applied
+    (commit) or dropped (abort), and who ended it recorded. The caller raises the epoch."""
+    txn = locked.txn
+    target = transition(txn.state, op, txn.transactional_id)
+    commit = target is State.COMPLETE_COMMIT
+    partitions = await _partitions_of(session, [txn.transactional_id])
+    await write_markers(
+        session, locked.epoch, [(t, p, pid) for _, t, p, pid in partitions], commit, now
+    )
+    if commit:
+        pending = await session.execute(
+            select(
+                TransactionOffset.group_id,
+                TransactionOffset.topic,
+                TransactionOffset.partition,
+                TransactionOffset.offset,
+                TransactionOffset.metadata_,
+            ).where(TransactionOffset.transactional_id == txn.transactional_id)
+        )
+        for group_id, topic, partition, offset, metadata in pending.all():
+            await upsert(
+                session,
+                GroupOffset,
+                {
+                    "group_id": group_id,
+                    "topic": topic,
+                    "partition": partition,
+                    "offset": offset,
+                    "metadata": metadata,
+                    "committed_ms": now,
+                },
+                ["group_id", "topic", "partition"],
+            )
+    for table in (TransactionOffset, TransactionPartition):
+        await session.execute(delete(table).where(table.transactional_id == txn.transactional_id))
+    txn.last_producer_id = txn.producer_id
+    txn.last_producer_epoch = locked.epoch
+    txn.last_state = target
+    txn.last_reason = reason
+    txn.last_group_key = group_key
+    txn.state = target
+    txn.started_ms = None
+    txn.deadline_ms = None
+    txn.updated_ms = now
+    return target
+
+
+def _begin(txn: Transaction, now: int) -> None:
+    txn.started_ms = now
+    txn.deadline_ms = now + txn.timeout_ms
+
+
+async def require_partitions(session: AsyncSession, keys: list[tuple[str, int]]) -> None:
+    found = set(
+        (
+            await session.execute(
+                select(Partition.topic, Partition.partition).where(
+                    tuple_(Partition.topic, Partition.partition).in_(keys)
+                )
+            )
+        ).all()
+    )
+    for topic, partition in keys:
+        if (topic, partition) not in found:
+            raise UnknownTopicOrPartition(f"{topic}-{partition} does not exist")
+
+
+# -- InitPid ------------------------------------------------------------------------------------
+
+
+async def init_transactional(
+    db: Database, settings: Settings, transactional_id: str, timeout_ms: int, keep_prepared: bool
+) -> tuple[int, int]:
+    """Create the transactional id at epoch 0, or raise its epoch by one, fencing the older one.
+
+    The older epoch's open transaction is aborted in the same unit of work, unless it is
+    Prepared and `keep_prepared` asks to keep it for the new instance to finish.
+    """
+    # Two first InitPids of one id race on the insert; the loser retries and raises the epoch.
+    for attempt in range(3):
+        try:
+            async with db.write() as session:
+                now = now_ms()
+                locked = await _lock(session, transactional_id)
+                if locked is None:
+                    producer_id = await issue_producer_id(session, transactional_id)
+                    session.add(
+                        Transaction(
+                            transactional_id=transactional_id,
+                            producer_id=producer_id,
+                            state=State.EMPTY,
+                            timeout_ms=timeout_ms,
+                            updated_ms=now,
+                        )
+                    )
+                    await session.flush()
+                    return producer_id, 0
+                txn = locked.txn
+                keep = txn.state == State.PREPARED and keep_prepared
+                if txn.state in OPEN and not keep:
+                    await _finish(session, locked, Op.FENCE, FENCED, now)
+                producer_id, epoch = await _raise_epoch(session, locked)
+                if not keep:
+                    txn.state = transition(txn.state, Op.INIT_PID, transactional_id)
+                    txn.timeout_ms = timeout_ms
+                txn.updated_ms = now
+                return producer_id, epoch
+        except IntegrityError:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+# -- the producer's calls -----------------------------------------------------------------------
+
+
+async def add_partitions(
+    db: Database, transactional_id: str, body: AddPartitionsRequest
+) -> StateResponse:
+    keys = sorted({(p.topic, p.partition) for p in body.partitions})
+    async with db.write() as session:
+        now = now_ms()
+        locked = await _lock_existing(session, transactional_id)
+        txn = locked.txn
+        await check_caller(session, txn, locked.epoch, body.producer_id, body.producer_epoch)
+        target = transition(txn.state, Op.ADD_PARTITIONS, transactional_id)
+        await require_partitions(session, keys)
+        if txn.state != State.ONGOING:
+            _begin(txn, now)
+        await insert_ignore(
+            session,
+            TransactionPartition,
+            [
+                {
+                    "transactional_id": transactional_id,
+                    "topic": t,
+                    "partition": p,
+                    "producer_id": txn.producer_id,
+                }
+                for t, p in keys
+            ],
+            ["transactional_id", "topic", "partition"],
+        )
+        txn.state = target
+        txn.updated_ms = now
+    return StateResponse(state=target)
+
+
+async def add_offsets(
+    db: Database, transactional_id: str, body: AddOffsetsRequest
+) -> StateResponse:
+    keys = sorted({(o.topic, o.partition) for o in body.offsets})
+    if len(keys) != len(body.offsets):
+        raise InvalidRequest("offsets: a partition appears more than once")
+    async with db.write() as session:
+        now = now_ms()
+        locked = await _lock_existing(session, transactional_id)
+        txn = locked.txn
+        await check_caller(session, txn, locked.epoch, body.producer_id, body.producer_epoch)
+        target = transition(txn.state, Op.ADD_OFFSETS, transactional_id)
+        if keys:
+            await require_partitions(session, keys)
+        if txn.state != State.ONGOING:
+            _begin(txn, now)
+        for o in body.offsets:
+            await upsert(
+                session,
+                TransactionOffset,
+                {
+                    "transactional_id": transactional_id,
+                    "group_id": body.group_id,
+                    "topic": o.topic,
+                    "partition": o.partition,
+                    "offset": o.offset,
+                    "metadata": o.metadata,
+                },
+                ["transactional_id", "group_id", "topic", "partition"],
+            )
+        txn.state = target
+        txn.updated_ms = now
+    return StateResponse(state=target)
+
+
+async def prepare(
+    db: Database, settings: Settings, transactional_id: str, body: Caller
+) -> StateResponse:
+    async with db.write() as session:
+        now = now_ms()
+        locked = await _lock_existing(session, transactional_id)
+        txn = locked.txn
+        await check_caller(session, txn, locked.epoch, body.producer_id, body.producer_epoch)
+        target = transition(txn.state, Op.PREPARE, transactional_id)
+        if txn.state != State.PREPARED:
+            if txn.started_ms is None:
+                txn.started_ms = now
+            # Prepared waits for its commit far longer than an Ongoing transaction may run.
+            txn.deadline_ms = now + settings.prepared_timeout_ms
+        txn.state = target
+        txn.updated_ms = now
+    return StateResponse(state=target)
+
+
+async def end(db: Database, transactional_id: str, body: EndTxnRequest) -> EndTxnResponse:
+    wanted = State.COMPLETE_COMMIT if body.commit else State.COMPLETE_ABORT
+    async with db.write() as session:
+        now = now_ms()
+        locked = await _lock_existing(session, transactional_id)
+        txn = locked.txn
+        if _ended_by(txn, body.producer_id, body.producer_epoch, wanted):
+            producer_id, epoch = _identity_after(txn)
+            return EndTxnResponse(state=wanted, producer_id=producer_id, producer_epoch=epoch)
+        await check_caller(session, txn, locked.epoch, body.producer_id, body.producer_epoch)
+        state = await _finish(
+            session, locked, Op.COMMIT if body.commit else Op.ABORT, BY_CLIENT, now
+        )
+        producer_id, epoch = await _raise_epoch(session, locked)
+    return EndTxnResponse(state=state, producer_id=producer_id, producer_epoch=epoch)
+
+
+async def describe(db: Database, transactional_id: str) -> TransactionDescription:
+    async with db.read() as session:
+        row = (
+            await session.execute(
+                select(Transaction, ProducerId.producer_epoch)
+                .join(ProducerId, ProducerId.producer_id == Transaction.producer_id)
+                .where(Transaction.transactional_id == transactional_id)
+            )
+        ).first()
+        if row is None:
+            raise TransactionalIdNotFound(f"transactional id {transactional_id!r} is not known")
+        descriptions = await _describe_rows(session, [(row[0], row[1])])
+    return descriptions[0]
+
+
+async def _describe_rows(
+    session: AsyncSession, rows: list[tuple[Transaction, int]]
+) -> list[TransactionDescription]:
+    ids = [txn.transactional_id for txn, _ in rows]
+    partitions: dict[str, list[TopicPartitionOut]] = {tid: [] for tid in ids}
+    for tid, topic, partition, _ in sorted(await _partitions_of(session, ids)):
+        partitions[tid].append(TopicPartitionOut(topic=topic, partition=partition))
+    groups: dict[str, list[str]] = {tid: [] for tid in ids}
+    for tid, group_id in (
+        await session.execute(
+            select(TransactionOffset.transactional_id, TransactionOffset.group_id)
+            .where(TransactionOffset.transactional_id.in_(ids))
+            .distinct()
+            .order_by(TransactionOffset.transactional_id, TransactionOffset.group_id)
+        )
+    ).all():
+        groups[tid].append(group_id)
+    return [
+        TransactionDescription(
+            transactional_id=txn.transactional_id,
+            producer_id=txn.producer_id,
+            producer_epoch=epoch,
+            state=txn.state,
+            timeout_ms=txn.timeout_ms,
+            started_at=rfc3339(txn.started_ms),
+            partitions=partitions[txn.transactional_id],
+            groups=groups[txn.transactional_id],
+        )
+        for txn, epoch in rows
+    ]
+
+
+# -- commit-group -------------------------------------------------------------------------------
+
+
+def _group_key(body: CommitGroupRequest) -> str:
+    canonical = orjson.dumps(
+        {
+            "transactions": sorted(
+                (m.transactional_id, m.producer_id, m.producer_epoch) for m in body.transactions
+            ),
+            "prefix": body.abort_others_with_prefix,
+        }
+    )
+    return hashlib.sha256(canonical).hexdigest()
+
+
+def _naming(error: CoordinatorError, transactional_id: str) -> CoordinatorError:
+    """The same error, its detail naming the offending transaction."""
+    return type(error)(f"transaction {transactional_id!r}: {error.detail}")
+
+
+async def commit_group(db: Database, body: CommitGroupRequest) -> CommitGroupResponse:
+    """Commit every listed transaction, all or none, and abort the other open transactions whose
+    ids start with the prefix, in one unit of work."""
+    listed = [m.transactional_id for m in body.transactions]
+    if len(set(listed)) != len(listed):
+        raise InvalidRequest("transactions: a transactional id appears more than once")
+    key = _group_key(body)
+    prefix = body.abort_others_with_prefix
+    async with db.write() as session:
+        now = now_ms()
+        condition: Any = Transaction.transactional_id.in_(listed)
+        if prefix is not None:
+            condition = or_(
+                condition,
+                and_(
+                    Transaction.transactional_id.startswith(prefix, autoescape=True),
+                    Transaction.state.in_(list(OPEN)),
+                ),
+            )
+        rows = (
+            await session.execute(
+                select(Transaction, ProducerId.producer_epoch)
+                .join(ProducerId, ProducerId.producer_id == Transaction.producer_id)
+                .where(condition)
+                .order_by(Transaction.transactional_id)
+                .with_for_update()
+            )
+        ).all()
+        by_id = {txn.transactional_id: Locked(txn, epoch) for txn, epoch in rows}
+
+        to_commit: list[Locked] = []
+        for member in body.transactions:
+            tid = member.transactional_id
+            locked = by_id.get(tid)
+            try:
+                if locked is None:
+                    raise TransactionalIdNotFound(f"transactional id {tid!r} is not known")
+                txn = locked.txn
+                if _ended_by(txn, member.producer_id, member.producer_epoch, State.COMPLETE_COMMIT):
+                    continue  # committed by exactly this epoch already: a retry
+                await check_caller(
+                    session, txn, locked.epoch, member.producer_id, member.producer_epoch
+                )
+                transition(txn.state, Op.COMMIT, tid)
+            except CoordinatorError as error:
+                raise _naming(error, tid) from None
+            to_commit.append(locked)
+        to_abort = [
+            locked
+            for tid, locked in sorted(by_id.items())
+            if tid not in set(listed) and locked.txn.state in OPEN
+        ]
+        ending = sorted(to_commit + to_abort, key=lambda lk: lk.txn.transactional_id)
+        partitions = await _partitions_of(session, [lk.txn.transactional_id for lk in ending])
+        # Every partition of every ending transaction, locked once, in the fixed order.
+        await lock_partitions(session, [(t, p) for _, t, p, _ in partitions])
+        committing = {id(lk) for lk in to_commit}
+        for locked in ending:
+            if id(locked) in committing:
+                await _finish(session, locked, Op.COMMIT, BY_GROUP, now, key)
+            else:
+                await _finish(session, locked, Op.FENCE, FENCED, now, key)
+            await _raise_epoch(session, locked)
+        await session.flush()
+
+        committed = []
+        for member in body.transactions:
+            txn = by_id[member.transactional_id].txn
+            producer_id, epoch = _identity_after(txn)
+            committed.append(
+                CommittedMember(
+                    transactional_id=txn.transactional_id,
+                    producer_id=producer_id,
+                    producer_epoch=epoch,
+                )
+            )
+        aborted = (
+            await session.scalars(
+                select(Transaction.transactional_id)
+                .where(
+                    Transaction.last_group_key == key,
+                    Transaction.last_state == State.COMPLETE_ABORT,
+                )
+                .order_by(Transaction.transactional_id)
+            )
+        ).all()
+    return CommitGroupResponse(committed=committed, aborted=list(aborted))
+
+
+# -- the coordinator's own aborts ---------------------------------------------------------------
+
+
+async def abort_by_coordinator(
+    db: Database, transactional_id: str, reason: str, op: Op
+) -> EndTxnResponse:
+    """Abort the open transaction and fence its producer (epoch raised): an operator's abort."""
+    async with db.write() as session:
+        now = now_ms()
+        locked = await _lock_existing(session, transactional_id)
+        state = await _finish(session, locked, op, reason, now)
+        producer_id, epoch = await _raise_epoch(session, locked)
+    return EndTxnResponse(state=state, producer_id=producer_id, producer_epoch=epoch)
+
+
+async def abort_timed_out(db: Database, now: int | None = None) -> list[str]:
+    """Abort every open transaction past its deadline, raising its epoch; returns their ids.
+
+    One transaction per unit of work, claimed with SKIP LOCKED, so several coordinator processes
+    share the sweep without waiting on each other or taking partition locks out of order.
+    """
+    aborted: list[str] = []
+    while True:
+        async with db.write() as session:
+            moment = now_ms() if now is None else now
+            row = (
+                await session.execute(
+                    select(Transaction, ProducerId.producer_epoch)
+                    .join(ProducerId, ProducerId.producer_id == Transaction.producer_id)
+                    .where(
+                        Transaction.state.in_(list(OPEN)),
+                        Transaction.deadline_ms < moment,
+                    )
+                    .order_by(Transaction.deadline_ms)
+                    .limit(1)
+                    .with_for_update(skip_locked=True)
+                )
+            ).first()
+            if row is None:
+                return aborted
+            locked = Locked(row[0], row[1])
+            await _finish(session, locked, Op.TIME_OUT, TIMED_OUT, moment)
+            await _raise_epoch(session, locked)
+            aborted.append(locked.txn.transactional_id)
+
+
+async def expire_idle(db: Database, expiration_ms: int, now: int | None = None) -> int:
+    """Remove transactional ids idle (Empty or Complete) for longer than `expiration_ms`."""
+    moment = now_ms() if now is None else now
+    async with db.write() as session:
+        result = await session.execute(
+            delete(Transaction).where(
+                Transaction.state.in_(allowed(Op.EXPIRE)),
+                Transaction.updated_ms < moment - expiration_ms,
+            )
+        )
+        count: int = getattr(result, "rowcount", 0) or 0
+    return count

@@ -1,0 +1,38 @@
+"""The coordinator's background work: abort timed-out transactions, expire idle ids.
+
+Runs in every service process; correctness comes from the rows it claims (SKIP LOCKED), not from
+there being one sweeper, so any number of processes may share a store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from coordinator.core.database import Database
+from coordinator.core.settings import Settings
+from coordinator.transactions import service
+
+log = logging.getLogger("coordinator.sweeper")
+
+
+async def sweep_once(db: Database, settings: Settings) -> None:
+    aborted = await service.abort_timed_out(db)
+    if aborted:
+        log.info("aborted %d timed-out transaction(s): %s", len(aborted), ", ".join(aborted[:20]))
+    expired = await service.expire_idle(db, settings.transactional_id_expiration_ms)
+    if expired:
+        log.info("expired %d idle transactional id(s)", expired)
+
+
+async def run_sweeper(db: Database, settings: Settings) -> None:
+    interval = settings.timeout_check_interval_ms / 1000
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await sweep_once(db, settings)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # The store may be down for a while; the next round tries again.
+            log.exception("timeout sweep failed")
