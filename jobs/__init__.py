@@ -1,0 +1,1 @@
+"""PySpark pipelines built on the SDK."""
