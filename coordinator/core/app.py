@@ -10,13 +10,14 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 import coordinator
+from coordinator.admin.routes import router as admin_router
 from coordinator.core.database import Database
 from coordinator.core.errors import install_error_handlers
 from coordinator.core.health import router as health_router
 from coordinator.core.limits import BodySizeLimit
 from coordinator.core.settings import Settings, get_settings
-from coordinator.log.routes import router as log_router
 from coordinator.groups.routes import router as groups_router
+from coordinator.log.routes import router as log_router
 from coordinator.producers.routes import router as producers_router
 from coordinator.transactions.routes import router as transactions_router
 from coordinator.transactions.tasks import run_sweeper
@@ -52,4 +53,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(producers_router)
     app.include_router(transactions_router)
     app.include_router(groups_router)
+    app.include_router(admin_router)
     return app

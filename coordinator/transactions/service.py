@@ -408,11 +408,11 @@ async def describe(db: Database, transactional_id: str) -> TransactionDescriptio
         ).first()
         if row is None:
             raise TransactionalIdNotFound(f"transactional id {transactional_id!r} is not known")
-        descriptions = await _describe_rows(session, [(row[0], row[1])])
+        descriptions = await describe_rows(session, [(row[0], row[1])])
     return descriptions[0]
 
 
-async def _describe_rows(
+async def describe_rows(
     session: AsyncSession, rows: list[tuple[Transaction, int]]
 ) -> list[TransactionDescription]:
     ids = [txn.transactional_id for txn, _ in rows]

@@ -1,0 +1,56 @@
+"""HTTP routes of the admin calls."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from starlette.responses import Response
+
+from coordinator.admin import service
+from coordinator.admin.schemas import Hanging, ProducerList, TransactionList
+from coordinator.core.dependencies import DB
+from coordinator.core.responses import json_response
+from coordinator.core.schemas import INT32_MAX, INT64_MAX, TOPIC_PATTERN, IdPath
+from coordinator.transactions import service as transactions
+from coordinator.transactions.schemas import EndTxnResponse
+from coordinator.transactions.service import BY_ADMIN
+from coordinator.transactions.states import Op, State
+
+router = APIRouter(prefix="/v1/admin", tags=["admin"])
+
+
+@router.get("/transactions", response_model=TransactionList)
+async def list_transactions(
+    db: DB,
+    state: State | None = None,
+    older_than_ms: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
+    prefix: Annotated[str | None, Query(min_length=1, max_length=255)] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+) -> Response:
+    return json_response(await service.list_transactions(db, state, older_than_ms, prefix, limit))
+
+
+@router.get("/producers", response_model=ProducerList)
+async def describe_producers(
+    db: DB,
+    topic: Annotated[str, Query(pattern=TOPIC_PATTERN)],
+    partition: Annotated[int, Query(ge=0, le=INT32_MAX)],
+) -> Response:
+    return json_response(await service.describe_producers(db, topic, partition))
+
+
+@router.get("/hanging", response_model=Hanging)
+async def find_hanging(
+    db: DB,
+    max_transaction_timeout_ms: Annotated[int, Query(ge=0, le=INT64_MAX)] = 900_000,
+) -> Response:
+    return json_response(await service.find_hanging(db, max_transaction_timeout_ms))
+
+
+@router.post("/transactions/{transactional_id}/abort", response_model=EndTxnResponse)
+async def abort(transactional_id: IdPath, db: DB) -> Response:
+    """Abort the open transaction and fence its producer: its epoch is raised."""
+    return json_response(
+        await transactions.abort_by_coordinator(db, transactional_id, BY_ADMIN, Op.ADMIN_ABORT)
+    )
