@@ -1,5 +1,6 @@
 # The coordinator service. Point COORDINATOR_DATABASE_URL at Postgres in production; without it
-# the embedded SQLite file lives in /data (mount a volume there).
+# the embedded SQLite file lives in /data (mount a volume there). Listening beyond loopback needs
+# a tokens file (COORDINATOR_AUTH_TOKENS_FILE, mounted) or, knowingly, --insecure.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \

@@ -7,6 +7,7 @@ coordinator migrate                                  bring the store's schema to
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import os
 import sys
@@ -37,6 +38,13 @@ def _serve(args: argparse.Namespace) -> int:
     from coordinator.core.migrate import upgrade_to_head
 
     settings = _settings(args)
+    if settings.auth_tokens_file is None and not _is_loopback(args.host) and not args.insecure:
+        print(
+            f"refusing to listen on {args.host} without authentication: set "
+            "COORDINATOR_AUTH_TOKENS_FILE, or pass --insecure to serve the network unauthenticated",
+            file=sys.stderr,
+        )
+        return 2
     upgrade_to_head(settings.database_url)
     app = create_app(settings)
     uvicorn.run(
@@ -48,6 +56,15 @@ def _serve(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=5,
     )
     return 0
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _redact(url: str) -> str:
@@ -75,6 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     serve.add_argument("--port", type=int, default=8080, help="port to listen on (8080)")
     serve.add_argument("--database-url", help=database_help)
+    serve.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow a non-loopback --host without a tokens file (no authentication at all)",
+    )
     serve.add_argument(
         "--log-level",
         default=os.environ.get("COORDINATOR_LOG_LEVEL", "info"),

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 from starlette.responses import Response
 
 from coordinator.admin import service
 from coordinator.admin.schemas import Hanging, ProducerList, TransactionList
+from coordinator.core.auth import Access, authenticate
 from coordinator.core.dependencies import DB
 from coordinator.core.responses import json_response
 from coordinator.core.schemas import INT32_MAX, INT64_MAX, TOPIC_PATTERN, IdPath
@@ -17,7 +18,12 @@ from coordinator.transactions.schemas import EndTxnResponse
 from coordinator.transactions.service import BY_ADMIN
 from coordinator.transactions.states import Op, State
 
-router = APIRouter(prefix="/v1/admin", tags=["admin"])
+
+def require_admin(access: Annotated[Access, Depends(authenticate)]) -> None:
+    access.cluster()
+
+
+router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[Depends(require_admin)])
 
 
 @router.get("/transactions", response_model=TransactionList)

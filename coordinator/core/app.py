@@ -11,6 +11,7 @@ from fastapi import FastAPI
 
 import coordinator
 from coordinator.admin.routes import router as admin_router
+from coordinator.core.auth import Authenticator
 from coordinator.core.database import Database
 from coordinator.core.errors import install_error_handlers
 from coordinator.core.health import router as health_router
@@ -46,6 +47,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.db = db
+    app.state.authenticator = (
+        Authenticator.from_file(settings.auth_tokens_file) if settings.auth_tokens_file else None
+    )
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
     app.include_router(health_router)

@@ -58,6 +58,36 @@ class MethodNotAllowed(CoordinatorError):
     title = "Method not allowed"
 
 
+class Unauthenticated(CoordinatorError):
+    code = "UNAUTHENTICATED"
+    status = 401
+    title = "Unauthenticated"
+
+
+class TransactionalIdAuthorizationFailed(CoordinatorError):
+    code = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+    status = 403
+    title = "Not authorised for this transactional id"
+
+
+class TopicAuthorizationFailed(CoordinatorError):
+    code = "TOPIC_AUTHORIZATION_FAILED"
+    status = 403
+    title = "Not authorised for this topic"
+
+
+class GroupAuthorizationFailed(CoordinatorError):
+    code = "GROUP_AUTHORIZATION_FAILED"
+    status = 403
+    title = "Not authorised for this group"
+
+
+class ClusterAuthorizationFailed(CoordinatorError):
+    code = "CLUSTER_AUTHORIZATION_FAILED"
+    status = 403
+    title = "Not authorised for this operation"
+
+
 class CoordinatorNotAvailable(CoordinatorError):
     code = "COORDINATOR_NOT_AVAILABLE"
     status = 503
@@ -109,7 +139,8 @@ def describe_validation_errors(errors: list[dict[str, Any]] | Any) -> str:
 def install_error_handlers(app: FastAPI) -> None:
     async def on_domain_error(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, CoordinatorError)
-        return problem_response(exc)
+        headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthenticated) else None
+        return problem_response(exc, headers=headers)
 
     async def on_validation_error(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)

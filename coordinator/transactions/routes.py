@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.responses import Response
 
+from coordinator.core.auth import AccessDep
 from coordinator.core.dependencies import DB, AppSettings
 from coordinator.core.responses import json_response
 from coordinator.core.schemas import IdPath
@@ -26,32 +27,48 @@ router = APIRouter(prefix="/v1/transactions", tags=["transactions"])
 
 # Declared before the `{transactional_id}` routes so "commit-group" is never read as an id.
 @router.post("/commit-group", response_model=CommitGroupResponse)
-async def commit_group(body: CommitGroupRequest, db: DB) -> Response:
+async def commit_group(body: CommitGroupRequest, db: DB, access: AccessDep) -> Response:
+    for member in body.transactions:
+        access.transactional_id(member.transactional_id)
+    if body.abort_others_with_prefix is not None:
+        access.transactional_prefix(body.abort_others_with_prefix)
     return json_response(await service.commit_group(db, body))
 
 
 @router.post("/{transactional_id}/partitions", response_model=StateResponse)
-async def add_partitions(transactional_id: IdPath, body: AddPartitionsRequest, db: DB) -> Response:
+async def add_partitions(
+    transactional_id: IdPath, body: AddPartitionsRequest, db: DB, access: AccessDep
+) -> Response:
+    access.transactional_id(transactional_id)
+    for p in body.partitions:
+        access.topic(p.topic, "producer")
     return json_response(await service.add_partitions(db, transactional_id, body))
 
 
 @router.post("/{transactional_id}/offsets", response_model=StateResponse)
-async def add_offsets(transactional_id: IdPath, body: AddOffsetsRequest, db: DB) -> Response:
+async def add_offsets(
+    transactional_id: IdPath, body: AddOffsetsRequest, db: DB, access: AccessDep
+) -> Response:
+    access.transactional_id(transactional_id)
+    access.group(body.group_id, "producer", "consumer")
     return json_response(await service.add_offsets(db, transactional_id, body))
 
 
 @router.post("/{transactional_id}/prepare", response_model=StateResponse)
 async def prepare(
-    transactional_id: IdPath, body: PrepareRequest, db: DB, settings: AppSettings
+    transactional_id: IdPath, body: PrepareRequest, db: DB, settings: AppSettings, access: AccessDep
 ) -> Response:
+    access.transactional_id(transactional_id)
     return json_response(await service.prepare(db, settings, transactional_id, body))
 
 
 @router.post("/{transactional_id}/end", response_model=EndTxnResponse)
-async def end(transactional_id: IdPath, body: EndTxnRequest, db: DB) -> Response:
+async def end(transactional_id: IdPath, body: EndTxnRequest, db: DB, access: AccessDep) -> Response:
+    access.transactional_id(transactional_id)
     return json_response(await service.end(db, transactional_id, body))
 
 
 @router.get("/{transactional_id}", response_model=TransactionDescription)
-async def describe(transactional_id: IdPath, db: DB) -> Response:
+async def describe(transactional_id: IdPath, db: DB, access: AccessDep) -> Response:
+    access.transactional_id(transactional_id)
     return json_response(await service.describe(db, transactional_id))
