@@ -10,12 +10,14 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 import coordinator
+from coordinator.admin.dashboard import router as dashboard_router
 from coordinator.admin.routes import router as admin_router
 from coordinator.core.auth import Authenticator
 from coordinator.core.database import Database
 from coordinator.core.errors import install_error_handlers
 from coordinator.core.health import router as health_router
 from coordinator.core.limits import BodySizeLimit
+from coordinator.core.openapi import install_openapi
 from coordinator.core.settings import Settings, get_settings
 from coordinator.groups.routes import router as groups_router
 from coordinator.log.routes import router as log_router
@@ -58,4 +60,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(transactions_router)
     app.include_router(groups_router)
     app.include_router(admin_router)
+    app.include_router(dashboard_router)
+    install_openapi(app)
     return app

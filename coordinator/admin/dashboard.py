@@ -1,0 +1,7 @@
+"""The operator's dashboard at `/dashboard` (to be built)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+router = APIRouter(tags=["dashboard"])
