@@ -1,7 +1,9 @@
-"""The `coordinator` command: serve, migrate.
+"""The `coordinator` command: serve, migrate, and the admin commands over HTTP.
 
 coordinator serve [--host 127.0.0.1] [--port 8080]   run the service (migrates the store first)
 coordinator migrate                                  bring the store's schema to the newest version
+coordinator transactions list|describe|...           inspect and abort transactions over HTTP,
+                                                     like kafka-transactions.sh (admin/cli.py)
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from coordinator.admin.cli import add_transactions_parser
 from coordinator.core.settings import Settings
 
 
@@ -114,6 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     migrate = commands.add_parser("migrate", help="bring the store's schema to the newest version")
     migrate.add_argument("--database-url", help=database_help)
     migrate.set_defaults(run=_migrate)
+
+    add_transactions_parser(commands)
     return parser
 
 

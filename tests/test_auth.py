@@ -192,6 +192,7 @@ def calls(ids: dict[str, int]) -> list[tuple[str, str, str, dict[str, Any] | Non
         ),
         ("admin hanging", "GET", "/v1/admin/hanging", None, admin),
         ("admin abort", "POST", "/v1/admin/transactions/b-1/abort", None, admin),
+        ("metrics", "GET", "/metrics", None, admin),
     ]
 
 

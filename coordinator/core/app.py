@@ -11,12 +11,14 @@ from fastapi import FastAPI
 
 import coordinator
 from coordinator.admin.dashboard import router as dashboard_router
+from coordinator.admin.metrics import router as metrics_router
 from coordinator.admin.routes import router as admin_router
 from coordinator.core.auth import Authenticator
 from coordinator.core.database import Database
 from coordinator.core.errors import install_error_handlers
 from coordinator.core.health import router as health_router
 from coordinator.core.limits import BodySizeLimit
+from coordinator.core.metrics import MetricsMiddleware
 from coordinator.core.openapi import install_openapi
 from coordinator.core.settings import Settings, get_settings
 from coordinator.groups.routes import router as groups_router
@@ -54,6 +56,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
+    app.add_middleware(MetricsMiddleware)  # outermost: sees every answer, even a refused body
     app.include_router(health_router)
     app.include_router(log_router)
     app.include_router(producers_router)
@@ -61,5 +64,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(groups_router)
     app.include_router(admin_router)
     app.include_router(dashboard_router)
+    app.include_router(metrics_router)
     install_openapi(app)
     return app

@@ -81,9 +81,13 @@ class Database:
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncSession]:
-        """A unit of work: commits when the block ends normally, rolls back when it raises."""
-        async with self._writes() as session, session.begin():
-            yield session
+        """A unit of work: commits when the block ends normally, rolls back when it raises.
+        Callables in `session.info["after_commit"]` run once the commit succeeded."""
+        async with self._writes() as session:
+            async with session.begin():
+                yield session
+            for hook in session.info.pop("after_commit", ()):
+                hook()
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:

@@ -18,6 +18,8 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
+from coordinator.core.metrics import set_error_code
+
 log = logging.getLogger("coordinator")
 
 PROBLEM_JSON = "application/problem+json"
@@ -137,37 +139,43 @@ def describe_validation_errors(errors: list[dict[str, Any]] | Any) -> str:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    async def on_domain_error(_: Request, exc: Exception) -> Response:
+    def answer(
+        request: Request,
+        error: CoordinatorError,
+        status: int | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Response:
+        set_error_code(request.scope, error.code)
+        return problem_response(error, status, headers)
+
+    async def on_domain_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, CoordinatorError)
         headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthenticated) else None
-        return problem_response(exc, headers=headers)
+        return answer(request, exc, headers=headers)
 
-    async def on_validation_error(_: Request, exc: Exception) -> Response:
+    async def on_validation_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
-        return problem_response(InvalidRequest(describe_validation_errors(exc.errors())))
+        return answer(request, InvalidRequest(describe_validation_errors(exc.errors())))
 
-    async def on_http_error(_: Request, exc: Exception) -> Response:
+    async def on_http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
-        error: CoordinatorError
         if exc.status_code == 404:
-            error = NotFound("no such path")
-        elif exc.status_code == 405:
-            error = MethodNotAllowed("method not allowed on this path")
-        elif 400 <= exc.status_code < 500:
+            return answer(request, NotFound("no such path"))
+        if exc.status_code == 405:
+            return answer(request, MethodNotAllowed("method not allowed on this path"))
+        if 400 <= exc.status_code < 500:
             # FastAPI raises 400 itself when a body cannot be parsed at all.
-            return problem_response(InvalidRequest(f"body: {exc.detail}"), exc.status_code)
-        else:
-            error = InternalError(str(exc.detail))
-        return problem_response(error, headers=dict(exc.headers or {}))
+            return answer(request, InvalidRequest(f"body: {exc.detail}"), exc.status_code)
+        return answer(request, InternalError(str(exc.detail)), headers=dict(exc.headers or {}))
 
-    async def on_store_error(_: Request, exc: Exception) -> Response:
+    async def on_store_error(request: Request, exc: Exception) -> Response:
         # A lost connection or an unreachable store: the request did not commit, try again.
         log.warning("store unavailable: %s", exc.__class__.__name__)
-        return problem_response(CoordinatorNotAvailable("the store did not answer; retry"))
+        return answer(request, CoordinatorNotAvailable("the store did not answer; retry"))
 
-    async def on_unexpected(_: Request, exc: Exception) -> Response:
+    async def on_unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unexpected failure", exc_info=exc)
-        return problem_response(InternalError("unexpected failure; nothing was changed"))
+        return answer(request, InternalError("unexpected failure; nothing was changed"))
 
     app.add_exception_handler(CoordinatorError, on_domain_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)

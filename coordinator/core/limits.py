@@ -11,6 +11,7 @@ import re
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from coordinator.core.errors import CoordinatorError, RequestTooLarge, problem_response
+from coordinator.core.metrics import set_error_code
 from coordinator.log.errors import RecordListTooLarge
 
 _PRODUCE_PATH = re.compile(r"^/v1/topics/[^/]+/partitions/[^/]+/records/?$")
@@ -23,9 +24,13 @@ class BodySizeLimit:
 
     def _refusal(self, scope: Scope) -> CoordinatorError:
         detail = f"the request body is larger than {self.max_bytes} bytes"
+        error: CoordinatorError
         if scope["method"] == "POST" and _PRODUCE_PATH.match(scope["path"]):
-            return RecordListTooLarge(detail + "; send fewer records per batch")
-        return RequestTooLarge(detail)
+            error = RecordListTooLarge(detail + "; send fewer records per batch")
+        else:
+            error = RequestTooLarge(detail)
+        set_error_code(scope, error.code)
+        return error
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

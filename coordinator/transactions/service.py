@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import orjson
@@ -21,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from coordinator.core.clock import now_ms, rfc3339
 from coordinator.core.database import Database, insert_ignore, upsert
 from coordinator.core.errors import CoordinatorError, InvalidRequest
+from coordinator.core.metrics import record_end
 from coordinator.core.schemas import EPOCH_MAX
 from coordinator.core.settings import Settings
 from coordinator.groups.models import GroupOffset
@@ -222,6 +224,7 @@ async def _finish(
     txn.started_ms = None
     txn.deadline_ms = None
     txn.updated_ms = now
+    session.info.setdefault("after_commit", []).append(partial(record_end, commit, reason))
     return target
 
 

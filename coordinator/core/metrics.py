@@ -1,0 +1,167 @@
+"""Prometheus metrics (`GET /metrics`, admin role).
+
+Two kinds, so several service processes on one store stay truthful:
+- per process: request counts and latency per route and answer code, transaction commits and
+  aborts by reason. Each process serves its own; scrape every process (Prometheus labels each
+  target with its `instance`) and sum.
+- per store: open transactions by state, LSO lag per partition, producer-state rows. Read from the
+  database at scrape time, so every process answers the same figures.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from coordinator.log.models import Partition, ProducerState
+from coordinator.transactions.models import Transaction
+
+PROCESS = CollectorRegistry()
+ProcessCollector(registry=PROCESS)
+PlatformCollector(registry=PROCESS)
+
+REQUESTS = Counter(
+    "coordinator_requests",
+    "HTTP requests answered, by route and answer code (OK or the API error code).",
+    ["method", "route", "code"],
+    registry=PROCESS,
+)
+LATENCY = Histogram(
+    "coordinator_request_duration_seconds",
+    "Time to answer an HTTP request, by route.",
+    ["method", "route"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+    registry=PROCESS,
+)
+COMMITS = Counter(
+    "coordinator_transaction_commits",
+    "Transactions committed, by who ended them (client: EndTxn, group: commit-group).",
+    ["reason"],
+    registry=PROCESS,
+)
+ABORTS = Counter(
+    "coordinator_transaction_aborts",
+    "Transactions aborted, by reason (client, fenced, timeout, admin).",
+    ["reason"],
+    registry=PROCESS,
+)
+
+
+def record_end(committed: bool, reason: str) -> None:
+    (COMMITS if committed else ABORTS).labels(reason=reason).inc()
+
+
+def set_error_code(scope: Scope, code: str) -> None:
+    """Tell the metrics middleware which API code a request was answered with."""
+    scope.setdefault("state", {})["error_code"] = code
+
+
+class MetricsMiddleware:
+    """Counts and times every HTTP request by its route template (never the raw path)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def recording_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, recording_send)
+        finally:
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            code = scope.get("state", {}).get("error_code") or (
+                "OK" if status < 400 else f"HTTP_{status}"
+            )
+            method = scope["method"]
+            REQUESTS.labels(method=method, route=template, code=code).inc()
+            LATENCY.labels(method=method, route=template).observe(time.perf_counter() - started)
+
+
+class _Snapshot:
+    """Store-wide figures read once per scrape, exposed as gauges."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.families
+
+
+async def _store_families(session: AsyncSession) -> list[Metric]:
+    open_txns = GaugeMetricFamily(
+        "coordinator_transactions",
+        "Transactional ids by state.",
+        labels=["state"],
+    )
+    for state, count in await session.execute(
+        select(Transaction.state, func.count()).group_by(Transaction.state)
+    ):
+        open_txns.add_metric([state], count)
+
+    pinned = (
+        select(
+            ProducerState.topic,
+            ProducerState.partition,
+            func.min(ProducerState.current_txn_first_offset).label("first"),
+        )
+        .group_by(ProducerState.topic, ProducerState.partition)
+        .subquery()
+    )
+    lag = GaugeMetricFamily(
+        "coordinator_lso_lag",
+        "High watermark minus last stable offset: offsets read_committed readers cannot see yet.",
+        labels=["topic", "partition"],
+    )
+    high = GaugeMetricFamily(
+        "coordinator_high_watermark", "Next offset per partition.", labels=["topic", "partition"]
+    )
+    rows = await session.execute(
+        select(Partition.topic, Partition.partition, Partition.high_watermark, pinned.c.first)
+        .outerjoin(
+            pinned,
+            (pinned.c.topic == Partition.topic) & (pinned.c.partition == Partition.partition),
+        )
+        .order_by(Partition.topic, Partition.partition)
+    )
+    for topic, partition, hw, first in rows:
+        stable = hw if first is None else min(first, hw)
+        lag.add_metric([topic, str(partition)], hw - stable)
+        high.add_metric([topic, str(partition)], hw)
+
+    producers = GaugeMetricFamily(
+        "coordinator_producer_states", "Producer-state rows (one per producer and partition)."
+    )
+    producers.add_metric(
+        [], await session.scalar(select(func.count()).select_from(ProducerState)) or 0
+    )
+    return [open_txns, lag, high, producers]
+
+
+async def render(session: AsyncSession) -> bytes:
+    store = CollectorRegistry(auto_describe=False)
+    store.register(_Snapshot(await _store_families(session)))
+    return generate_latest(PROCESS) + generate_latest(store)
