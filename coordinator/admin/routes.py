@@ -8,8 +8,8 @@ from fastapi import APIRouter, Depends, Query
 from starlette.responses import Response
 
 from coordinator.admin import service
-from coordinator.admin.schemas import Hanging, ProducerList, TransactionList
-from coordinator.core.auth import Access, authenticate
+from coordinator.admin.schemas import Hanging, ProducerList, Stats, TransactionList
+from coordinator.core.auth import Access, access
 from coordinator.core.dependencies import DB
 from coordinator.core.responses import json_response
 from coordinator.core.schemas import INT32_MAX, INT64_MAX, TOPIC_PATTERN, IdPath
@@ -19,8 +19,8 @@ from coordinator.transactions.service import BY_ADMIN
 from coordinator.transactions.states import Op, State
 
 
-def require_admin(access: Annotated[Access, Depends(authenticate)]) -> None:
-    access.cluster()
+async def require_admin(caller: Annotated[Access, Depends(access)]) -> None:
+    caller.cluster()
 
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[Depends(require_admin)])
@@ -60,3 +60,10 @@ async def abort(transactional_id: IdPath, db: DB) -> Response:
     return json_response(
         await transactions.abort_by_coordinator(db, transactional_id, BY_ADMIN, Op.ADMIN_ABORT)
     )
+
+
+@router.get("/stats", response_model=Stats)
+async def stats(db: DB, minutes: Annotated[int, Query(ge=1, le=1440)] = 60) -> Response:
+    """Transactions by state, commits and aborts per minute, and every partition's LSO lag: the
+    numbers the dashboard shows besides its lists."""
+    return json_response(await service.stats(db, minutes))

@@ -1,4 +1,5 @@
-"""Request-scoped access to the app's store and settings."""
+"""Request-scoped access to the app's store and settings. Async so FastAPI calls them on the
+event loop rather than hopping to its threadpool on every request."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ from coordinator.core.database import Database
 from coordinator.core.settings import Settings
 
 
-def get_db(request: Request) -> Database:
+async def get_db(request: Request) -> Database:
     db: Database = request.app.state.db
     return db
 
 
-def get_app_settings(request: Request) -> Settings:
+async def get_app_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 

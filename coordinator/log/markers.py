@@ -14,6 +14,7 @@ from sqlalchemy import Table, bindparam, insert, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from coordinator.log.models import CONTROL_ABORT, CONTROL_COMMIT, Batch, Partition, ProducerState
+from coordinator.transactions.models import TransactionPartition
 
 
 async def lock_partitions(
@@ -34,19 +35,45 @@ async def lock_partitions(
     return {(t, p): hw for t, p, hw in rows}
 
 
+async def lock_transaction_partitions(
+    session: AsyncSession, transactional_id: str
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """Lock the partitions of a transaction, in the fixed order, in one query; returns each one's
+    high watermark and the producer id whose records the transaction holds there. The caller
+    holds the transactional id's lock, so its partition list cannot change meanwhile."""
+    rows = await session.execute(
+        select(
+            Partition.topic,
+            Partition.partition,
+            Partition.high_watermark,
+            TransactionPartition.producer_id,
+        )
+        .join(
+            TransactionPartition,
+            (TransactionPartition.topic == Partition.topic)
+            & (TransactionPartition.partition == Partition.partition),
+        )
+        .where(TransactionPartition.transactional_id == transactional_id)
+        .order_by(Partition.topic, Partition.partition)
+        .with_for_update(of=Partition)
+    )
+    return {(t, p): (hw, pid) for t, p, hw, pid in rows}
+
+
 async def write_markers(
     session: AsyncSession,
     producer_epoch: int,
-    partitions: Sequence[tuple[str, int, int]],
+    locked: dict[tuple[str, int], tuple[int, int]],
     commit: bool,
     timestamp: int,
 ) -> None:
-    """Append a commit or abort marker to every (topic, partition, producer id) given."""
+    """Append a commit or abort marker to every locked partition: (topic, partition) ->
+    (high watermark, producer id), as `lock_transaction_partitions` answers."""
     partitions_table = cast(Table, Partition.__table__)
-    if not partitions:
+    if not locked:
         return
-    owners = {(t, p): pid for t, p, pid in partitions}
-    high_watermarks = await lock_partitions(session, list(owners))
+    owners = {key: pid for key, (_, pid) in locked.items()}
+    high_watermarks = {key: hw for key, (hw, _) in locked.items()}
     if not commit:
         for (topic, partition), producer_id in owners.items():
             first = await session.scalar(

@@ -27,7 +27,7 @@ from coordinator.core.schemas import EPOCH_MAX
 from coordinator.core.settings import Settings
 from coordinator.groups.models import GroupOffset
 from coordinator.log.errors import InvalidProducerEpoch, UnknownTopicOrPartition
-from coordinator.log.markers import lock_partitions, write_markers
+from coordinator.log.markers import lock_partitions, lock_transaction_partitions, write_markers
 from coordinator.log.models import Partition
 from coordinator.producers.models import ProducerId
 from coordinator.producers.repository import EPOCH_RETIRED, issue_producer_id, set_epoch
@@ -183,38 +183,44 @@ async def _finish(
     """End the open transaction: markers on each of its partitions, its group offsets applied
     (commit) or dropped (abort), and who ended it recorded. The caller raises the epoch."""
     txn = locked.txn
-    target = transition(txn.state, op, txn.transactional_id)
+    tid = txn.transactional_id
+    target = transition(txn.state, op, tid)
     commit = target is State.COMPLETE_COMMIT
-    partitions = await _partitions_of(session, [txn.transactional_id])
-    await write_markers(
-        session, locked.epoch, [(t, p, pid) for _, t, p, pid in partitions], commit, now
-    )
-    if commit:
-        pending = await session.execute(
+    high_watermarks = await lock_transaction_partitions(session, tid)
+    await write_markers(session, locked.epoch, high_watermarks, commit, now)
+    if high_watermarks:
+        await session.execute(
+            delete(TransactionPartition).where(TransactionPartition.transactional_id == tid)
+        )
+    pending = (
+        await session.execute(
             select(
                 TransactionOffset.group_id,
                 TransactionOffset.topic,
                 TransactionOffset.partition,
                 TransactionOffset.offset,
                 TransactionOffset.metadata_,
-            ).where(TransactionOffset.transactional_id == txn.transactional_id)
+            ).where(TransactionOffset.transactional_id == tid)
         )
-        for group_id, topic, partition, offset, metadata in pending.all():
-            await upsert(
-                session,
-                GroupOffset,
-                {
-                    "group_id": group_id,
-                    "topic": topic,
-                    "partition": partition,
-                    "offset": offset,
-                    "metadata": metadata,
-                    "committed_ms": now,
-                },
-                ["group_id", "topic", "partition"],
-            )
-    for table in (TransactionOffset, TransactionPartition):
-        await session.execute(delete(table).where(table.transactional_id == txn.transactional_id))
+    ).all()
+    if pending:
+        await session.execute(
+            delete(TransactionOffset).where(TransactionOffset.transactional_id == tid)
+        )
+    for group_id, topic, partition, offset, metadata in pending if commit else ():
+        await upsert(
+            session,
+            GroupOffset,
+            {
+                "group_id": group_id,
+                "topic": topic,
+                "partition": partition,
+                "offset": offset,
+                "metadata": metadata,
+                "committed_ms": now,
+            },
+            ["group_id", "topic", "partition"],
+        )
     txn.last_producer_id = txn.producer_id
     txn.last_producer_epoch = locked.epoch
     txn.last_state = target
@@ -310,6 +316,9 @@ async def add_partitions(
         await require_partitions(session, keys)
         if txn.state != State.ONGOING:
             _begin(txn, now)
+        # Every change to the row before the insert below, whose autoflush then writes it once.
+        txn.state = target
+        txn.updated_ms = now
         await insert_ignore(
             session,
             TransactionPartition,
@@ -324,8 +333,6 @@ async def add_partitions(
             ],
             ["transactional_id", "topic", "partition"],
         )
-        txn.state = target
-        txn.updated_ms = now
     return StateResponse(state=target)
 
 
