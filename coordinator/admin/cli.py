@@ -247,6 +247,10 @@ def _send(args: argparse.Namespace, call: Call) -> httpx.Response:
     try:
         with httpx.Client(base_url=url, headers=headers, timeout=timeout) as client:
             response = client.request(call.method, call.path, params=call.params)
+    except httpx.ConnectTimeout:
+        raise CommandFailed(
+            f"cannot reach the coordinator at {url}: no connection within {timeout.connect:g} s"
+        ) from None
     except httpx.TimeoutException:
         raise CommandFailed(
             f"the coordinator at {url} did not answer within {args.timeout:g} s"
@@ -254,7 +258,7 @@ def _send(args: argparse.Namespace, call: Call) -> httpx.Response:
     except (httpx.TransportError, httpx.InvalidURL) as exc:
         raise CommandFailed(
             f"cannot reach the coordinator at {url}: {exc or type(exc).__name__}",
-            f"is it running there? --url or ${URL_ENV} says where (default {DEFAULT_URL})",
+            f"hint: is it running there? --url or ${URL_ENV} says where (default {DEFAULT_URL})",
         ) from None
     if not response.is_success:
         raise _failure(response, url, token_sent=bool(token))
@@ -276,12 +280,15 @@ def _failure(response: httpx.Response, url: str, token_sent: bool) -> CommandFai
     hint = None
     if status == 401:
         hint = (
-            "HTTP 401 Unauthorized: the coordinator does not know the token given"
+            "hint: HTTP 401 Unauthorized: the coordinator does not know the token given"
             if token_sent
-            else f"HTTP 401 Unauthorized: pass an admin token with --token or ${TOKEN_ENV}"
+            else f"hint: HTTP 401 Unauthorized: pass an admin token with --token or ${TOKEN_ENV}"
         )
     elif status == 403:
-        hint = "HTTP 403 Forbidden: the token's principal needs the admin role"
+        hint = (
+            "hint: HTTP 403 Forbidden: the token's principal may not do this; "
+            "these commands need the admin role"
+        )
     return CommandFailed(message, hint)
 
 
@@ -292,12 +299,12 @@ def _run(args: argparse.Namespace) -> int:
             print(response.text.rstrip("\n"))
             return 0
         try:
-            answer = response.json()
-        except ValueError:
+            text = args.render(response.json(), args)
+        except (ValueError, KeyError, TypeError):
             raise CommandFailed(
-                f"the answer from {response.url} is not JSON: is --url the coordinator?"
+                f"the answer from {response.url} is not the coordinator's: is --url right?"
             ) from None
-        print(args.render(answer, args))
+        print(text)
     except CommandFailed as failure:
         print(f"error: {failure.message}", file=sys.stderr)
         if failure.hint:
