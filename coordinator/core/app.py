@@ -48,6 +48,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         title="Exactly-once transaction coordinator",
         version=coordinator.__version__,
         lifespan=lifespan,
+        # An unknown path is a 404 problem document (API.md), not a bare redirect.
+        redirect_slashes=False,
     )
     app.state.settings = settings
     app.state.db = db

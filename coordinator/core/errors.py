@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
+from starlette.routing import Match
 
 from coordinator.core.metrics import set_error_code
 
@@ -138,6 +139,22 @@ def describe_validation_errors(errors: list[dict[str, Any]] | Any) -> str:
     return "; ".join(messages) or "invalid request"
 
 
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route answers on this path (RFC 9110: a 405 lists them all; Starlette
+    lists only the first route's)."""
+    routes = request.app.router.routes
+    return [
+        method
+        for method in _METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] == Match.FULL for route in routes
+        )
+    ]
+
+
 def install_error_handlers(app: FastAPI) -> None:
     def answer(
         request: Request,
@@ -162,7 +179,12 @@ def install_error_handlers(app: FastAPI) -> None:
         if exc.status_code == 404:
             return answer(request, NotFound("no such path"))
         if exc.status_code == 405:
-            return answer(request, MethodNotAllowed("method not allowed on this path"))
+            allowed = ", ".join(_allowed_methods(request))
+            return answer(
+                request,
+                MethodNotAllowed(f"this path answers {allowed}"),
+                headers={"Allow": allowed},
+            )
         if 400 <= exc.status_code < 500:
             # FastAPI raises 400 itself when a body cannot be parsed at all.
             return answer(request, InvalidRequest(f"body: {exc.detail}"), exc.status_code)

@@ -16,15 +16,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import and_, func, insert, select, update
+from sqlalchemy import and_, func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from coordinator.core.clock import now_ms
-from coordinator.core.database import Database, upsert
+from coordinator.core.database import Database
 from coordinator.core.errors import InvalidRequest
 from coordinator.core.schemas import INT32_MAX
-from coordinator.log import codec
+from coordinator.log import appends, codec
 from coordinator.log.errors import (
     InvalidProducerEpoch,
     OutOfOrderSequenceNumber,
@@ -297,11 +297,12 @@ async def produce(
         )
     count = len(records)
     async with db.write() as session:
-        high_watermark = await session.scalar(
-            select(Partition.high_watermark)
-            .where(Partition.topic == topic, Partition.partition == partition)
-            .with_for_update()
-        )
+        connection = await session.connection()
+        high_watermark = (
+            await connection.execute(
+                appends.LOCK_PARTITION, {"topic": topic, "partition": partition}
+            )
+        ).scalar_one_or_none()
         if high_watermark is None:
             raise UnknownTopicOrPartition(f"{topic}-{partition} does not exist")
         idempotent = body.producer_id >= 0
@@ -319,49 +320,38 @@ async def produce(
         last_offset = high_watermark + count - 1
         timestamp = now_ms()
         last_seq = last_sequence_of(body.base_sequence, count) if idempotent else -1
-        await session.execute(
-            insert(Batch).values(
-                topic=topic,
-                partition=partition,
-                base_offset=base_offset,
-                last_offset=last_offset,
-                producer_id=body.producer_id,
-                producer_epoch=body.producer_epoch,
-                base_sequence=body.base_sequence,
-                last_sequence=last_seq,
-                timestamp=timestamp,
-                is_transactional=body.transactional_id is not None,
-                control=None,
-                aborted=False,
-                record_count=count,
-                payload=payload,
-            )
-        )
-        await session.execute(
-            update(Partition)
-            .where(Partition.topic == topic, Partition.partition == partition)
-            .values(high_watermark=last_offset + 1)
-        )
+        batch = {
+            "topic": topic,
+            "partition": partition,
+            "base_offset": base_offset,
+            "last_offset": last_offset,
+            "producer_id": body.producer_id,
+            "producer_epoch": body.producer_epoch,
+            "base_sequence": body.base_sequence,
+            "last_sequence": last_seq,
+            "timestamp": timestamp,
+            "is_transactional": body.transactional_id is not None,
+            "control": None,
+            "aborted": False,
+            "record_count": count,
+            "payload": payload,
+        }
+        state = None
         if idempotent:
-            await upsert(
-                session,
-                ProducerState,
-                {
-                    "topic": topic,
-                    "partition": partition,
-                    "producer_id": body.producer_id,
-                    "producer_epoch": body.producer_epoch,
-                    "last_sequence": last_seq,
-                    "last_offset": last_offset,
-                    "last_timestamp": timestamp,
-                    # Pins the LSO from the transaction's first batch here until its marker.
-                    "current_txn_first_offset": (
-                        base_offset if body.transactional_id is not None else None
-                    ),
-                },
-                ["topic", "partition", "producer_id"],
-                keep_existing=("current_txn_first_offset",),
-            )
+            state = {
+                "topic": topic,
+                "partition": partition,
+                "producer_id": body.producer_id,
+                "producer_epoch": body.producer_epoch,
+                "last_sequence": last_seq,
+                "last_offset": last_offset,
+                "last_timestamp": timestamp,
+                # Pins the LSO from the transaction's first batch here until its marker.
+                "current_txn_first_offset": (
+                    base_offset if body.transactional_id is not None else None
+                ),
+            }
+        await appends.append(connection, batch, state)
     return ProduceResponse(base_offset=base_offset, last_offset=last_offset, duplicate=False)
 
 

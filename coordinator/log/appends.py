@@ -1,0 +1,110 @@
+"""The statements of an append, built once: they run on every produce.
+
+On Postgres the three writes of an append (the batch row, the advanced high watermark, the
+producer's state) travel as one statement of data-modifying CTEs: one round trip instead of
+three. SQLite, in-process, runs them one by one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from sqlalchemy import Table, bindparam, func, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from coordinator.log.models import Batch, Partition, ProducerState
+
+batches = cast(Table, Batch.__table__)
+partitions = cast(Table, Partition.__table__)
+states = cast(Table, ProducerState.__table__)
+
+LOCK_PARTITION = (
+    select(partitions.c.high_watermark)
+    .where(
+        partitions.c.topic == bindparam("topic"),
+        partitions.c.partition == bindparam("partition"),
+    )
+    .with_for_update()
+)
+
+_BATCH_COLUMNS = (
+    "topic",
+    "partition",
+    "base_offset",
+    "last_offset",
+    "producer_id",
+    "producer_epoch",
+    "base_sequence",
+    "last_sequence",
+    "timestamp",
+    "is_transactional",
+    "control",
+    "aborted",
+    "record_count",
+    "payload",
+)
+_STATE_COLUMNS = (
+    "topic",
+    "partition",
+    "producer_id",
+    "producer_epoch",
+    "last_sequence",
+    "last_offset",
+    "last_timestamp",
+    "current_txn_first_offset",
+)
+_STATE_KEY = ["topic", "partition", "producer_id"]
+
+# Bind names are prefixed per statement: with column-named parameters, an UPDATE sharing them
+# would grow SET clauses for those columns.
+INSERT_BATCH = insert(batches).values({c: bindparam(f"b_{c}") for c in _BATCH_COLUMNS})
+ADVANCE = (
+    update(partitions)
+    .where(
+        partitions.c.topic == bindparam("at_topic"),
+        partitions.c.partition == bindparam("at_partition"),
+    )
+    .values(high_watermark=bindparam("next_offset"))
+)
+
+
+def _upsert_state(dialect: Any) -> Any:
+    stmt = dialect.insert(states).values({c: bindparam(f"s_{c}") for c in _STATE_COLUMNS})
+    updates: dict[str, Any] = {c: stmt.excluded[c] for c in _STATE_COLUMNS if c not in _STATE_KEY}
+    # An open transaction's first offset pins the LSO until its marker clears it: keep it.
+    updates["current_txn_first_offset"] = func.coalesce(
+        states.c.current_txn_first_offset, stmt.excluded.current_txn_first_offset
+    )
+    return stmt.on_conflict_do_update(index_elements=_STATE_KEY, set_=updates)
+
+
+UPSERT_STATE_SQLITE = _upsert_state(sqlite)
+_UPSERT_STATE_POSTGRES = _upsert_state(postgresql)
+_BATCH_CTE = INSERT_BATCH.cte("appended")
+_ADVANCE_CTE = ADVANCE.cte("advanced")
+# One round trip on Postgres: the batch, the high watermark and the producer's state.
+APPEND_IDEMPOTENT_POSTGRES = _UPSERT_STATE_POSTGRES.add_cte(_BATCH_CTE, _ADVANCE_CTE)
+APPEND_PLAIN_POSTGRES = ADVANCE.add_cte(_BATCH_CTE)
+
+
+async def append(
+    connection: AsyncConnection, batch: dict[str, Any], state: dict[str, Any] | None
+) -> None:
+    """Write a batch row, advance the high watermark past it and, for a producer with an id,
+    record its state; the caller holds the partition's lock."""
+    batch_params = {f"b_{k}": v for k, v in batch.items()}
+    advance_params = {
+        "at_topic": batch["topic"],
+        "at_partition": batch["partition"],
+        "next_offset": batch["last_offset"] + 1,
+    }
+    state_params = {} if state is None else {f"s_{k}": v for k, v in state.items()}
+    if connection.dialect.name == "postgresql":
+        statement = APPEND_PLAIN_POSTGRES if state is None else APPEND_IDEMPOTENT_POSTGRES
+        await connection.execute(statement, {**batch_params, **advance_params, **state_params})
+        return
+    await connection.execute(INSERT_BATCH, batch_params)
+    await connection.execute(ADVANCE, advance_params)
+    if state is not None:
+        await connection.execute(UPSERT_STATE_SQLITE, state_params)
