@@ -33,3 +33,31 @@ class PinnedPartition(BaseModel):
 class Hanging(BaseModel):
     transactions: list[TransactionDescription]
     partitions: list[PinnedPartition]
+
+
+class MinuteCount(BaseModel):
+    minute: str
+    commits: int
+    aborts: int
+
+
+class PartitionLag(BaseModel):
+    partition: int
+    high_watermark: int
+    last_stable_offset: int
+    lso_lag: int
+
+
+class TopicLag(BaseModel):
+    name: str
+    partitions: list[PartitionLag]
+
+
+class Stats(BaseModel):
+    """What the dashboard shows besides the lists: `now` is the server's clock, so ages are not
+    skewed by the browser's."""
+
+    now: str
+    states: dict[str, int]
+    per_minute: list[MinuteCount]
+    topics: list[TopicLag]

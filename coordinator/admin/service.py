@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
-from sqlalchemy import and_, exists, select
+from collections import defaultdict
+from typing import Any
+
+from sqlalchemy import Select, and_, exists, func, select
 
 from coordinator.admin.schemas import (
     Hanging,
+    MinuteCount,
+    PartitionLag,
     PinnedPartition,
     ProducerInfo,
     ProducerList,
+    Stats,
+    TopicLag,
     TransactionList,
 )
-from coordinator.core.clock import now_ms
+from coordinator.core.clock import now_ms, rfc3339
 from coordinator.core.database import Database
 from coordinator.log.errors import UnknownTopicOrPartition
-from coordinator.log.models import Partition, ProducerState
+from coordinator.log.models import CONTROL_COMMIT, Batch, Partition, ProducerState
+from coordinator.log.service import stable_offset
 from coordinator.producers.models import ProducerId
 from coordinator.transactions.models import Transaction, TransactionPartition
 from coordinator.transactions.service import describe_rows
@@ -112,4 +120,94 @@ async def find_hanging(db: Database, max_transaction_timeout_ms: int) -> Hanging
         ]
     return Hanging(
         transactions=[t for t in older.transactions if t.state in OPEN], partitions=pinned
+    )
+
+
+MINUTE_MS = 60_000
+
+
+def transaction_ends_query(since_ms: int) -> Select[Any]:
+    """Transaction ends per minute from `since_ms` on: rows of (minute, control, count), the
+    minute as whole minutes since the Unix epoch.
+
+    A transaction ending on n partitions writes n markers with one producer id, epoch and
+    timestamp, so it counts once, as a distinct (producer id, epoch, outcome) in its minute; every
+    end raises the epoch (KIP-890), so no two ends share one. A transaction with no partitions
+    (offsets only, or prepared empty) writes no marker and is not counted. Only marker rows are
+    read, through the partial index `ix_batches_control_timestamp`.
+    """
+    ends = (
+        select(
+            (Batch.timestamp // MINUTE_MS).label("minute"),
+            Batch.producer_id,
+            Batch.producer_epoch,
+            Batch.control,
+        )
+        .where(Batch.control.is_not(None), Batch.timestamp >= since_ms)
+        .distinct()
+        .subquery()
+    )
+    return select(ends.c.minute, ends.c.control, func.count()).group_by(
+        ends.c.minute, ends.c.control
+    )
+
+
+async def stats(db: Database, minutes: int) -> Stats:
+    """Transactions by state, commits and aborts in each of the last `minutes` minutes (the
+    current one last, empty minutes included), and every partition's LSO lag."""
+    now = now_ms()
+    first_minute = now // MINUTE_MS - minutes + 1
+    async with db.read() as session:
+        by_state: dict[str, int] = {
+            state: count
+            for state, count in await session.execute(
+                select(Transaction.state, func.count()).group_by(Transaction.state)
+            )
+        }
+        ends = (await session.execute(transaction_ends_query(first_minute * MINUTE_MS))).all()
+        partitions = (
+            await session.execute(
+                select(Partition.topic, Partition.partition, Partition.high_watermark).order_by(
+                    Partition.topic, Partition.partition
+                )
+            )
+        ).all()
+        pinned: dict[tuple[str, int], int | None] = {
+            (topic, partition): first
+            for topic, partition, first in await session.execute(
+                select(
+                    ProducerState.topic,
+                    ProducerState.partition,
+                    func.min(ProducerState.current_txn_first_offset),
+                )
+                .where(ProducerState.current_txn_first_offset.is_not(None))
+                .group_by(ProducerState.topic, ProducerState.partition)
+            )
+        }
+    counts: dict[tuple[int, bool], int] = {
+        (int(minute), control == CONTROL_COMMIT): count for minute, control, count in ends
+    }
+    topics: defaultdict[str, list[PartitionLag]] = defaultdict(list)
+    for topic, partition, high_watermark in partitions:
+        stable = stable_offset(high_watermark, pinned.get((topic, partition)))
+        topics[topic].append(
+            PartitionLag(
+                partition=partition,
+                high_watermark=high_watermark,
+                last_stable_offset=stable,
+                lso_lag=high_watermark - stable,
+            )
+        )
+    return Stats(
+        now=rfc3339(now) or "",
+        states={state: by_state.get(state, 0) for state in State},
+        per_minute=[
+            MinuteCount(
+                minute=rfc3339(minute * MINUTE_MS) or "",
+                commits=counts.get((minute, True), 0),
+                aborts=counts.get((minute, False), 0),
+            )
+            for minute in range(first_minute, first_minute + minutes)
+        ],
+        topics=[TopicLag(name=name, partitions=lags) for name, lags in topics.items()],
     )
