@@ -12,7 +12,7 @@ from coordinator.admin.schemas import Hanging, ProducerList, Stats, TransactionL
 from coordinator.core.auth import Access, access
 from coordinator.core.dependencies import DB
 from coordinator.core.responses import json_response
-from coordinator.core.schemas import INT32_MAX, INT64_MAX, TOPIC_PATTERN, IdPath
+from coordinator.core.schemas import INT32_MAX, INT64_MAX, TOPIC_PATTERN, Digits, IdPath
 from coordinator.transactions import service as transactions
 from coordinator.transactions.schemas import EndTxnResponse
 from coordinator.transactions.service import BY_ADMIN
@@ -30,9 +30,9 @@ router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[Depends(req
 async def list_transactions(
     db: DB,
     state: State | None = None,
-    older_than_ms: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
+    older_than_ms: Annotated[int | None, Digits, Query(ge=0, le=INT64_MAX)] = None,
     prefix: Annotated[str | None, Query(min_length=1, max_length=255)] = None,
-    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    limit: Annotated[int, Digits, Query(ge=1, le=10_000)] = 1000,
 ) -> Response:
     return json_response(await service.list_transactions(db, state, older_than_ms, prefix, limit))
 
@@ -41,7 +41,7 @@ async def list_transactions(
 async def describe_producers(
     db: DB,
     topic: Annotated[str, Query(pattern=TOPIC_PATTERN)],
-    partition: Annotated[int, Query(ge=0, le=INT32_MAX)],
+    partition: Annotated[int, Digits, Query(ge=0, le=INT32_MAX)],
 ) -> Response:
     return json_response(await service.describe_producers(db, topic, partition))
 
@@ -49,7 +49,7 @@ async def describe_producers(
 @router.get("/hanging", response_model=Hanging)
 async def find_hanging(
     db: DB,
-    max_transaction_timeout_ms: Annotated[int, Query(ge=0, le=INT64_MAX)] = 900_000,
+    max_transaction_timeout_ms: Annotated[int, Digits, Query(ge=0, le=INT64_MAX)] = 900_000,
 ) -> Response:
     return json_response(await service.find_hanging(db, max_transaction_timeout_ms))
 
@@ -63,7 +63,7 @@ async def abort(transactional_id: IdPath, db: DB) -> Response:
 
 
 @router.get("/stats", response_model=Stats)
-async def stats(db: DB, minutes: Annotated[int, Query(ge=1, le=1440)] = 60) -> Response:
+async def stats(db: DB, minutes: Annotated[int, Digits, Query(ge=1, le=1440)] = 60) -> Response:
     """Transactions by state, commits and aborts per minute, and every partition's LSO lag: the
     numbers the dashboard shows besides its lists."""
     return json_response(await service.stats(db, minutes))

@@ -8,6 +8,7 @@ serialises appends with row locks taken inside the unit (see `coordinator.log.se
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -76,6 +77,10 @@ class Database:
                 self.url, pool_size=settings.pool_size, max_overflow=settings.pool_size
             )
             self.read_engine = self.engine
+        # SQLite's busy handler retries a locked database by sleeping, which lets one writer
+        # starve; writers of this process queue here instead, first come first served. Other
+        # processes still meet SQLite's own lock, which is what keeps the data correct.
+        self._write_turn = asyncio.Lock() if self.is_sqlite else None
         self._writes = async_sessionmaker(self.engine, expire_on_commit=False)
         self._reads = async_sessionmaker(self.read_engine, expire_on_commit=False)
 
@@ -83,11 +88,19 @@ class Database:
     async def write(self) -> AsyncIterator[AsyncSession]:
         """A unit of work: commits when the block ends normally, rolls back when it raises.
         Callables in `session.info["after_commit"]` run once the commit succeeded."""
-        async with self._writes() as session:
+        async with self._turn(), self._writes() as session:
             async with session.begin():
                 yield session
             for hook in session.info.pop("after_commit", ()):
                 hook()
+
+    @asynccontextmanager
+    async def _turn(self) -> AsyncIterator[None]:
+        if self._write_turn is None:
+            yield
+            return
+        async with self._write_turn:
+            yield
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:

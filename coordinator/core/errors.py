@@ -135,7 +135,8 @@ def describe_validation_errors(errors: list[dict[str, Any]] | Any) -> str:
             messages.append(f"body: not valid JSON (near character {position})")
             continue
         field = _field_name(err.get("loc", ()))
-        messages.append(f"{field}: {err.get('msg', 'invalid')}")
+        message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        messages.append(f"{field}: {message}")
     return "; ".join(messages) or "invalid request"
 
 
@@ -186,8 +187,9 @@ def install_error_handlers(app: FastAPI) -> None:
                 headers={"Allow": allowed},
             )
         if 400 <= exc.status_code < 500:
-            # FastAPI raises 400 itself when a body cannot be parsed at all.
-            return answer(request, InvalidRequest(f"body: {exc.detail}"), exc.status_code)
+            # FastAPI raises 400 itself when a body cannot be parsed at all (too deep, a number
+            # too long, not UTF-8); said the same way as JSON that does not parse.
+            return answer(request, InvalidRequest("body: not valid JSON"), exc.status_code)
         return answer(request, InternalError(str(exc.detail)), headers=dict(exc.headers or {}))
 
     async def on_store_error(request: Request, exc: Exception) -> Response:

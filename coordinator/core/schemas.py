@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from fastapi import Path
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -20,7 +21,27 @@ def _printable(value: str) -> str:
     return value
 
 
-TopicName = Annotated[str, Field(pattern=TOPIC_PATTERN, examples=["payments"])]
+def _not_dots(value: str) -> str:
+    # As in Kafka: legal characters, but clients rewrite them away in a URL path.
+    if value in (".", ".."):
+        raise ValueError("'.' and '..' are not topic names")
+    return value
+
+
+def digits(value: object) -> object:
+    """Numbers in paths and queries are written in digits: not `1.0`, ` 1`, `1_0` or `+1`."""
+    if isinstance(value, str) and not _DIGITS.fullmatch(value):
+        raise ValueError("must be a whole number written in digits")
+    return value
+
+
+_DIGITS = re.compile(r"-?[0-9]+")
+
+TopicName = Annotated[
+    str, Field(pattern=TOPIC_PATTERN, examples=["payments"]), AfterValidator(_not_dots)
+]
+TopicNameParam = AfterValidator(_not_dots)
+Digits = BeforeValidator(digits)
 PartitionNumber = Annotated[int, Field(ge=0, le=INT32_MAX)]
 Offset = Annotated[int, Field(ge=0, le=INT64_MAX)]
 TransactionalId = Annotated[str, Field(min_length=1, max_length=255), AfterValidator(_printable)]

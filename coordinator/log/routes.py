@@ -10,7 +10,13 @@ from starlette.responses import Response
 from coordinator.core.auth import AccessDep
 from coordinator.core.dependencies import DB, AppSettings
 from coordinator.core.responses import json_response
-from coordinator.core.schemas import INT32_MAX, INT64_MAX, TOPIC_PATTERN
+from coordinator.core.schemas import (
+    INT32_MAX,
+    INT64_MAX,
+    TOPIC_PATTERN,
+    Digits,
+    TopicNameParam,
+)
 from coordinator.log import service
 from coordinator.log.schemas import (
     CreateTopic,
@@ -24,8 +30,8 @@ from coordinator.log.schemas import (
 
 router = APIRouter(prefix="/v1/topics", tags=["topics and records"])
 
-TopicPath = Annotated[str, Path(pattern=TOPIC_PATTERN, description="topic name")]
-PartitionPath = Annotated[int, Path(ge=0, le=INT32_MAX, description="partition number")]
+TopicPath = Annotated[str, Path(pattern=TOPIC_PATTERN, description="topic name"), TopicNameParam]
+PartitionPath = Annotated[int, Digits, Path(ge=0, le=INT32_MAX, description="partition number")]
 
 
 @router.post("", status_code=201, response_model=TopicSummary)
@@ -71,8 +77,8 @@ async def fetch(
     db: DB,
     settings: AppSettings,
     access: AccessDep,
-    offset: Annotated[int, Query(ge=0, le=INT64_MAX)] = 0,
-    max_records: Annotated[int, Query(ge=1, le=10_000)] = 500,
+    offset: Annotated[int, Digits, Query(ge=0, le=INT64_MAX)] = 0,
+    max_records: Annotated[int, Digits, Query(ge=1, le=10_000)] = 500,
     isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed",
     encoding: Literal["utf8", "base64"] = "utf8",
 ) -> Response:

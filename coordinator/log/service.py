@@ -95,8 +95,9 @@ async def create_topic(db: Database, body: CreateTopic) -> TopicSummary:
 
 async def list_topics(db: Database) -> TopicList:
     async with db.read() as session:
-        rows = await session.execute(select(Topic.name, Topic.partitions).order_by(Topic.name))
-        return TopicList(topics=[TopicSummary(name=n, partitions=p) for n, p in rows])
+        rows = (await session.execute(select(Topic.name, Topic.partitions))).all()
+    # Sorted here, by code point: a database's collation would make the order differ by store.
+    return TopicList(topics=[TopicSummary(name=n, partitions=p) for n, p in sorted(rows)])
 
 
 async def describe_topic(db: Database, name: str) -> TopicDescription:
