@@ -757,3 +757,21 @@ async def test_require_stable_refuses_while_a_transaction_holds_pending_offsets(
     assert (await client.get("/v1/groups/g/offsets", params=stable)).json()["offsets"] == [
         {"topic": "t", "partition": 0, "offset": 3, "metadata": None}
     ]
+
+
+async def test_ids_may_hold_any_printable_character_even_a_slash(
+    client: httpx.AsyncClient,
+) -> None:
+    from urllib.parse import quote
+
+    await create_topic(client, "t")
+    for tid in ("job/7/attempt 1", "x/partitions", "commit-group/2", "50%?#"):
+        producer = await started(client, tid)  # paths carry it percent-encoded
+        assert (await producer.add(("t", 0))).json() == {"state": "Ongoing"}
+        assert (await producer.describe())["transactional_id"] == tid
+        assert (await producer.end(commit=True)).json()["state"] == "CompleteCommit"
+    group = quote("team/billing", safe="")
+    body = {"offsets": [{"topic": "t", "partition": 0, "offset": 3}]}
+    assert (await client.post(f"/v1/groups/{group}/offsets", json=body)).status_code == 200
+    read = await client.get(f"/v1/groups/{group}/offsets")
+    assert read.json()["offsets"][0]["offset"] == 3

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -27,12 +28,17 @@ class Instance:
             self.sequences.clear()
         return response
 
+    @property
+    def path_id(self) -> str:
+        """The id as it goes in a URL path: percent-encoded (ids may hold "/", "?", "%")."""
+        return quote(self.tid, safe="")
+
     def caller(self) -> dict[str, int]:
         return {"producer_id": self.pid, "producer_epoch": self.epoch}
 
     async def add(self, *partitions: tuple[str, int]) -> httpx.Response:
         return await self.client.post(
-            f"/v1/transactions/{self.tid}/partitions",
+            f"/v1/transactions/{self.path_id}/partitions",
             json={
                 **self.caller(),
                 "partitions": [{"topic": t, "partition": p} for t, p in partitions],
@@ -56,7 +62,7 @@ class Instance:
 
     async def offsets(self, group: str, *offsets: tuple[str, int, int]) -> httpx.Response:
         return await self.client.post(
-            f"/v1/transactions/{self.tid}/offsets",
+            f"/v1/transactions/{self.path_id}/offsets",
             json={
                 **self.caller(),
                 "group_id": group,
@@ -65,12 +71,14 @@ class Instance:
         )
 
     async def prepare(self) -> httpx.Response:
-        return await self.client.post(f"/v1/transactions/{self.tid}/prepare", json=self.caller())
+        return await self.client.post(
+            f"/v1/transactions/{self.path_id}/prepare", json=self.caller()
+        )
 
     async def end(self, commit: bool, adopt: bool = True) -> httpx.Response:
         """EndTxn; on success the instance takes the answer's new epoch (KIP-890)."""
         response = await self.client.post(
-            f"/v1/transactions/{self.tid}/end", json={**self.caller(), "commit": commit}
+            f"/v1/transactions/{self.path_id}/end", json={**self.caller(), "commit": commit}
         )
         if response.status_code == 200 and adopt:
             self.pid = response.json()["producer_id"]
@@ -79,7 +87,7 @@ class Instance:
         return response
 
     async def describe(self) -> dict[str, Any]:
-        response = await self.client.get(f"/v1/transactions/{self.tid}")
+        response = await self.client.get(f"/v1/transactions/{self.path_id}")
         assert response.status_code == 200, response.text
         body: dict[str, Any] = response.json()
         return body

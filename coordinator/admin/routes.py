@@ -54,7 +54,7 @@ async def find_hanging(
     return json_response(await service.find_hanging(db, max_transaction_timeout_ms))
 
 
-@router.post("/transactions/{transactional_id}/abort", response_model=EndTxnResponse)
+@router.post("/transactions/{transactional_id:path}/abort", response_model=EndTxnResponse)
 async def abort(transactional_id: IdPath, db: DB) -> Response:
     """Abort the open transaction and fence its producer: its epoch is raised."""
     return json_response(

@@ -64,6 +64,8 @@ def transactional_id_path(value: str) -> str:
     return _printable(value)
 
 
+# Routes take these with the `:path` converter: an id may hold any printable character, "/" too
+# (sent percent-encoded, which the server decodes before routing).
 IdPath = Annotated[
     str,
     Path(description="a transactional or group id: 1 to 255 printable characters"),

@@ -17,7 +17,7 @@ from coordinator.groups.schemas import CommitOffsetsRequest, OffsetsResponse
 router = APIRouter(prefix="/v1/groups", tags=["consumer groups"])
 
 
-@router.post("/{group_id}/offsets", response_model=OffsetsResponse)
+@router.post("/{group_id:path}/offsets", response_model=OffsetsResponse)
 async def commit_offsets(
     group_id: IdPath, body: CommitOffsetsRequest, db: DB, access: AccessDep
 ) -> Response:
@@ -27,7 +27,7 @@ async def commit_offsets(
     return json_response(await service.commit(db, group_id, body))
 
 
-@router.get("/{group_id}/offsets", response_model=OffsetsResponse)
+@router.get("/{group_id:path}/offsets", response_model=OffsetsResponse)
 async def fetch_offsets(
     group_id: IdPath,
     db: DB,

@@ -35,7 +35,7 @@ async def commit_group(body: CommitGroupRequest, db: DB, access: AccessDep) -> R
     return json_response(await service.commit_group(db, body))
 
 
-@router.post("/{transactional_id}/partitions", response_model=StateResponse)
+@router.post("/{transactional_id:path}/partitions", response_model=StateResponse)
 async def add_partitions(
     transactional_id: IdPath, body: AddPartitionsRequest, db: DB, access: AccessDep
 ) -> Response:
@@ -45,7 +45,7 @@ async def add_partitions(
     return json_response(await service.add_partitions(db, transactional_id, body))
 
 
-@router.post("/{transactional_id}/offsets", response_model=StateResponse)
+@router.post("/{transactional_id:path}/offsets", response_model=StateResponse)
 async def add_offsets(
     transactional_id: IdPath, body: AddOffsetsRequest, db: DB, access: AccessDep
 ) -> Response:
@@ -54,7 +54,7 @@ async def add_offsets(
     return json_response(await service.add_offsets(db, transactional_id, body))
 
 
-@router.post("/{transactional_id}/prepare", response_model=StateResponse)
+@router.post("/{transactional_id:path}/prepare", response_model=StateResponse)
 async def prepare(
     transactional_id: IdPath, body: PrepareRequest, db: DB, settings: AppSettings, access: AccessDep
 ) -> Response:
@@ -62,13 +62,13 @@ async def prepare(
     return json_response(await service.prepare(db, settings, transactional_id, body))
 
 
-@router.post("/{transactional_id}/end", response_model=EndTxnResponse)
+@router.post("/{transactional_id:path}/end", response_model=EndTxnResponse)
 async def end(transactional_id: IdPath, body: EndTxnRequest, db: DB, access: AccessDep) -> Response:
     access.transactional_id(transactional_id)
     return json_response(await service.end(db, transactional_id, body))
 
 
-@router.get("/{transactional_id}", response_model=TransactionDescription)
+@router.get("/{transactional_id:path}", response_model=TransactionDescription)
 async def describe(transactional_id: IdPath, db: DB, access: AccessDep) -> Response:
     access.transactional_id(transactional_id)
     return json_response(await service.describe(db, transactional_id))

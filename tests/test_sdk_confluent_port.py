@@ -1,0 +1,114 @@
+"""A transactional consume-transform-produce loop written for confluent-kafka (in the shape of
+its `eos-transactions.py` example: end-of-partition events, `send_offsets_to_transaction` with the
+consumer's positions, retry-or-abort on commit errors via `e.args[0]`) runs against the SDK with
+two changes: the import, and `coordinator.url` in place of `bootstrap.servers`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sdk import Producer
+from tests.sdk_support import Coordinator
+
+pytest_plugins = ["tests.sdk_fixtures"]
+
+CONFLUENT_KAFKA_LOOP = """
+from confluent_kafka import Producer, Consumer, KafkaError, KafkaException, TopicPartition
+
+consumer = Consumer({
+    'bootstrap.servers': BROKERS,
+    'group.id': 'eos-uppercase',
+    'auto.offset.reset': 'earliest',
+    'enable.auto.commit': False,
+    'enable.partition.eof': True,
+})
+consumer.assign([TopicPartition(INPUT_TOPIC, p) for p in range(INPUT_PARTITIONS)])
+
+producer = Producer({
+    'bootstrap.servers': BROKERS,
+    'transactional.id': 'eos-uppercase-0',
+})
+producer.init_transactions()
+producer.begin_transaction()
+
+
+def delivery_report(err, msg):
+    if err is not None:
+        failed.append(err)
+
+
+def commit_processed():
+    producer.send_offsets_to_transaction(
+        consumer.position(consumer.assignment()),
+        consumer.consumer_group_metadata())
+    while True:
+        try:
+            producer.commit_transaction()
+            return
+        except KafkaException as e:
+            if e.args[0].retriable():
+                continue
+            if e.args[0].txn_requires_abort():
+                producer.abort_transaction()
+            raise
+
+
+eof = {}
+processed = 0
+while True:
+    producer.poll(0)
+    msg = consumer.poll(timeout=1.0)
+    if msg is None:
+        continue
+    topic, partition = msg.topic(), msg.partition()
+    if msg.error():
+        if msg.error().code() == KafkaError._PARTITION_EOF:
+            eof[(topic, partition)] = True
+            if len(eof) == len(consumer.assignment()):
+                break
+        continue
+    eof.pop((topic, partition), None)
+    processed += 1
+    producer.produce(OUTPUT_TOPIC, msg.value().upper(), msg.key(), on_delivery=delivery_report)
+    if processed % 7 == 0:
+        commit_processed()
+        producer.begin_transaction()
+
+commit_processed()
+consumer.close()
+producer.flush()
+"""
+
+
+def ported(source: str) -> str:
+    """The only two changes porting needs."""
+    changed = source.replace("from confluent_kafka import", "from sdk import").replace(
+        "'bootstrap.servers'", "'coordinator.url'"
+    )
+    assert changed.count("from sdk import") == 1 and changed.count("'coordinator.url'") == 2
+    return changed
+
+
+def test_a_confluent_kafka_eos_loop_runs_unchanged_but_for_import_and_url(
+    service: Coordinator,
+) -> None:
+    service.create_topic("words", 2)
+    service.create_topic("shouted", 2)
+    words = [f"word-{i}" for i in range(40)]
+    with Producer(coordinator_url=service.url) as seed:
+        for i, word in enumerate(words):
+            seed.produce("words", word, key=f"k{i % 5}")
+    scope: dict[str, Any] = {
+        "BROKERS": service.url,
+        "INPUT_TOPIC": "words",
+        "INPUT_PARTITIONS": 2,
+        "OUTPUT_TOPIC": "shouted",
+        "failed": [],
+    }
+    exec(compile(ported(CONFLUENT_KAFKA_LOOP), "eos_loop.py", "exec"), scope)
+    assert scope["failed"] == []
+    assert scope["processed"] == 40
+    shouted = service.all_values("shouted", 2)
+    assert sorted(shouted) == sorted(word.upper() for word in words)
+    offsets = service.http.get("/v1/groups/eos-uppercase/offsets").json()["offsets"]
+    assert sum(o["offset"] for o in offsets) == 40
