@@ -775,3 +775,18 @@ async def test_ids_may_hold_any_printable_character_even_a_slash(
     assert (await client.post(f"/v1/groups/{group}/offsets", json=body)).status_code == 200
     read = await client.get(f"/v1/groups/{group}/offsets")
     assert read.json()["offsets"][0]["offset"] == 3
+
+
+async def test_timed_out_epoch_is_told_so_even_after_later_transactions(
+    client: httpx.AsyncClient, app: Any
+) -> None:
+    await create_topic(client, "t")
+    slow = Instance(client, "a")
+    await slow.init(transaction_timeout_ms=1000)
+    await slow.add(("t", 0))
+    await service.abort_timed_out(app.state.db, now=now_ms() + 5000)
+    fresh = await started(client, "a")
+    await fresh.add(("t", 0))
+    await fresh.end(commit=True)  # a later transaction ends after the timed-out one
+    assert_problem(await slow.end(commit=True), 409, "TRANSACTION_TIMED_OUT")
+    assert_problem(await slow.produce("t", 0, "late"), 409, "TRANSACTION_TIMED_OUT")

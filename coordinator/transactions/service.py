@@ -93,11 +93,7 @@ async def check_caller(
 ) -> None:
     """API.md's checks, in its order: producer id mapping, then older epoch (fenced, or timed
     out), then newer epoch. Shared by every transaction call and by transactional produce."""
-    if (
-        txn.last_reason == TIMED_OUT
-        and txn.last_producer_id == producer_id
-        and txn.last_producer_epoch == epoch
-    ):
+    if txn.timed_out_producer_id == producer_id and txn.timed_out_producer_epoch == epoch:
         raise TransactionTimedOut(
             f"the coordinator aborted the transaction of {txn.transactional_id!r} at epoch "
             f"{epoch} after its timeout of {txn.timeout_ms} ms; call init-pid again"
@@ -226,6 +222,9 @@ async def _finish(
     txn.last_state = target
     txn.last_reason = reason
     txn.last_group_key = group_key
+    if reason == TIMED_OUT:
+        txn.timed_out_producer_id = txn.producer_id
+        txn.timed_out_producer_epoch = locked.epoch
     txn.state = target
     txn.started_ms = None
     txn.deadline_ms = None
