@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -35,6 +36,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # Everything loaded at start lives as long as the process: keep the collector from
+        # rescanning it on every collection (a measurable share of a produce's CPU).
+        gc.collect()
+        gc.freeze()
         sweeper = asyncio.create_task(run_sweeper(db, settings), name="coordinator-sweeper")
         try:
             yield

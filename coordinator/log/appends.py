@@ -14,6 +14,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.log.models import Batch, Partition, ProducerState
+from coordinator.producers.models import ProducerId
 
 batches = cast(Table, Batch.__table__)
 partitions = cast(Table, Partition.__table__)
@@ -58,6 +59,40 @@ _STATE_KEY = ["topic", "partition", "producer_id"]
 
 # Bind names are prefixed per statement: with column-named parameters, an UPDATE sharing them
 # would grow SET clauses for those columns.
+_producers = cast(Table, ProducerId.__table__)
+
+# The producer's current epoch and its state on the partition. Run after LOCK_PARTITION, as a
+# statement of its own, so it sees what the previous append committed (joined to the lock, it
+# would read the snapshot taken before the lock wait).
+PRODUCER_STATE = (
+    select(
+        _producers.c.producer_epoch,
+        states.c.producer_epoch,
+        states.c.last_sequence,
+        states.c.current_txn_first_offset,
+    )
+    .select_from(
+        _producers.outerjoin(
+            states,
+            (states.c.topic == bindparam("topic"))
+            & (states.c.partition == bindparam("partition"))
+            & (states.c.producer_id == _producers.c.producer_id),
+        )
+    )
+    .where(_producers.c.producer_id == bindparam("producer_id"))
+)
+# A written batch of this producer and epoch starting at this sequence: a retry's original.
+ORIGINAL_BATCH = select(
+    batches.c.base_offset, batches.c.last_offset, batches.c.last_sequence
+).where(
+    batches.c.topic == bindparam("topic"),
+    batches.c.partition == bindparam("partition"),
+    batches.c.producer_id == bindparam("producer_id"),
+    batches.c.producer_epoch == bindparam("producer_epoch"),
+    batches.c.base_sequence == bindparam("base_sequence"),
+    batches.c.control.is_(None),
+)
+
 INSERT_BATCH = insert(batches).values({c: bindparam(f"b_{c}") for c in _BATCH_COLUMNS})
 ADVANCE = (
     update(partitions)

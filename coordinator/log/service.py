@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import and_, func, insert, select
+from sqlalchemy import func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -182,24 +182,10 @@ async def _check_sequence(
 ) -> _Duplicate | None:
     """Apply the idempotence rules; return the original offsets when the batch is a duplicate."""
     pid, epoch, base_seq = body.producer_id, body.producer_epoch, body.base_sequence
+    connection = await session.connection()
     row = (
-        await session.execute(
-            select(
-                ProducerId.producer_epoch,
-                ProducerState.producer_epoch,
-                ProducerState.last_sequence,
-                ProducerState.current_txn_first_offset,
-            )
-            .select_from(ProducerId)
-            .outerjoin(
-                ProducerState,
-                and_(
-                    ProducerState.topic == topic,
-                    ProducerState.partition == partition,
-                    ProducerState.producer_id == ProducerId.producer_id,
-                ),
-            )
-            .where(ProducerId.producer_id == pid)
+        await connection.execute(
+            appends.PRODUCER_STATE, {"topic": topic, "partition": partition, "producer_id": pid}
         )
     ).first()
     if row is None:
@@ -236,15 +222,15 @@ async def _check_sequence(
         return None
     # Any batch of the current epoch is recognised, not only the last five as in Kafka.
     original = (
-        await session.execute(
-            select(Batch.base_offset, Batch.last_offset, Batch.last_sequence).where(
-                Batch.topic == topic,
-                Batch.partition == partition,
-                Batch.producer_id == pid,
-                Batch.producer_epoch == epoch,
-                Batch.base_sequence == base_seq,
-                Batch.control.is_(None),
-            )
+        await connection.execute(
+            appends.ORIGINAL_BATCH,
+            {
+                "topic": topic,
+                "partition": partition,
+                "producer_id": pid,
+                "producer_epoch": epoch,
+                "base_sequence": base_seq,
+            },
         )
     ).first()
     if original is not None and original.last_sequence == last_sequence_of(base_seq, count):
