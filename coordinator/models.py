@@ -4,7 +4,12 @@ from coordinator.core.database import Base
 from coordinator.groups.models import GroupOffset
 from coordinator.log.models import Batch, Partition, ProducerState, Topic
 from coordinator.producers.models import ProducerId
-from coordinator.transactions.models import Transaction, TransactionOffset, TransactionPartition
+from coordinator.transactions.models import (
+    TimedOutEpoch,
+    Transaction,
+    TransactionOffset,
+    TransactionPartition,
+)
 
 __all__ = [
     "Base",
@@ -13,6 +18,7 @@ __all__ = [
     "Partition",
     "ProducerId",
     "ProducerState",
+    "TimedOutEpoch",
     "Topic",
     "Transaction",
     "TransactionOffset",

@@ -31,10 +31,6 @@ class Transaction(Base):
     last_reason: Mapped[str | None] = mapped_column(String(16), nullable=True)
     # The commit-group call that ended it, so a retried commit-group gets the same answer.
     last_group_key: Mapped[str | None] = mapped_column(String(64), nullable=True)
-    # The latest producer id and epoch whose transaction the coordinator timed out: their calls
-    # are told TRANSACTION_TIMED_OUT (not PRODUCER_FENCED), even after later transactions.
-    timed_out_producer_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
-    timed_out_producer_epoch: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
     __table_args__ = (
         Index("ix_transactions_state_deadline", "state", "deadline_ms"),
@@ -55,6 +51,21 @@ class TransactionPartition(Base):
     # The producer id whose records the transaction holds here: its markers clear this id's state
     # even if the transactional id moved to a new producer id since (epoch exhaustion).
     producer_id: Mapped[int] = mapped_column(BigInteger)
+
+
+class TimedOutEpoch(Base):
+    """A producer id and epoch whose transaction the coordinator aborted after its timeout: its
+    calls are told TRANSACTION_TIMED_OUT, not PRODUCER_FENCED, for as long as the id lives."""
+
+    __tablename__ = "timed_out_epochs"
+
+    transactional_id: Mapped[str] = mapped_column(
+        String(255),
+        ForeignKey("transactions.transactional_id", ondelete="CASCADE"),
+        primary_key=True,
+    )
+    producer_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    producer_epoch: Mapped[int] = mapped_column(Integer, primary_key=True)
 
 
 class TransactionOffset(Base):

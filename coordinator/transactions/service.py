@@ -37,7 +37,12 @@ from coordinator.transactions.errors import (
     TransactionalIdNotFound,
     TransactionTimedOut,
 )
-from coordinator.transactions.models import Transaction, TransactionOffset, TransactionPartition
+from coordinator.transactions.models import (
+    TimedOutEpoch,
+    Transaction,
+    TransactionOffset,
+    TransactionPartition,
+)
 from coordinator.transactions.schemas import (
     AddOffsetsRequest,
     AddPartitionsRequest,
@@ -93,16 +98,12 @@ async def check_caller(
 ) -> None:
     """API.md's checks, in its order: producer id mapping, then older epoch (fenced, or timed
     out), then newer epoch. Shared by every transaction call and by transactional produce."""
-    if txn.timed_out_producer_id == producer_id and txn.timed_out_producer_epoch == epoch:
-        raise TransactionTimedOut(
-            f"the coordinator aborted the transaction of {txn.transactional_id!r} at epoch "
-            f"{epoch} after its timeout of {txn.timeout_ms} ms; call init-pid again"
-        )
     if producer_id != txn.producer_id:
         owner = await session.scalar(
             select(ProducerId.transactional_id).where(ProducerId.producer_id == producer_id)
         )
         if owner == txn.transactional_id:
+            await _refuse_timed_out(session, txn, producer_id, epoch)
             raise ProducerFenced(
                 f"producer id {producer_id} of {txn.transactional_id!r} was replaced by "
                 f"{txn.producer_id} after its epochs ran out"
@@ -112,6 +113,7 @@ async def check_caller(
             f"{txn.transactional_id!r}"
         )
     if epoch < current_epoch:
+        await _refuse_timed_out(session, txn, producer_id, epoch)
         raise ProducerFenced(
             f"epoch {epoch} of {txn.transactional_id!r} is fenced by epoch {current_epoch}"
         )
@@ -119,6 +121,24 @@ async def check_caller(
         raise InvalidProducerEpoch(
             f"epoch {epoch} of {txn.transactional_id!r} is newer than its current epoch "
             f"{current_epoch}"
+        )
+
+
+async def _refuse_timed_out(
+    session: AsyncSession, txn: Transaction, producer_id: int, epoch: int
+) -> None:
+    """An older epoch whose transaction timed out is told so, not that it was fenced."""
+    timed_out = await session.scalar(
+        select(TimedOutEpoch.producer_epoch).where(
+            TimedOutEpoch.transactional_id == txn.transactional_id,
+            TimedOutEpoch.producer_id == producer_id,
+            TimedOutEpoch.producer_epoch == epoch,
+        )
+    )
+    if timed_out is not None:
+        raise TransactionTimedOut(
+            f"the coordinator aborted the transaction of {txn.transactional_id!r} at epoch "
+            f"{epoch} after its timeout of {txn.timeout_ms} ms; call init-pid again"
         )
 
 
@@ -223,8 +243,11 @@ async def _finish(
     txn.last_reason = reason
     txn.last_group_key = group_key
     if reason == TIMED_OUT:
-        txn.timed_out_producer_id = txn.producer_id
-        txn.timed_out_producer_epoch = locked.epoch
+        session.add(
+            TimedOutEpoch(
+                transactional_id=tid, producer_id=txn.producer_id, producer_epoch=locked.epoch
+            )
+        )
     txn.state = target
     txn.started_ms = None
     txn.deadline_ms = None
