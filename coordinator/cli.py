@@ -49,15 +49,20 @@ def _serve(args: argparse.Namespace) -> int:
         )
         return 2
     upgrade_to_head(settings.database_url)
-    app = create_app(settings)
-    uvicorn.run(
-        app,
-        host=args.host,
-        port=args.port,
-        log_level=args.log_level,
-        access_log=args.access_log,
-        timeout_graceful_shutdown=5,
-    )
+    common = {
+        "host": args.host,
+        "port": args.port,
+        "log_level": args.log_level,
+        "access_log": args.access_log,
+        "timeout_graceful_shutdown": 5,
+    }
+    if args.workers == 1:
+        uvicorn.run(create_app(settings), **common)
+        return 0
+    # Worker processes build their own app from the environment: hand them the chosen store.
+    # Correct because all state is in the store (row locks, SKIP LOCKED sweeps), not in memory.
+    os.environ["COORDINATOR_DATABASE_URL"] = settings.database_url
+    uvicorn.run("coordinator.core.app:create_app", factory=True, workers=args.workers, **common)
     return 0
 
 
@@ -95,6 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     serve.add_argument("--port", type=int, default=8080, help="port to listen on (8080)")
     serve.add_argument("--database-url", help=database_help)
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=int(os.environ.get("COORDINATOR_WORKERS", "1")),
+        help="service processes sharing the port and the store ($COORDINATOR_WORKERS, else 1)",
+    )
     serve.add_argument(
         "--insecure",
         action="store_true",

@@ -453,3 +453,38 @@ async def test_acknowledged_batches_survive_sigkill_exactly_once_and_dedup_survi
     for planned in unanswered:
         assert [counts[v] for v in planned.values] == [1] * len(planned.values), planned
     assert_service_logs_clean(workdir)
+
+
+@pytest.mark.slow
+async def test_serve_with_several_workers_appends_each_batch_once_in_order(tmp_path: Path) -> None:
+    """`serve --workers 2`: two processes behind one port on one store, as in production."""
+    service = ServiceProcess(
+        f"sqlite:///{tmp_path / 'workers.db'}", tmp_path, COORDINATOR_WORKERS="2"
+    )
+    with service:
+        async with httpx.AsyncClient(base_url=service.url, timeout=30) as http:
+            created = await http.post("/v1/topics", json={"name": "w", "partitions": 1})
+            assert created.status_code == 201
+
+            async def producer(index: int) -> list[tuple[int, str]]:
+                pid = (await http.post("/v1/init-pid", json={})).json()["producer_id"]
+                acked = []
+                for sequence in range(10):
+                    value = f"p{index}-{sequence}"
+                    answer = await http.post(
+                        "/v1/topics/w/partitions/0/records",
+                        json={
+                            "producer_id": pid,
+                            "producer_epoch": 0,
+                            "base_sequence": sequence,
+                            "records": [{"value": value}],
+                        },
+                    )
+                    assert answer.status_code == 200, answer.text
+                    acked.append((answer.json()["base_offset"], value))
+                return acked
+
+            acked = [a for result in await asyncio.gather(*map(producer, range(4))) for a in result]
+            log = (await http.get("/v1/topics/w/partitions/0/records?max_records=100")).json()
+    assert sorted(offset for offset, _ in acked) == list(range(40))
+    assert {(r["offset"], r["value"]) for r in log["records"]} == set(acked)
