@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -300,3 +303,21 @@ async def test_tokens_never_appear_in_logs(
     logged = caplog.text
     assert "secret-guess" not in logged
     assert TOKENS["producer"]["token"] not in logged
+
+
+def test_serve_refuses_a_non_loopback_address_without_auth_unless_insecure(
+    tmp_path: Path,
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "coordinator", "serve", "--host", "0.0.0.0", "--port", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k != "COORDINATOR_AUTH_TOKENS_FILE"},
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "refusing to listen on 0.0.0.0 without authentication" in result.stderr
+    assert "--insecure" in result.stderr
+    assert not (tmp_path / "coordinator.db").exists()  # refused before touching a store
