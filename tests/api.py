@@ -73,3 +73,19 @@ def assert_problem(response: httpx.Response, status: int, code: str) -> dict[str
     assert isinstance(body["retriable"], bool)
     assert body["detail"]
     return body
+
+
+async def read_paged(
+    client: httpx.AsyncClient, topic: str, partition: int, page_size: int, **params: Any
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Every record from offset 0, fetched `page_size` at a time until `next_offset` stops moving;
+    also returns the last page, which carries the high watermark and LSO seen at the end."""
+    records: list[dict[str, Any]] = []
+    offset = 0
+    while True:
+        page = await fetch(client, topic, partition, offset=offset, max_records=page_size, **params)
+        records.extend(page["records"])
+        if page["next_offset"] == offset:
+            return records, page
+        assert page["next_offset"] > offset, page
+        offset = page["next_offset"]
