@@ -37,66 +37,44 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import random
-import signal
-import socket
-import string
-import subprocess
 import sys
-import tempfile
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 import httpx
 import orjson
 
-DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
-POSTGRES_ENV = "COORDINATOR_TEST_POSTGRES_URL"
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is not a package
+from _support import (
+    JSON_HEADERS,
+    MB,
+    BenchFailure,
+    Window,
+    add_postgres_url,
+    admin,
+    call,
+    cancel_on_sigterm,
+    checkpoint,
+    close_all,
+    log,
+    make_clients,
+    percentile_ms,
+    plain_url,
+    positive_int,
+    random_values,
+    records_json,
+    run_bench,
+    scratch_database,
+    serving,
+)
+
 TOPIC = "bench"
 RAW_TABLE = "bench_raw_batches"
-MB = 1_000_000
-
-
-def log(message: str) -> None:
-    print(f"[bench] {message}", file=sys.stderr, flush=True)
-
-
-# -- the database -------------------------------------------------------------------------------
-
-
-def plain_url(url: str) -> str:
-    """asyncpg wants postgresql://; accept the SQLAlchemy spelling too."""
-    scheme, sep, rest = url.partition("://")
-    if not sep or scheme.split("+", 1)[0] not in ("postgresql", "postgres"):
-        raise SystemExit(f"not a Postgres URL: {url!r}")
-    return f"postgresql://{rest}"
-
-
-def with_database(url: str, name: str) -> str:
-    base, _, tail = url.partition("?")
-    server = base.rpartition("/")[0] if base.count("/") > 2 else base
-    return f"{server}/{name}" + (f"?{tail}" if tail else "")
-
-
-async def admin(server_url: str, sql: str) -> None:
-    connection = await asyncpg.connect(server_url)
-    try:
-        await connection.execute(sql)
-    finally:
-        await connection.close()
-
-
-async def checkpoint(database_url: str) -> None:
-    """Start each phase without the other's dirty pages pending (needs superuser; else skipped)."""
-    try:
-        await admin(database_url, "CHECKPOINT")
-    except asyncpg.PostgresError as exc:
-        log(f"CHECKPOINT skipped: {exc}")
+# The child process: `coordinator serve`, quiet.
+SERVE = ["-m", "coordinator", "serve"]
+SERVE_OPTIONS = ["--log-level", "warning"]
 
 
 # -- the payload --------------------------------------------------------------------------------
@@ -110,38 +88,12 @@ class Payload:
 
     @classmethod
     def build(cls, batch_records: int, record_bytes: int, seed: int = 1) -> Payload:
-        # Printable ASCII (no quote or backslash), so `utf8` JSON carries exactly record_bytes
-        # bytes per value; random, so neither side gets it compressed for free.
-        rng = random.Random(seed)
-        alphabet = string.ascii_letters + string.digits
-        values = [
-            "".join(rng.choices(alphabet, k=record_bytes)).encode() for _ in range(batch_records)
-        ]
-        records = [{"key": None, "value": v.decode()} for v in values]
-        return cls(
-            values=values,
-            records_json=b'"records":' + orjson.dumps(records),
-            raw_batch=b"".join(values),
-        )
+        values = random_values(batch_records, record_bytes, seed)
+        encoded = [v.encode() for v in values]
+        return cls(values=encoded, records_json=records_json(values), raw_batch=b"".join(encoded))
 
 
 # -- measuring ----------------------------------------------------------------------------------
-
-
-@dataclass
-class Window:
-    """Warm-up, then `seconds` measured; work answered inside [start, end] counts."""
-
-    start: float
-    end: float
-
-    @classmethod
-    def after(cls, warmup: float, seconds: float) -> Window:
-        start = time.perf_counter() + warmup
-        return cls(start, start + seconds)
-
-    def counts(self, at: float) -> bool:
-        return self.start <= at <= self.end
 
 
 @dataclass
@@ -158,6 +110,13 @@ class Tally:
         self.latencies.extend(other.latencies)
 
 
+def merged(tallies: list[Tally]) -> Tally:
+    total = Tally()
+    for tally in tallies:
+        total.add(tally)
+    return total
+
+
 @dataclass(frozen=True)
 class Figures:
     records_per_s: float
@@ -169,100 +128,16 @@ class Figures:
     @classmethod
     def of(cls, tally: Tally, seconds: float) -> Figures:
         lat = sorted(tally.latencies)
-
-        def pct(p: float) -> float:
-            return lat[min(len(lat) - 1, int(p * len(lat)))] * 1000 if lat else float("nan")
-
         return cls(
             records_per_s=tally.records / seconds,
             mb_per_s=tally.value_bytes / MB / seconds,
             batches_per_s=tally.batches / seconds,
-            p50_ms=pct(0.50),
-            p99_ms=pct(0.99),
+            p50_ms=percentile_ms(lat, 0.50),
+            p99_ms=percentile_ms(lat, 0.99),
         )
 
 
 # -- the service --------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-class Service:
-    """`python -m coordinator serve` in a child process; it migrates the store itself."""
-
-    def __init__(self, database_url: str, workdir: Path) -> None:
-        self.database_url = database_url
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = workdir / "service.log"
-        self.workdir = workdir
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def log_tail(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-3000:]
-        except OSError:
-            return ""
-
-    def spawn(self) -> None:
-        command = [
-            sys.executable,
-            "-m",
-            "coordinator",
-            "serve",
-            "--port",
-            str(self.port),
-            "--database-url",
-            self.database_url,
-            "--log-level",
-            "warning",
-        ]
-        with self.log_path.open("ab") as out:
-            self.process = subprocess.Popen(
-                command, cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT
-            )
-        log(f"service pid {self.process.pid} on {self.url} (log: {self.log_path})")
-
-    async def wait_healthy(self, within_s: float = 90.0) -> None:
-        assert self.process is not None
-        deadline = time.monotonic() + within_s
-        async with httpx.AsyncClient(timeout=2.0) as client:
-            while time.monotonic() < deadline:
-                if self.process.poll() is not None:
-                    raise RuntimeError(f"the service exited:\n{self.log_tail()}")
-                try:
-                    if (await client.get(f"{self.url}/healthz")).status_code == 200:
-                        return
-                except httpx.TransportError:
-                    pass
-                await asyncio.sleep(0.1)
-        raise TimeoutError(f"the service did not become healthy:\n{self.log_tail()}")
-
-    def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=15)
-
-
-class BenchFailure(Exception):
-    pass
-
-
-async def call(client: httpx.AsyncClient, method: str, path: str, body: Any) -> Any:
-    response = await client.request(method, path, json=body)
-    if response.status_code not in (200, 201):
-        raise BenchFailure(f"{method} {path}: {response.status_code} {response.text[:500]}")
-    return response.json()
 
 
 async def service_producer(
@@ -271,12 +146,11 @@ async def service_producer(
     payload: Payload,
     window: Window,
 ) -> Tally:
-    init = await call(client, "POST", "/v1/init-pid", {})
+    init = await call(client, "/v1/init-pid", {})
     pid, epoch = init["producer_id"], init["producer_epoch"]
     path = f"/v1/topics/{TOPIC}/partitions/{partition}/records"
     head = f'{{"producer_id":{pid},"producer_epoch":{epoch},"base_sequence":'.encode()
     tail = b"," + payload.records_json + b"}"
-    headers = {"content-type": "application/json"}
     batch_records = len(payload.values)
     batch_bytes = sum(len(v) for v in payload.values)
     sequence = 0
@@ -289,7 +163,7 @@ async def service_producer(
         if sent >= window.end:
             return tally
         body = head + str(sequence).encode() + tail
-        response = await post(path, content=body, headers=headers)
+        response = await post(path, content=body, headers=JSON_HEADERS)
         done = clock()
         if response.status_code != 200:
             raise BenchFailure(
@@ -310,14 +184,9 @@ async def service_producer(
 async def run_service(
     service_url: str, args: argparse.Namespace, payload: Payload
 ) -> tuple[Tally, float]:
-    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-    timeout = httpx.Timeout(60.0)
-    clients = [
-        httpx.AsyncClient(base_url=service_url, limits=limits, timeout=timeout)
-        for _ in range(args.producers)
-    ]
+    clients = make_clients(service_url, args.producers)
     try:
-        await call(clients[0], "POST", "/v1/topics", {"name": TOPIC, "partitions": args.partitions})
+        await call(clients[0], "/v1/topics", {"name": TOPIC, "partitions": args.partitions})
         window = Window.after(args.warmup, args.seconds)
         tallies = await asyncio.gather(
             *(
@@ -326,12 +195,8 @@ async def run_service(
             )
         )
     finally:
-        for client in clients:
-            await client.aclose()
-    total = Tally()
-    for tally in tallies:
-        total.add(tally)
-    return total, window.end - window.start
+        await close_all(clients)
+    return merged(tallies), window.seconds
 
 
 # -- the raw baseline ---------------------------------------------------------------------------
@@ -391,10 +256,7 @@ async def run_raw(
     finally:
         for connection in connections:
             await connection.close()
-    total = Tally()
-    for tally in tallies:
-        total.add(tally)
-    return total, window.end - window.start
+    return merged(tallies), window.seconds
 
 
 # -- the run ------------------------------------------------------------------------------------
@@ -436,47 +298,18 @@ def report(args: argparse.Namespace, service: Figures, raw: Figures) -> None:
 
 
 async def bench(args: argparse.Namespace) -> None:
-    # SIGTERM unwinds like Ctrl-C (the task is cancelled), so the service is stopped and the
-    # database dropped on the way out.
-    task = asyncio.current_task()
-    assert task is not None
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    cancel_on_sigterm()
     server_url = plain_url(args.postgres_url)
-    name = f"bench_{uuid.uuid4().hex[:12]}"
-    database_url = with_database(server_url, name)
     payload = Payload.build(args.batch_records, args.record_bytes)
-    await admin(server_url, f'CREATE DATABASE "{name}"')
-    log(f"created database {name}")
-    try:
-        with tempfile.TemporaryDirectory(prefix="bench-produce-") as workdir:
-            service = Service(database_url, Path(workdir))
-            try:
-                service.spawn()
-                await service.wait_healthy()
-                await checkpoint(database_url)
-                log(f"service phase: {args.warmup:g} s warm-up + {args.seconds:g} s")
-                service_tally, service_seconds = await run_service(service.url, args, payload)
-            except BaseException:
-                tail = service.log_tail()
-                if tail:
-                    log(f"service log tail:\n{tail}")
-                raise
-            finally:
-                service.stop()
+    async with scratch_database(server_url, "bench_") as (_, database_url):
+        async with serving(database_url, "bench-produce-", SERVE, SERVE_OPTIONS) as service:
+            await checkpoint(database_url)
+            log(f"service phase: {args.warmup:g} s warm-up + {args.seconds:g} s")
+            service_tally, service_seconds = await run_service(service.url, args, payload)
         await checkpoint(database_url)
         log(f"raw phase: {args.warmup:g} s warm-up + {args.seconds:g} s")
         raw_tally, raw_seconds = await run_raw(database_url, args, payload)
-    finally:
-        await admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        log(f"dropped database {name}")
     report(args, Figures.of(service_tally, service_seconds), Figures.of(raw_tally, raw_seconds))
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -485,11 +318,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "of the same bytes. The last stdout line is a JSON object with the figures.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument(
-        "--postgres-url",
-        default=os.environ.get(POSTGRES_ENV, DEFAULT_POSTGRES_URL),
-        help=f"Postgres server to create the benchmark database on (${POSTGRES_ENV})",
-    )
+    add_postgres_url(parser)
     parser.add_argument("--producers", type=positive_int, default=4, help="concurrent producers")
     parser.add_argument(
         "--partitions",
@@ -513,22 +342,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        import uvloop
-
-        runner: Any = uvloop.run
-    except ImportError:
-        runner = asyncio.run
-    try:
-        runner(bench(args))
-    except BenchFailure as exc:
-        log(f"FAILED: {exc}")
-        return 1
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        log("interrupted")
-        return 130
-    return 0
+    return run_bench(bench(parse_args(argv)))
 
 
 if __name__ == "__main__":

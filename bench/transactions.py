@@ -56,17 +56,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import random
 import signal
-import socket
 import statistics
-import string
 import subprocess
 import sys
-import tempfile
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,18 +77,40 @@ from coordinator.core.responses import json_response
 from coordinator.core.schemas import RequestModel
 from coordinator.core.settings import Settings
 
-DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
-POSTGRES_ENV = "COORDINATOR_TEST_POSTGRES_URL"
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is not a package
+from _support import (
+    JSON_HEADERS,
+    MB,
+    BenchFailure,
+    Service,
+    Window,
+    add_postgres_url,
+    admin,
+    call,
+    cancel_on_sigterm,
+    checked,
+    checkpoint,
+    close_all,
+    cpu_seconds,
+    log,
+    make_clients,
+    percentile_ms,
+    plain_url,
+    positive_float,
+    positive_int,
+    random_values,
+    records_json,
+    run_bench,
+    scratch_database,
+    serving,
+)
+
 RPC_TOPIC = "bench-rpc"
 OVERHEAD_TOPIC = "bench-overhead"
 COUNTER_TABLE = "bench_counter"
 BASELINE_PATH = "/bench/update"
-MB = 1_000_000
-JSON_HEADERS = {"content-type": "application/json"}
-
-
-def log(message: str) -> None:
-    print(f"[bench] {message}", file=sys.stderr, flush=True)
+# The child process: this file with `--serve` (see `serve`).
+SERVE = [str(Path(__file__).resolve()), "--serve"]
 
 
 # -- the service: the coordinator's app plus the baseline route ---------------------------------
@@ -140,77 +156,6 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-class Service:
-    """This file with `--serve` in a child process; it migrates the store itself."""
-
-    def __init__(self, database_url: str, workdir: Path) -> None:
-        self.database_url = database_url
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = workdir / "service.log"
-        self.workdir = workdir
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-    def log_tail(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-3000:]
-        except OSError:
-            return ""
-
-    def spawn(self) -> None:
-        command = [
-            sys.executable,
-            str(Path(__file__).resolve()),
-            "--serve",
-            "--port",
-            str(self.port),
-            "--database-url",
-            self.database_url,
-        ]
-        with self.log_path.open("ab") as out:
-            self.process = subprocess.Popen(
-                command, cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT
-            )
-        log(f"service pid {self.process.pid} on {self.url} (log: {self.log_path})")
-
-    async def wait_healthy(self, within_s: float = 90.0) -> None:
-        assert self.process is not None
-        deadline = time.monotonic() + within_s
-        async with httpx.AsyncClient(timeout=2.0) as client:
-            while time.monotonic() < deadline:
-                if self.process.poll() is not None:
-                    raise RuntimeError(f"the service exited:\n{self.log_tail()}")
-                try:
-                    if (await client.get(f"{self.url}/healthz")).status_code == 200:
-                        return
-                except httpx.TransportError:
-                    pass
-                await asyncio.sleep(0.1)
-        raise TimeoutError(f"the service did not become healthy:\n{self.log_tail()}")
-
-    def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=15)
-
-
 class Profiler:
     """Optional: `py-spy record` of the service for one phase, as collapsed stacks (raw)."""
 
@@ -244,61 +189,7 @@ class Profiler:
         self.process = None
 
 
-# -- the database -------------------------------------------------------------------------------
-
-
-def plain_url(url: str) -> str:
-    """asyncpg wants postgresql://; accept the SQLAlchemy spelling too."""
-    scheme, sep, rest = url.partition("://")
-    if not sep or scheme.split("+", 1)[0] not in ("postgresql", "postgres"):
-        raise SystemExit(f"not a Postgres URL: {url!r}")
-    return f"postgresql://{rest}"
-
-
-def with_database(url: str, name: str) -> str:
-    base, _, tail = url.partition("?")
-    server = base.rpartition("/")[0] if base.count("/") > 2 else base
-    return f"{server}/{name}" + (f"?{tail}" if tail else "")
-
-
-async def admin(url: str, *statements: str) -> None:
-    connection = await asyncpg.connect(url)
-    try:
-        for sql in statements:
-            await connection.execute(sql)
-    finally:
-        await connection.close()
-
-
-async def checkpoint(database_url: str) -> None:
-    """Start a phase without the last one's dirty pages pending (needs superuser; else skipped)."""
-    try:
-        await admin(database_url, "CHECKPOINT")
-    except asyncpg.PostgresError as exc:
-        log(f"CHECKPOINT skipped: {exc}")
-
-
 # -- measuring ----------------------------------------------------------------------------------
-
-
-@dataclass
-class Window:
-    """Warm-up, then `seconds` measured; calls answered inside [start, end] count."""
-
-    start: float
-    end: float
-
-    @classmethod
-    def after(cls, warmup: float, seconds: float) -> Window:
-        start = time.perf_counter() + warmup
-        return cls(start, start + seconds)
-
-    @property
-    def seconds(self) -> float:
-        return self.end - self.start
-
-    def counts(self, at: float) -> bool:
-        return self.start <= at <= self.end
 
 
 @dataclass
@@ -314,8 +205,7 @@ class Calls:
         return len(self.latencies) / seconds
 
     def pct_ms(self, p: float) -> float:
-        lat = sorted(self.latencies)
-        return lat[min(len(lat) - 1, int(p * len(lat)))] * 1000 if lat else float("nan")
+        return percentile_ms(sorted(self.latencies), p)
 
 
 @dataclass
@@ -351,16 +241,6 @@ def merged(tallies: list[Tally]) -> Tally:
     for tally in tallies:
         total.add(tally)
     return total
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a local process so far (Linux /proc), else NaN."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return float("nan")
-    fields = stat.rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class CpuMeter:
@@ -411,32 +291,7 @@ async def measured(meter: CpuMeter | None, window: Window, loops: list[Any]) -> 
     return total
 
 
-class BenchFailure(Exception):
-    pass
-
-
-def checked(response: httpx.Response, what: str) -> Any:
-    if response.status_code not in (200, 201):
-        raise BenchFailure(f"{what}: {response.status_code} {response.text[:500]}")
-    return orjson.loads(response.content)
-
-
-async def call(client: httpx.AsyncClient, path: str, body: Any) -> Any:
-    return checked(await client.post(path, json=body), f"POST {path}")
-
-
 # -- the payloads -------------------------------------------------------------------------------
-
-
-def records_json(count: int, value_bytes: int, seed: int) -> tuple[bytes, int]:
-    """`"records":[...]` of `count` random printable values (no JSON escaping: value_bytes on the
-    wire each), and the batch's value bytes."""
-    rng = random.Random(seed)
-    alphabet = string.ascii_letters + string.digits
-    records = [
-        {"key": None, "value": "".join(rng.choices(alphabet, k=value_bytes))} for _ in range(count)
-    ]
-    return b'"records":' + orjson.dumps(records), count * value_bytes
 
 
 def identity(pid: int, epoch: int) -> bytes:
@@ -502,20 +357,6 @@ class Producer:
         self.pid, self.epoch = answer["producer_id"], answer["producer_epoch"]
 
 
-def make_clients(url: str, count: int) -> list[httpx.AsyncClient]:
-    """One client (one connection, one request in flight) per producer."""
-    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-    return [
-        httpx.AsyncClient(base_url=url, limits=limits, timeout=httpx.Timeout(60.0))
-        for _ in range(count)
-    ]
-
-
-async def close_all(clients: list[httpx.AsyncClient]) -> None:
-    for client in clients:
-        await client.aclose()
-
-
 # -- phase 1: AddPartitions -> produce -> EndTxn ------------------------------------------------
 
 
@@ -546,7 +387,7 @@ async def rpc_loop(producer: Producer, records: bytes, count: int, window: Windo
 async def run_rpc(
     url: str, args: argparse.Namespace, meter: CpuMeter | None
 ) -> tuple[Tally, float]:
-    records, _ = records_json(args.rpc_records, args.rpc_record_bytes, seed=2)
+    records = records_json(random_values(args.rpc_records, args.rpc_record_bytes, seed=2))
     clients = make_clients(url, args.producers)
     try:
         producers = [Producer(c, f"bench-rpc-{i}", RPC_TOPIC, i) for i, c in enumerate(clients)]
@@ -680,7 +521,8 @@ class OverheadRun:
 async def run_overhead(
     url: str, args: argparse.Namespace, mode: str, round_: int, meter: CpuMeter | None
 ) -> OverheadRun:
-    records, size = records_json(args.overhead_records, args.record_bytes, seed=1)
+    records = records_json(random_values(args.overhead_records, args.record_bytes, seed=1))
+    size = args.overhead_records * args.record_bytes
     clients = make_clients(url, args.producers)
     try:
         window = Window.after(args.warmup, args.overhead_seconds)
@@ -909,58 +751,23 @@ async def phases(
 
 
 async def bench(args: argparse.Namespace) -> None:
-    # SIGTERM unwinds like Ctrl-C (the task is cancelled): the service is stopped and the
-    # database dropped on the way out.
-    task = asyncio.current_task()
-    assert task is not None
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    cancel_on_sigterm()
     server_url = plain_url(args.postgres_url)
-    name = f"bench_txn_{uuid.uuid4().hex[:12]}"
-    database_url = with_database(server_url, name)
-    await admin(server_url, f'CREATE DATABASE "{name}"')
-    log(f"created database {name}")
-    try:
+    async with scratch_database(server_url, "bench_txn_") as (name, database_url):
         await admin(
             database_url,
             f"CREATE TABLE {COUNTER_TABLE} (id integer PRIMARY KEY, n bigint NOT NULL)",
             f"INSERT INTO {COUNTER_TABLE} (id, n) "
             f"SELECT i, 0 FROM generate_series(0, {args.producers - 1}) AS i",
         )
-        with tempfile.TemporaryDirectory(prefix="bench-txn-") as workdir:
-            service = Service(database_url, Path(workdir))
-            profiler = Profiler(args.py_spy, 0)
+        async with serving(database_url, "bench-txn-", SERVE) as service:
+            profiler = Profiler(args.py_spy, service.pid)
             try:
-                service.spawn()
-                profiler.pid = service.pid
-                await service.wait_healthy()
                 meter = CpuMeter(server_url, name, service.pid)
                 results = await phases(service, database_url, args, profiler, meter)
-            except BaseException:
-                tail = service.log_tail()
-                if tail:
-                    log(f"service log tail:\n{tail}")
-                raise
             finally:
                 profiler.stop()
-                service.stop()
-    finally:
-        await admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        log(f"dropped database {name}")
     report(args, *results)
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
-
-
-def positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError("must be positive")
-    return value
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -971,11 +778,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "JSON object with the figures.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument(
-        "--postgres-url",
-        default=os.environ.get(POSTGRES_ENV, DEFAULT_POSTGRES_URL),
-        help=f"Postgres server to create the benchmark database on (${POSTGRES_ENV})",
-    )
+    add_postgres_url(parser)
     parser.add_argument(
         "--producers", type=positive_int, default=4, help="concurrent producers (and clients)"
     )
@@ -1038,21 +841,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.serve:
         return serve(args)
-    try:
-        import uvloop
-
-        runner: Any = uvloop.run
-    except ImportError:
-        runner = asyncio.run
-    try:
-        runner(bench(args))
-    except BenchFailure as exc:
-        log(f"FAILED: {exc}")
-        return 1
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        log("interrupted")
-        return 130
-    return 0
+    return run_bench(bench(args))
 
 
 if __name__ == "__main__":

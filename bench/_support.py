@@ -1,0 +1,332 @@
+"""Plumbing shared by the benchmarks in this folder (bench/produce.py, bench/transactions.py).
+
+Not a benchmark: the scratch Postgres database (created fresh, dropped on the way out), the
+service in a child process (started on a free port, waited for on /healthz, stopped), HTTP
+clients and checked calls, the measured window, random record values, CPU seconds from /proc,
+the common command-line options and the runner (uvloop when installed; SIGTERM unwinds like
+Ctrl-C). bench/ is not a package: the scripts put this folder on sys.path and import it as
+`_support`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import signal
+import socket
+import string
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Coroutine, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import orjson
+
+DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+POSTGRES_ENV = "COORDINATOR_TEST_POSTGRES_URL"
+MB = 1_000_000
+JSON_HEADERS = {"content-type": "application/json"}
+
+
+def log(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+class BenchFailure(Exception):
+    pass
+
+
+# -- the database -------------------------------------------------------------------------------
+
+
+def plain_url(url: str) -> str:
+    """asyncpg wants postgresql://; accept the SQLAlchemy spelling too."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.split("+", 1)[0] not in ("postgresql", "postgres"):
+        raise SystemExit(f"not a Postgres URL: {url!r}")
+    return f"postgresql://{rest}"
+
+
+def with_database(url: str, name: str) -> str:
+    base, _, tail = url.partition("?")
+    server = base.rpartition("/")[0] if base.count("/") > 2 else base
+    return f"{server}/{name}" + (f"?{tail}" if tail else "")
+
+
+async def admin(url: str, *statements: str) -> None:
+    connection = await asyncpg.connect(url)
+    try:
+        for sql in statements:
+            await connection.execute(sql)
+    finally:
+        await connection.close()
+
+
+async def checkpoint(database_url: str) -> None:
+    """Start a phase without the last one's dirty pages pending (needs superuser; else skipped)."""
+    try:
+        await admin(database_url, "CHECKPOINT")
+    except asyncpg.PostgresError as exc:
+        log(f"CHECKPOINT skipped: {exc}")
+
+
+@asynccontextmanager
+async def scratch_database(server_url: str, prefix: str) -> AsyncIterator[tuple[str, str]]:
+    """A new database `<prefix><random>` on the server, as (name, URL); dropped on the way out,
+    also on failure, Ctrl-C or SIGTERM (see `cancel_on_sigterm`)."""
+    name = f"{prefix}{uuid.uuid4().hex[:12]}"
+    await admin(server_url, f'CREATE DATABASE "{name}"')
+    log(f"created database {name}")
+    try:
+        yield name, with_database(server_url, name)
+    finally:
+        await admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        log(f"dropped database {name}")
+
+
+# -- the service --------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Service:
+    """The service in a child process: `python <launch> --port P --database-url URL <options>`
+    (it migrates the store itself), its output in `workdir/service.log`."""
+
+    def __init__(
+        self,
+        database_url: str,
+        workdir: Path,
+        launch: Sequence[str],
+        options: Sequence[str] = (),
+    ) -> None:
+        self.database_url = database_url
+        self.launch = list(launch)
+        self.options = list(options)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = workdir / "service.log"
+        self.workdir = workdir
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def log_tail(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-3000:]
+        except OSError:
+            return ""
+
+    def spawn(self) -> None:
+        command = [
+            sys.executable,
+            *self.launch,
+            "--port",
+            str(self.port),
+            "--database-url",
+            self.database_url,
+            *self.options,
+        ]
+        with self.log_path.open("ab") as out:
+            self.process = subprocess.Popen(
+                command, cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT
+            )
+        log(f"service pid {self.process.pid} on {self.url} (log: {self.log_path})")
+
+    async def wait_healthy(self, within_s: float = 90.0) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + within_s
+        async with httpx.AsyncClient(timeout=2.0) as client:
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"the service exited:\n{self.log_tail()}")
+                try:
+                    if (await client.get(f"{self.url}/healthz")).status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass
+                await asyncio.sleep(0.1)
+        raise TimeoutError(f"the service did not become healthy:\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=15)
+
+
+@asynccontextmanager
+async def serving(
+    database_url: str, workdir_prefix: str, launch: Sequence[str], options: Sequence[str] = ()
+) -> AsyncIterator[Service]:
+    """A healthy `Service` in a temporary working directory, stopped on the way out; on failure
+    (or Ctrl-C, SIGTERM) the tail of its log goes to stderr first."""
+    with tempfile.TemporaryDirectory(prefix=workdir_prefix) as workdir:
+        service = Service(database_url, Path(workdir), launch, options)
+        try:
+            service.spawn()
+            await service.wait_healthy()
+            yield service
+        except BaseException:
+            tail = service.log_tail()
+            if tail:
+                log(f"service log tail:\n{tail}")
+            raise
+        finally:
+            service.stop()
+
+
+# -- calling it ---------------------------------------------------------------------------------
+
+
+def checked(response: httpx.Response, what: str) -> Any:
+    if response.status_code not in (200, 201):
+        raise BenchFailure(f"{what}: {response.status_code} {response.text[:500]}")
+    return orjson.loads(response.content)
+
+
+async def call(client: httpx.AsyncClient, path: str, body: Any) -> Any:
+    return checked(await client.post(path, json=body), f"POST {path}")
+
+
+def make_clients(url: str, count: int) -> list[httpx.AsyncClient]:
+    """One client (one connection, one request in flight) per producer."""
+    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+    return [
+        httpx.AsyncClient(base_url=url, limits=limits, timeout=httpx.Timeout(60.0))
+        for _ in range(count)
+    ]
+
+
+async def close_all(clients: list[httpx.AsyncClient]) -> None:
+    for client in clients:
+        await client.aclose()
+
+
+# -- measuring ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Window:
+    """Warm-up, then `seconds` measured; work answered inside [start, end] counts."""
+
+    start: float
+    end: float
+
+    @classmethod
+    def after(cls, warmup: float, seconds: float) -> Window:
+        start = time.perf_counter() + warmup
+        return cls(start, start + seconds)
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+    def counts(self, at: float) -> bool:
+        return self.start <= at <= self.end
+
+
+def percentile_ms(ordered: list[float], p: float) -> float:
+    """The `p` quantile of sorted latencies (s) in ms; NaN when there are none."""
+    return ordered[min(len(ordered) - 1, int(p * len(ordered)))] * 1000 if ordered else float("nan")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a local process so far (Linux /proc), else NaN."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return float("nan")
+    fields = stat.rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# -- the payloads -------------------------------------------------------------------------------
+
+
+def random_values(count: int, size: int, seed: int) -> list[str]:
+    """`count` random values of `size` printable ASCII characters (letters and digits: no JSON
+    escaping, so exactly `size` bytes each on the wire; random, so nothing compresses them for
+    free). The same seed gives the same values."""
+    rng = random.Random(seed)
+    alphabet = string.ascii_letters + string.digits
+    return ["".join(rng.choices(alphabet, k=size)) for _ in range(count)]
+
+
+def records_json(values: list[str]) -> bytes:
+    """`"records":[...]` with these values (keys null, no headers), as the service receives it."""
+    return b'"records":' + orjson.dumps([{"key": None, "value": v} for v in values])
+
+
+# -- the command line and the run ---------------------------------------------------------------
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be positive")
+    return value
+
+
+def add_postgres_url(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--postgres-url",
+        default=os.environ.get(POSTGRES_ENV, DEFAULT_POSTGRES_URL),
+        help=f"Postgres server to create the benchmark database on (${POSTGRES_ENV})",
+    )
+
+
+def cancel_on_sigterm() -> None:
+    """SIGTERM unwinds like Ctrl-C (the current task is cancelled), so the service is stopped
+    and the database dropped on the way out."""
+    task = asyncio.current_task()
+    assert task is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+
+
+def run_bench(bench: Coroutine[Any, Any, None]) -> int:
+    """Run the benchmark (on uvloop when installed); the process's exit status."""
+    try:
+        import uvloop
+
+        runner: Any = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    try:
+        runner(bench)
+    except BenchFailure as exc:
+        log(f"FAILED: {exc}")
+        return 1
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        log("interrupted")
+        return 130
+    return 0
