@@ -663,6 +663,21 @@ async def test_commit_group_retried_after_success_gets_the_same_answer(
     assert await committed_values(client, "t") == ["job-a1"]
 
 
+async def test_commit_group_retry_does_not_abort_transactions_opened_since(
+    client: httpx.AsyncClient,
+) -> None:
+    await create_topic(client, "t")
+    winner = await started(client, "job-a1")
+    await winner.add(("t", 0))
+    await winner.produce("t", 0, "out")
+    first = await commit_group(client, [winner], prefix="job-")
+    later = await started(client, "job-b0")  # opened after the commit, same prefix
+    await later.add(("t", 0))
+    retry = await commit_group(client, [winner], prefix="job-")
+    assert retry.json() == first.json()
+    assert (await later.describe())["state"] == "Ongoing"
+
+
 async def test_commit_group_prefix_is_literal_not_a_pattern(client: httpx.AsyncClient) -> None:
     await create_topic(client, "t")
     winner = await started(client, "a%_1")

@@ -44,7 +44,7 @@ TIMEOUT_MS = 60_000  # InitPid's default transaction_timeout_ms
 # Later than any deadline the coordinator sets (a Prepared transaction may wait a day): the sweep
 # then aborts every open transaction, as if each had outlived its timeout.
 FAR_FUTURE_MS = 10**14
-# Small pages, so reading pages past control markers and aborted batches.
+# Small pages, so that reads page past control markers and aborted batches.
 PAGE_SIZE = 3
 
 MODEL_SETTINGS = settings(
@@ -170,7 +170,7 @@ class TransactionsMachine(RuleBasedStateMachine):
         self.changed: set[TopicPartition] = set(PARTITIONS)
         self.touched: set[str] = set(TRANSACTIONAL_IDS)
         self.targeted: set[TopicPartition] = set()
-        self.acted = True  # False after a step that sent nothing (a retry with nothing to retry)
+        self.acted = True  # False after a step that sent nothing (no instance was fenced)
         self.tids: dict[str, TransactionalId] = {}
         self.values = 0
         self.last_group: SentGroup | None = None
@@ -665,9 +665,9 @@ class TransactionsMachine(RuleBasedStateMachine):
 
     @invariant()
     def service_agrees_with_model(self) -> None:
-        """High watermarks and LSOs of every partition (so a refused call wrote nothing), the
-        state of each transactional id the step touched, and the records of each partition the
-        step wrote to."""
+        """After each step: the high watermarks and LSOs of every topic the step wrote to, asked
+        to write to, or could have written markers to (so a refused call wrote nothing), the state
+        of each transactional id it touched, and the records of each partition it wrote to."""
         if self.acted:
             self.run(self.check())
         self.changed.clear()

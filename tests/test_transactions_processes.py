@@ -51,7 +51,9 @@ def processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Processes]:
 
 
 @pytest.fixture
-async def clients(processes: Processes) -> AsyncIterator[tuple[httpx.AsyncClient, ...]]:
+async def clients(
+    processes: Processes,
+) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
     async with (
         httpx.AsyncClient(base_url=processes.a.url, timeout=HTTP_TIMEOUT) as a,
         httpx.AsyncClient(base_url=processes.b.url, timeout=HTTP_TIMEOUT) as b,

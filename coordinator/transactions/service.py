@@ -543,10 +543,13 @@ async def commit_group(db: Database, body: CommitGroupRequest) -> CommitGroupRes
             except CoordinatorError as error:
                 raise _naming(error, tid) from None
             to_commit.append(locked)
+        # A retry of this very call after it succeeded changes nothing: transactions opened
+        # under the prefix since then are not the losers it meant to abort.
+        retry = not to_commit and all(by_id[tid].txn.last_group_key == key for tid in listed)
         to_abort = [
             locked
             for tid, locked in sorted(by_id.items())
-            if tid not in set(listed) and locked.txn.state in OPEN
+            if not retry and tid not in set(listed) and locked.txn.state in OPEN
         ]
         ending = sorted(to_commit + to_abort, key=lambda lk: lk.txn.transactional_id)
         partitions = await _partitions_of(session, [lk.txn.transactional_id for lk in ending])
