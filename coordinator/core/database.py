@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from sqlalchemy import BigInteger, Integer, MetaData, Table, event, func, inspect
+from sqlalchemy import BigInteger, Integer, MetaData, event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
@@ -118,18 +118,11 @@ def upsert(
     table: Any,
     values: dict[str, Any],
     keys: list[str],
-    keep_existing: tuple[str, ...] = (),
 ) -> Any:
-    """INSERT ... ON CONFLICT (keys) DO UPDATE, in the session's dialect. Columns named in
-    `keep_existing` keep a non-null stored value rather than take the new one."""
+    """INSERT ... ON CONFLICT (keys) DO UPDATE, in the session's dialect."""
     dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
     stmt = dialect.insert(table).values(**values)
-    columns = inspect(table).columns if not isinstance(table, Table) else table.c
-    updates: dict[str, Any] = {
-        k: func.coalesce(columns[k], stmt.excluded[k]) if k in keep_existing else v
-        for k, v in values.items()
-        if k not in keys
-    }
+    updates = {k: v for k, v in values.items() if k not in keys}
     return session.execute(stmt.on_conflict_do_update(index_elements=keys, set_=updates))
 
 
