@@ -518,6 +518,12 @@ class Producer:
             self._check_timed_out()
         self._end_transaction(False, deadline)
 
+    def _transaction_identity(self) -> tuple[int, int]:
+        """(producer id, epoch) of the current transaction: what a commit-group names it by
+        (sdk.spark hands a prepared transaction to the driver this way)."""
+        with self._cond:
+            return self._producer_id, self._epoch
+
     def close(self, timeout: float | None = None) -> None:
         """Flush (an idempotent producer) or abort the open transaction (a transactional one; a
         prepared transaction is left for someone to finish), then release threads and

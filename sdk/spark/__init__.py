@@ -1,0 +1,47 @@
+"""Spark integration: the `txlog` data source (`spark.read`, `readStream`, `df.write`,
+`writeStream`) and a helper for `foreachPartition`, exactly once. Needs `pip install '.[spark]'`.
+
+    from sdk.spark import register
+    register(spark)
+    df = (spark.read.format("txlog").option("coordinator.url", url)
+          .option("subscribe", "payments").load())
+    out.write.format("txlog").option("coordinator.url", url).option("topic", "settlements") \\
+        .option("jobId", "settlement").mode("append").save()
+
+Reader options (Spark's Kafka source names): `coordinator.url`, `coordinator.token`, `subscribe`,
+`startingOffsets`/`endingOffsets` (`earliest`, `latest` or `{"topic": {"0": 12}}`, -2 earliest,
+-1 latest), `isolation.level` (`read_committed`, the default, or `read_uncommitted`),
+`maxOffsetsPerTrigger` (streaming). Columns: key, value (binary), topic, partition, offset,
+timestamp, headers (array of (key, value)).
+
+Writer options: `coordinator.url`, `coordinator.token`, `topic` (or a `topic` column); columns
+`value`, optional `key`, `partition`, `headers`, `topic`. `jobId`: the job's stable name (its
+transactional ids are `{jobId}/...`); `delivery.guarantee` (`exactly_once`, the default, or
+`at_least_once`: plain appends, as Spark's Kafka sink); `offsets.group` + `offsets`: input offsets
+committed with the output; `batchId`: an idempotent commit for `foreachBatch`;
+`transaction.timeout.ms` of the task transactions (default 60000). `testing.kill`,
+`testing.delay`, `testing.pauseBeforeCommit`, `testing.pauseAfterCommit` inject faults, for demos
+and tests only (see README).
+"""
+
+from sdk.spark._job import TransactionalJob
+from sdk.spark._offsets import committed_offsets, latest_offsets, offsets_json
+from sdk.spark._protocol import CommitResult, TaskOutcome, TaskWriter
+from sdk.spark._source import TxlogDataSource
+
+__all__ = [
+    "CommitResult",
+    "TaskOutcome",
+    "TaskWriter",
+    "TransactionalJob",
+    "TxlogDataSource",
+    "committed_offsets",
+    "latest_offsets",
+    "offsets_json",
+    "register",
+]
+
+
+def register(spark: object) -> None:
+    """Make `format("txlog")` available in this Spark session."""
+    spark.dataSource.register(TxlogDataSource)  # type: ignore[attr-defined]
