@@ -1,0 +1,286 @@
+"""Where the jobs run: a local standalone Spark cluster of two workers (`mini_cluster`), on which
+Spark really speculates, and the SparkSession the jobs, the demo and the tests share (`session`).
+
+Spark never speculates in local mode nor in local-cluster mode: a speculative copy must run on
+another host than the original. Two workers on distinct loopback addresses (127.0.0.2, 127.0.0.3)
+are two hosts to Spark, so a straggler gets a copy on the other one.
+
+    with mini_cluster() as cluster:
+        spark = session("settlement", cluster.master_url, speculation=True)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+# Aggressive enough that a task sleeping a few seconds gets a copy on the other worker, and the
+# copy wins; the values are Spark's own knobs (spark.speculation.*).
+SPECULATION_CONF: Mapping[str, str] = {
+    "spark.speculation": "true",
+    "spark.speculation.interval": "100ms",
+    "spark.speculation.multiplier": "1.5",
+    "spark.speculation.quantile": "0.5",
+    "spark.speculation.minTaskRuntime": "500ms",
+}
+
+# Spark's own chatter (INFO at startup, WARN per lost task) would bury the jobs' output; the
+# failures the demo injects are reported by the demo itself.
+LOG4J2_PROPERTIES = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+"""
+
+WORKER_HOSTS = ("127.0.0.2", "127.0.0.3")
+
+
+def spark_home() -> str:
+    """The Spark distribution inside the pyspark package (or $SPARK_HOME when set)."""
+    if os.environ.get("SPARK_HOME"):
+        return os.environ["SPARK_HOME"]
+    import pyspark
+
+    return os.path.dirname(pyspark.__file__)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def log4j2_file(directory: Path) -> Path:
+    path = directory / "txlog-log4j2.properties"
+    if not path.exists() or path.read_text() != LOG4J2_PROPERTIES:
+        path.write_text(LOG4J2_PROPERTIES)
+    return path
+
+
+def _project_root() -> str:
+    """The folder holding the `sdk` and `jobs` packages, for executors' PYTHONPATH (so they
+    import the same code as the driver, installed or not)."""
+    import sdk
+
+    return str(Path(sdk.__file__).resolve().parent.parent)
+
+
+@dataclass
+class MiniCluster:
+    """A running standalone cluster: a master on 127.0.0.1 and one worker per host in `hosts`."""
+
+    master_url: str
+    master_ui: str
+    workdir: Path
+    hosts: tuple[str, ...]
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def alive_workers(self) -> int:
+        """How many workers the master sees ALIVE (its web UI's JSON), 0 if it does not answer."""
+        try:
+            with urllib.request.urlopen(f"{self.master_ui}/json/", timeout=2) as answer:
+                state: dict[str, Any] = json.load(answer)
+        except (OSError, urllib.error.URLError, ValueError):
+            return 0
+        return sum(1 for worker in state.get("workers", []) if worker.get("state") == "ALIVE")
+
+    def logs_tail(self, chars: int = 3000) -> str:
+        parts = []
+        for path in sorted(self.workdir.glob("*.log")):
+            text = path.read_text(errors="replace")[-chars:]
+            parts.append(f"--- {path.name}\n{text}")
+        return "\n".join(parts)
+
+    def stop(self) -> None:
+        # Each daemon leads its own process group (its JVM, and for a worker the executors it
+        # forked): end exactly those groups, gently first.
+        for process in self.processes:
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for process in self.processes:
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=15)
+        # Executors may outlive their worker's TERM by a moment; they are in the worker's group.
+        for process in self.processes:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+
+
+def _daemon_env(workdir: Path) -> dict[str, str]:
+    home = spark_home()
+    python_path = os.pathsep.join(
+        p for p in (_project_root(), os.environ.get("PYTHONPATH", "")) if p
+    )
+    return {
+        **os.environ,
+        "SPARK_HOME": home,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYTHONPATH": python_path,
+        "SPARK_LOG_DIR": str(workdir),
+        "SPARK_WORKER_DIR": str(workdir / "work"),
+        "SPARK_LOCAL_DIRS": str(workdir / "local"),
+        "SPARK_NO_DAEMONIZE": "1",
+        "SPARK_DAEMON_JAVA_OPTS": f"-Dlog4j2.configurationFile=file:{log4j2_file(workdir)}",
+    }
+
+
+def _spawn(workdir: Path, name: str, arguments: list[str]) -> subprocess.Popen[bytes]:
+    command = [os.path.join(spark_home(), "bin", "spark-class"), *arguments]
+    with (workdir / f"{name}.log").open("ab") as out:
+        return subprocess.Popen(
+            command,
+            cwd=workdir,
+            env=_daemon_env(workdir),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+
+@contextlib.contextmanager
+def mini_cluster(
+    hosts: tuple[str, ...] = WORKER_HOSTS,
+    cores: int = 1,
+    memory: str = "1g",
+    workdir: Path | None = None,
+    start_timeout: float = 90.0,
+) -> Iterator[MiniCluster]:
+    """A standalone master and one worker per loopback address in `hosts`, each with `cores`
+    cores; yields once every worker has registered, stops them all on the way out (errors and
+    Ctrl-C included). Daemon logs go to `workdir` (a temporary folder, removed, unless given)."""
+    own_dir = workdir is None
+    root = Path(tempfile.mkdtemp(prefix="txlog-cluster-")) if workdir is None else workdir
+    root.mkdir(parents=True, exist_ok=True)
+    port, ui_port = free_port(), free_port()
+    cluster = MiniCluster(
+        master_url=f"spark://127.0.0.1:{port}",
+        master_ui=f"http://127.0.0.1:{ui_port}",
+        workdir=root,
+        hosts=hosts,
+    )
+    try:
+        cluster.processes.append(
+            _spawn(
+                root,
+                "master",
+                [
+                    "org.apache.spark.deploy.master.Master",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--webui-port",
+                    str(ui_port),
+                ],
+            )
+        )
+        for index, host in enumerate(hosts):
+            cluster.processes.append(
+                _spawn(
+                    root,
+                    f"worker-{index}",
+                    [
+                        "org.apache.spark.deploy.worker.Worker",
+                        "--host",
+                        host,
+                        "--cores",
+                        str(cores),
+                        "--memory",
+                        memory,
+                        "--webui-port",
+                        str(free_port()),
+                        "--work-dir",
+                        str(root / "work"),
+                        cluster.master_url,
+                    ],
+                )
+            )
+        deadline = time.monotonic() + start_timeout
+        while cluster.alive_workers() < len(hosts):
+            exited = [p.args for p in cluster.processes if p.poll() is not None]
+            if exited or time.monotonic() > deadline:
+                why = "a daemon exited" if exited else f"not up within {start_timeout:.0f} s"
+                raise RuntimeError(f"Spark mini cluster: {why}\n{cluster.logs_tail()}")
+            time.sleep(0.2)
+        yield cluster
+    finally:
+        cluster.stop()
+        if own_dir:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def session(
+    app_name: str,
+    master: str | None = None,
+    *,
+    speculation: bool = False,
+    conf: Mapping[str, str] | None = None,
+    log_dir: Path | None = None,
+) -> SparkSession:
+    """A quiet SparkSession for the jobs: no UI, 4 shuffle partitions, Spark's logs at ERROR;
+    `speculation` turns on `SPECULATION_CONF`. With a `master` (this machine: local[...] or the
+    mini cluster), also this Python and the project's code on the executors, driver on loopback.
+    `master` None leaves it, and the rest, to spark-submit (or Spark's default, local[*])."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    settings: dict[str, str] = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "4",
+    }
+    if master is not None:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        java_options = (
+            f"-Dlog4j2.configurationFile=file:{log4j2_file(log_dir or Path(tempfile.gettempdir()))}"
+        )
+        builder = builder.master(master)
+        settings.update(
+            {
+                "spark.pyspark.python": sys.executable,
+                "spark.executorEnv.PYTHONPATH": _project_root(),
+                "spark.driver.extraJavaOptions": java_options,
+                "spark.executor.extraJavaOptions": java_options,
+                "spark.driver.host": "127.0.0.1",
+                "spark.driver.bindAddress": "127.0.0.1",
+                "spark.executor.memory": "768m",
+            }
+        )
+    if speculation:
+        settings.update(SPECULATION_CONF)
+    settings.update(conf or {})
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

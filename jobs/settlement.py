@@ -1,0 +1,437 @@
+"""Settlement: per-merchant totals of the payments in a `payments` topic, written to `settlements`
+exactly once, with the input offsets committed for the job's consumer group in the same commit.
+
+A payment is a JSON event `{"payment_id", "merchant", "amount": "12.50", "currency"}` (amounts are
+decimal strings, never floats). One settlement record per merchant and currency per run:
+`{"batch", "merchant", "currency", "total": "1234.50", "total_minor": 123450, "count": 98}`,
+keyed by merchant. `batch` names the input a run settled, so a record that appears twice is a
+duplicate, and the sum of a merchant's records is what it is owed.
+
+Batch mode settles what arrived since the group's committed offsets up to the payments' last
+stable offsets, pinned before reading, and commits those same offsets with the output: a rerun
+settles only new payments, and a failed run settles nothing. Streaming mode settles each
+micro-batch (`foreachBatch`) with its batch id, so a replayed batch is not settled twice.
+
+    python -m jobs.settlement --coordinator-url http://127.0.0.1:8080              # batch
+    python -m jobs.settlement --coordinator-url http://127.0.0.1:8080 --mode stream \\
+        --checkpoint /tmp/settlement-checkpoint
+    spark-submit jobs/settlement.py --coordinator-url http://127.0.0.1:8080
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+Offsets = dict[str, dict[int, int]]
+
+PAYMENT_SCHEMA = "payment_id string, merchant string, amount string, currency string"
+EARLIEST = -2
+CENTS = Decimal("0.01")
+
+
+# -- the payments and their settlement, in plain Python -------------------------------------------
+# What the Spark job computes, in a form the demo's ground truth and the tests share.
+
+
+def to_minor(amount: Decimal | str) -> int:
+    """An amount in minor units (cents); refuses fractions of a cent, NaN and infinities."""
+    try:
+        value = Decimal(amount)
+    except InvalidOperation:
+        raise ValueError(f"not an amount: {amount!r}") from None
+    if not value.is_finite() or value != value.quantize(CENTS):
+        raise ValueError(f"not an amount in cents: {amount!r}")
+    return int(value * 100)
+
+
+def format_minor(minor: int) -> str:
+    """Minor units as a decimal string with two places: 123450 -> '1234.50'."""
+    return str((Decimal(minor) / 100).quantize(CENTS))
+
+
+@dataclass(frozen=True)
+class Payment:
+    payment_id: str
+    merchant: str
+    amount_minor: int
+    currency: str
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "payment_id": self.payment_id,
+                "merchant": self.merchant,
+                "amount": format_minor(self.amount_minor),
+                "currency": self.currency,
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Payment:
+        doc = json.loads(text)
+        return cls(doc["payment_id"], doc["merchant"], to_minor(doc["amount"]), doc["currency"])
+
+
+@dataclass(frozen=True)
+class Settlement:
+    batch: str
+    merchant: str
+    currency: str
+    total_minor: int
+    count: int
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """What must be unique in the settlements topic."""
+        return (self.batch, self.merchant, self.currency)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "batch": self.batch,
+                "merchant": self.merchant,
+                "currency": self.currency,
+                "total": format_minor(self.total_minor),
+                "total_minor": self.total_minor,
+                "count": self.count,
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Settlement:
+        doc = json.loads(text)
+        total = to_minor(doc["total"])
+        if total != doc["total_minor"]:
+            raise ValueError(f"total {doc['total']} and total_minor {doc['total_minor']} differ")
+        return cls(doc["batch"], doc["merchant"], doc["currency"], total, doc["count"])
+
+
+def settle(payments: Iterable[Payment], batch: str) -> list[Settlement]:
+    """The settlement of `payments` as one batch, sorted by merchant and currency."""
+    totals: dict[tuple[str, str], list[int]] = {}
+    for payment in payments:
+        tally = totals.setdefault((payment.merchant, payment.currency), [0, 0])
+        tally[0] += payment.amount_minor
+        tally[1] += 1
+    return [
+        Settlement(batch, merchant, currency, total, count)
+        for (merchant, currency), (total, count) in sorted(totals.items())
+    ]
+
+
+def batch_label(start: Offsets, end: Offsets) -> str:
+    """Names a batch run's input: `payments:0@0-120,1@0-98` (earliest written as 0)."""
+    parts = []
+    for topic in sorted(end):
+        ranges = ",".join(
+            f"{p}@{max(start.get(topic, {}).get(p, EARLIEST), 0)}-{end[topic][p]}"
+            for p in sorted(end[topic])
+        )
+        parts.append(f"{topic}:{ranges}")
+    return ";".join(parts)
+
+
+def pending(start: Offsets, end: Offsets) -> int:
+    """Offsets between the committed positions and the pinned ends (markers included): 0 means
+    there is nothing to settle."""
+    return sum(
+        max(0, last - max(start.get(topic, {}).get(p, EARLIEST), 0))
+        for topic, partitions in end.items()
+        for p, last in partitions.items()
+    )
+
+
+# -- the Spark job ---------------------------------------------------------------------------------
+
+
+def settlement_records(payments: DataFrame, batch: str, partitions: int = 4) -> DataFrame:
+    """Payments as the txlog source reads them -> settlement records (`key`, `value`) for the
+    txlog writer, in `partitions` tasks (hashed by merchant: one shuffle, not coalesced by AQE,
+    so a task's output is known in advance). Malformed payments are not settled."""
+    from pyspark.sql import functions as F
+
+    parsed = payments.select(
+        F.from_json(F.col("value").cast("string"), PAYMENT_SCHEMA).alias("p")
+    ).select(
+        F.col("p.merchant").alias("merchant"),
+        F.col("p.currency").alias("currency"),
+        F.col("p.amount").cast("decimal(18,2)").alias("amount"),
+    )
+    valid = parsed.where(
+        F.col("merchant").isNotNull() & F.col("currency").isNotNull() & F.col("amount").isNotNull()
+    )
+    totals = (
+        valid.repartition(partitions, "merchant")
+        .groupBy("merchant", "currency")
+        .agg(F.sum("amount").alias("total"), F.count(F.lit(1)).alias("count"))
+    )
+    return totals.select(
+        F.col("merchant").alias("key"),
+        F.to_json(
+            F.struct(
+                F.lit(batch).alias("batch"),
+                F.col("merchant"),
+                F.col("currency"),
+                F.col("total").cast("decimal(38,2)").cast("string").alias("total"),
+                (F.col("total") * 100).cast("long").alias("total_minor"),
+                F.col("count"),
+            )
+        ).alias("value"),
+    )
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a job reads and writes, and as whom."""
+
+    url: str
+    input_topic: str = "payments"
+    output_topic: str = "settlements"
+    job_id: str = "settlement"
+    group: str = "settlement"
+    token: str | None = None
+
+    def reader_options(self) -> dict[str, str]:
+        options = {"coordinator.url": self.url, "subscribe": self.input_topic}
+        if self.token:
+            options["coordinator.token"] = self.token
+        return options
+
+    def writer_options(self) -> dict[str, str]:
+        options = {"coordinator.url": self.url, "topic": self.output_topic, "jobId": self.job_id}
+        if self.token:
+            options["coordinator.token"] = self.token
+        return options
+
+
+@dataclass(frozen=True)
+class BatchRun:
+    """What a batch run settled: the input offsets it read (and committed) and its label."""
+
+    batch: str
+    start: Offsets
+    end: Offsets
+    offsets: int  # offsets in [start, end): the payments settled, and any markers among them
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"batch": self.batch, "start": self.start, "end": self.end, "offsets": self.offsets}
+
+
+def run_batch(
+    spark: SparkSession,
+    source: Source,
+    *,
+    partitions: int = 4,
+    delivery_guarantee: str = "exactly_once",
+    writer_options: Mapping[str, str] | None = None,
+) -> BatchRun:
+    """Settle the payments the group has not settled yet; commit their offsets with the output.
+
+    `delivery_guarantee="at_least_once"` writes plain appends instead and commits the offsets
+    afterwards, outside the output's transaction (Spark's Kafka sink: for comparison only).
+    `writer_options` go to the txlog writer as they are (e.g. `testing.kill`)."""
+    from sdk.spark import committed_offsets, latest_offsets, offsets_json
+
+    topics = [source.input_topic]
+    start = committed_offsets(source.url, source.group, topics, token=source.token)
+    end = latest_offsets(source.url, topics, token=source.token)
+    run = BatchRun(batch_label(start, end), start, end, pending(start, end))
+    if run.offsets == 0:
+        return run
+    payments = (
+        spark.read.format("txlog")
+        .options(**source.reader_options())
+        .option("startingOffsets", offsets_json(start))
+        .option("endingOffsets", offsets_json(end))
+        .load()
+    )
+    writer = (
+        settlement_records(payments, run.batch, partitions)
+        .write.format("txlog")
+        .mode("append")
+        .options(**source.writer_options())
+        .options(**dict(writer_options or {}))
+    )
+    if delivery_guarantee == "exactly_once":
+        writer.option("offsets.group", source.group).option("offsets", offsets_json(end)).save()
+    else:
+        writer.option("delivery.guarantee", delivery_guarantee).save()
+        commit_group_offsets(source, end)
+    return run
+
+
+def commit_group_offsets(source: Source, offsets: Offsets) -> None:
+    """A plain (non-transactional) group commit, as an at-least-once job does after writing."""
+    from sdk import Consumer, TopicPartition
+
+    config: dict[str, object] = {"coordinator.url": source.url, "group.id": source.group}
+    if source.token:
+        config["coordinator.token"] = source.token
+    with Consumer(config) as consumer:
+        consumer.commit(
+            offsets=[
+                TopicPartition(topic, partition, offset)
+                for topic, ends in offsets.items()
+                for partition, offset in ends.items()
+            ],
+            asynchronous=False,
+        )
+
+
+def run_stream(
+    spark: SparkSession,
+    source: Source,
+    checkpoint: str,
+    *,
+    partitions: int = 4,
+    processing_time: str | None = None,
+    run_seconds: int | None = None,
+    writer_options: Mapping[str, str] | None = None,
+) -> int:
+    """Settle the payments as a stream: each micro-batch is settled as one batch, written with
+    its batch id and the offsets it read, so a batch replayed after a crash is a no-op. Without
+    `processing_time` it settles what is there and stops (Trigger.AvailableNow); with it, it
+    runs for `run_seconds` (forever if None). A first start, without a checkpoint, begins at the
+    group's committed offsets. Returns the number of micro-batches this call settled."""
+    from pyspark.sql import functions as F
+
+    from sdk.spark import committed_offsets, offsets_json
+
+    start = committed_offsets(source.url, source.group, [source.input_topic], token=source.token)
+    stream = (
+        spark.readStream.format("txlog")
+        .options(**source.reader_options())
+        .option("startingOffsets", offsets_json(start))
+        .load()
+    )
+    settled: list[int] = []
+
+    def settle_batch(batch: DataFrame, batch_id: int) -> None:
+        batch.persist()
+        try:
+            ends = batch.groupBy("topic", "partition").agg(F.max("offset").alias("last")).collect()
+            if not ends:
+                return
+            offsets: Offsets = {}
+            for row in ends:
+                offsets.setdefault(row["topic"], {})[row["partition"]] = row["last"] + 1
+            (
+                settlement_records(batch, f"stream-{batch_id}", partitions)
+                .write.format("txlog")
+                .mode("append")
+                .options(**source.writer_options())
+                .option("batchId", str(batch_id))
+                .option("offsets.group", source.group)
+                .option("offsets", offsets_json(offsets))
+                .options(**dict(writer_options or {}))
+                .save()
+            )
+            settled.append(batch_id)
+        finally:
+            batch.unpersist()
+
+    writer = stream.writeStream.foreachBatch(settle_batch).option("checkpointLocation", checkpoint)
+    if processing_time is None:
+        query = writer.trigger(availableNow=True).start()
+        query.awaitTermination()
+    else:
+        query = writer.trigger(processingTime=processing_time).start()
+        if run_seconds is None:
+            query.awaitTermination()
+        else:
+            query.awaitTermination(run_seconds)
+            query.stop()
+    if query.exception() is not None:
+        raise RuntimeError(f"the settlement stream failed: {query.exception()}")
+    return len(settled)
+
+
+# -- the command line ------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m jobs.settlement",
+        description="Settle payments per merchant exactly once: totals to the output topic, input "
+        "offsets committed for the group in the same transaction.",
+    )
+    parser.add_argument("--coordinator-url", required=True, help="the coordinator's base URL")
+    parser.add_argument("--token", help="bearer token (needs the transactional id prefix JOB_ID/)")
+    parser.add_argument("--mode", choices=["batch", "stream"], default="batch", help="(batch)")
+    parser.add_argument("--input", default="payments", help="topic of payments (payments)")
+    parser.add_argument("--output", default="settlements", help="topic of settlements")
+    parser.add_argument(
+        "--job-id",
+        help="stable name of the job across reruns (settlement; settlement-stream with --mode "
+        "stream): its transactions are JOB_ID/...",
+    )
+    parser.add_argument("--group", default="settlement", help="consumer group of the input")
+    parser.add_argument("--partitions", type=int, default=4, help="write tasks (4)")
+    parser.add_argument(
+        "--master", help="Spark master (default: spark-submit's, else Spark's local[*])"
+    )
+    parser.add_argument("--checkpoint", help="stream mode: checkpoint folder (required)")
+    parser.add_argument(
+        "--processing-time",
+        help="stream mode: micro-batch interval, e.g. '5 seconds' (default: settle what is "
+        "there and stop, Trigger.AvailableNow)",
+    )
+    parser.add_argument(
+        "--run-seconds", type=int, help="stream mode with --processing-time: stop after this"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from jobs.cluster import session
+    from sdk.spark import register
+
+    default_job = "settlement-stream" if args.mode == "stream" else "settlement"
+    source = Source(
+        url=args.coordinator_url,
+        input_topic=args.input,
+        output_topic=args.output,
+        job_id=args.job_id or default_job,
+        group=args.group,
+        token=args.token,
+    )
+    if args.mode == "stream" and not args.checkpoint:
+        print("--mode stream needs --checkpoint", file=sys.stderr)
+        return 2
+    spark = session(f"settlement-{args.mode}", args.master)
+    try:
+        register(spark)
+        if args.mode == "batch":
+            run = run_batch(spark, source, partitions=args.partitions)
+            what = "nothing new to settle" if run.offsets == 0 else f"settled {run.batch}"
+            print(what, file=sys.stderr)
+            print(json.dumps({"mode": "batch", **run.to_dict()}))
+        else:
+            batches = run_stream(
+                spark,
+                source,
+                args.checkpoint,
+                partitions=args.partitions,
+                processing_time=args.processing_time,
+                run_seconds=args.run_seconds,
+            )
+            print(json.dumps({"mode": "stream", "batches": batches}))
+    finally:
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
