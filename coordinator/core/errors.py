@@ -156,6 +156,20 @@ def _allowed_methods(request: Request) -> list[str]:
     ]
 
 
+# SQLSTATE classes of a server that cannot serve now rather than of a statement that failed:
+# 08 connection exception; 57 operator intervention (shutting down, starting up, terminated).
+UNAVAILABLE_SQLSTATE_CLASSES = ("08", "57")
+
+
+def store_unavailable(exc: DBAPIError) -> bool:
+    """Whether a driver error says the store is unreachable or going away (a 503, retriable),
+    not that a statement failed (a bug: 500)."""
+    if exc.connection_invalidated:
+        return True
+    sqlstate = getattr(exc.orig, "sqlstate", None)
+    return isinstance(sqlstate, str) and sqlstate[:2] in UNAVAILABLE_SQLSTATE_CLASSES
+
+
 def install_error_handlers(app: FastAPI) -> None:
     def answer(
         request: Request,
@@ -197,6 +211,12 @@ def install_error_handlers(app: FastAPI) -> None:
         log.warning("store unavailable: %s", exc.__class__.__name__)
         return answer(request, CoordinatorNotAvailable("the store did not answer; retry"))
 
+    async def on_driver_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, DBAPIError)
+        if store_unavailable(exc):
+            return await on_store_error(request, exc)
+        return await on_unexpected(request, exc)
+
     async def on_unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unexpected failure", exc_info=exc)
         return answer(request, InternalError("unexpected failure; nothing was changed"))
@@ -206,5 +226,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(OperationalError, on_store_error)
     app.add_exception_handler(InterfaceError, on_store_error)
-    app.add_exception_handler(DBAPIError, on_unexpected)
+    app.add_exception_handler(DBAPIError, on_driver_error)
+    # Connecting to a store that is down raises the socket's error as it is (refused, reset).
+    app.add_exception_handler(ConnectionError, on_store_error)
     app.add_exception_handler(Exception, on_unexpected)
