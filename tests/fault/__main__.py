@@ -1,0 +1,120 @@
+"""`python -m tests.fault`: one fault run; prints the checker's table and, as the last line of
+stdout, the summary as one JSON object. Exits 0 without anomalies, 1 with any, 2 if the run
+broke."""
+
+from __future__ import annotations
+
+import argparse
+import random
+import signal
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import NoReturn
+
+import orjson
+
+from tests.fault.runner import PROFILES, RunError, default_postgres_url, run, with_postgres_restarts
+
+DESCRIPTION = """\
+Exactly-once under faults. Starts two `coordinator serve` processes on a fresh Postgres database
+(COORDINATOR_TEST_POSTGRES_URL, default postgresql://postgres@127.0.0.1:5432/test; dropped at the
+end), four transactional producers (processes, through the SDK and a fault proxy) that commit and
+abort at random, and two read_committed readers. Meanwhile a nemesis kills and restarts a service
+(SIGKILL), pauses a producer past its transaction timeout (SIGSTOP, then SIGCONT: a zombie),
+starts a second instance of a live transactional id, and, in the long profile (or with
+--restart-postgres), restarts Postgres; the proxy drops requests, drops answers after the
+service handled them, delays and duplicates requests. Then every fault stops, every producer
+must commit again, every reader reads every partition from the start, and the checker looks for
+duplicates, lost commits, aborted or uncommitted reads, torn transactions, reordering,
+disagreeing readers and group offsets ahead of their data.
+
+Profiles: short (1 minute; no Postgres restart: it is what the test suite runs, and other tests
+share the server), long (10 minutes, every fault kind, Postgres restarts included: it restarts
+the local cluster with pg_ctlcluster, so run it only where nothing else uses that server).
+"""
+
+EPILOG = """\
+Output: progress on stderr; on stdout the seed and history directory, the checker's table
+(transactions attempted, committed, aborted; faults by kind; anomalies by kind) and, as the last
+line, the same counts as one JSON object. Exit status: 0 no anomaly, 1 anomalies, 2 the run broke
+(no verdict; see the logs in the history directory), 130 interrupted. The same --seed makes the
+same choices (which fault when, its victim and length, each producer's transactions and fault
+odds); how they interleave with real time still varies.
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.fault",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--profile", choices=sorted(PROFILES), default="short", help="default: short"
+    )
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        help="how long faults run (default: the profile's: short 1, long 10); a run goes on, up "
+        "to a minute more, until every fault kind of the profile happened",
+    )
+    parser.add_argument(
+        "--seed", type=int, help="seed of every random choice (default: a random one, printed)"
+    )
+    parser.add_argument(
+        "--out", type=Path, help="directory for the history and logs (default: a new temp dir)"
+    )
+    restarts = parser.add_mutually_exclusive_group()
+    restarts.add_argument(
+        "--restart-postgres",
+        action="store_true",
+        default=None,
+        help="also restart Postgres (pg_ctlcluster; default only in the long profile)",
+    )
+    restarts.add_argument(
+        "--no-restart-postgres",
+        dest="restart_postgres",
+        action="store_false",
+        help="never restart Postgres, whatever the profile",
+    )
+    args = parser.parse_args(argv)
+
+    profile = PROFILES[args.profile]
+    if args.minutes is not None:
+        if args.minutes <= 0:
+            parser.error("--minutes must be positive")
+        profile = replace(profile, minutes=args.minutes)
+    if args.restart_postgres is not None:
+        profile = with_postgres_restarts(profile, args.restart_postgres)
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
+    out = args.out or Path(tempfile.mkdtemp(prefix=f"fault-{profile.name}-{seed}-"))
+    out.mkdir(parents=True, exist_ok=True)
+    default_postgres_url()
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+
+    print(f"seed {seed}, profile {profile.name}, history in {out}", flush=True)
+    try:
+        result = run(profile, seed, out)
+    except RunError as exc:
+        print(f"the run broke (no verdict): {exc}", file=sys.stderr)
+        print(f"history and logs in {out}; rerun with --seed {seed}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"interrupted; history and logs in {out}", file=sys.stderr)
+        return 130
+    print(result.report.table())
+    print(f"history in {out}; rerun with --seed {seed} --profile {profile.name}")
+    print(orjson.dumps(result.summary()).decode(), flush=True)
+    return 0 if result.report.ok else 1
+
+
+def _exit_on_signal(signum: int, frame: object) -> NoReturn:
+    # Unwinds through the runner's cleanup, which stops every process and drops the database.
+    raise SystemExit(128 + signum)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

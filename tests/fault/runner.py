@@ -1,0 +1,527 @@
+"""The fault run: two service processes on a fresh Postgres database, transactional producers
+(through the fault proxy), read_committed readers and the nemesis; then, with every fault stopped,
+a final read and the checker's verdict on the recorded history.
+
+Every process it starts is stopped when it returns or raises, and the database is dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TextIO
+
+import httpx
+import orjson
+
+from tests.fault.checker import Report, check
+from tests.fault.history import (
+    Begin,
+    FaultCount,
+    Group,
+    Recorder,
+    SentOffset,
+    Txn,
+    Write,
+    load,
+)
+from tests.fault.nemesis import NEMESIS_KINDS, Nemesis, NemesisTiming, Targets, restart
+from tests.fault.proxy import FAULT_KINDS, FaultProxy, ProxyFaults
+from tests.fault.workers import INPUT_TOPIC, TOPIC, group_of, history_path, plans_path
+from tests.support import ServiceProcess, create_postgres_database, drop_postgres_database
+
+SWEEP_INTERVAL_MS = 500  # COORDINATOR_TIMEOUT_CHECK_INTERVAL_MS: timeouts must bite within a run
+SETTLE_S = 60.0  # bound on waiting for the last open transactions to end before the final read
+COVERAGE_GRACE_S = 60.0  # how far a run may go past its end until each fault kind happened
+RECOVERY_S = 60.0  # bound on each producer's first commit once the faults stopped
+STOP_PRODUCERS_S = 60.0  # a producer asked to stop finishes its transaction within this
+HTTP = httpx.Timeout(10.0)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What a run does. `min_committed` is what the short test demands so it cannot pass idle."""
+
+    name: str
+    minutes: float
+    nemesis: tuple[str, ...]
+    proxy: ProxyFaults
+    timing: NemesisTiming = field(default_factory=NemesisTiming)
+    producers: int = 4
+    partitions: int = 6
+    txn_timeout_ms: int = 5_000
+    producer_think_ms: int = 100
+    min_committed: int = 0
+
+    @property
+    def fault_kinds(self) -> tuple[str, ...]:
+        """Every fault kind this profile injects (each is expected at least once)."""
+        network = tuple(k for k in FAULT_KINDS if self.proxy.probability(k) > 0)
+        return self.nemesis + network
+
+
+_PROXY_FAULTS = ProxyFaults(
+    drop_request=0.015, drop_response=0.015, delay=0.03, duplicate_request=0.03
+)
+
+PROFILES = {
+    "short": Profile(
+        name="short",
+        minutes=1.0,
+        # No Postgres restarts: the test suite shares the server (and its pooled connections).
+        nemesis=("kill-service", "pause-producer", "second-instance"),
+        proxy=_PROXY_FAULTS,
+        timing=NemesisTiming(gap=(1.0, 3.0)),
+        min_committed=150,
+    ),
+    "long": Profile(
+        name="long",
+        minutes=10.0,
+        nemesis=NEMESIS_KINDS,
+        proxy=_PROXY_FAULTS,
+        timing=NemesisTiming(gap=(2.0, 6.0)),
+    ),
+}
+
+
+@dataclass
+class RunResult:
+    report: Report
+    profile: Profile
+    seed: int
+    out: Path
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "profile": self.profile.name,
+            "seed": self.seed,
+            "minutes": self.profile.minutes,
+            "history": str(self.out),
+            **self.report.summary(),
+        }
+
+
+class RunError(Exception):
+    """The run itself broke (a worker crashed, a service would not start): no verdict."""
+
+
+def with_postgres_restarts(profile: Profile, enabled: bool) -> Profile:
+    kinds = tuple(k for k in profile.nemesis if k != "restart-postgres")
+    if enabled:
+        kinds += ("restart-postgres",)
+    return replace(profile, nemesis=kinds)
+
+
+def run(profile: Profile, seed: int, out: Path, progress: TextIO = sys.stderr) -> RunResult:
+    """One run of `profile` with `seed`, its history in `out`; raises RunError if it broke."""
+    with _Run(profile, seed, out, progress) as r:
+        return r.execute()
+
+
+class _Run:
+    def __init__(self, profile: Profile, seed: int, out: Path, progress: TextIO) -> None:
+        self.profile = profile
+        self.seed = seed
+        self.out = out
+        self.progress = progress
+        self.rng = random.Random(seed)
+        self.t0 = time.monotonic()
+        self.history = out / "history"
+        self.plans = out / "plans"
+        self.logs = out / "logs"
+        for d in (self.history, self.plans, self.logs):
+            d.mkdir(parents=True, exist_ok=True)
+        self.database: str | None = None
+        self.services: list[ServiceProcess] = []
+        self.proxy: FaultProxy | None = None
+        self.nemesis: Nemesis | None = None
+        self.producers: dict[str, subprocess.Popen[bytes]] = {}
+        self.readers: dict[str, subprocess.Popen[bytes]] = {}
+        self.children: list[subprocess.Popen[bytes]] = []
+        self.children_lock = threading.Lock()
+        self.runner_log = Recorder(self.history / "runner.jsonl", "runner", origin=self.t0)
+
+    def say(self, message: str) -> None:
+        print(f"[{time.monotonic() - self.t0:7.1f}s] {message}", file=self.progress, flush=True)
+
+    def __enter__(self) -> _Run:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the run -----------------------------------------------------------------------------------
+
+    def execute(self) -> RunResult:
+        p = self.profile
+        self.say(f"profile {p.name}, {p.minutes:g} min, seed {self.seed}, history in {self.out}")
+        self.say(f"faults: {', '.join(p.fault_kinds)}")
+        self.start_services()
+        self.proxy = FaultProxy([s.url for s in self.services], p.proxy, self.rng.getrandbits(32))
+        self.proxy.start()
+        producer_names = [f"p{i}" for i in range(p.producers)]
+        self.readers["c0"] = self.spawn("c0", "reader", "--urls", self.proxy.url)
+        self.readers["c1"] = self.spawn(
+            "c1",
+            "reader",
+            "--urls",
+            ",".join(s.url for s in self.services),
+            "--groups",
+            ",".join(group_of(n) for n in producer_names),
+        )
+        for name in producer_names:
+            self.producers[name] = self.spawn_producer(name)
+        self.nemesis = Nemesis(
+            p.nemesis,
+            Targets(
+                services=self.services,
+                proxy=self.proxy,
+                producers=self.producers,
+                spawn_second=self.spawn_second,
+                history=self.history,
+                txn_timeout_s=p.txn_timeout_ms / 1000,
+                sweep_interval_s=SWEEP_INTERVAL_MS / 1000,
+            ),
+            Recorder(self.history / "nemesis.jsonl", "nemesis", origin=self.t0),
+            random.Random(self.rng.getrandbits(32)),
+            p.timing,
+        )
+        self.nemesis.start()
+        self.say(f"running: {p.producers} producers, 2 readers, proxy {self.proxy.url}")
+        self.watch(time.monotonic() + p.minutes * 60)
+        self.wind_down()
+        return self.verdict()
+
+    def start_services(self) -> None:
+        self.database = create_postgres_database()
+        self.say(f"database {self.database.rpartition('/')[2]}")
+        env = {
+            "COORDINATOR_TIMEOUT_CHECK_INTERVAL_MS": str(SWEEP_INTERVAL_MS),
+            "COORDINATOR_POOL_SIZE": "5",
+        }
+        for _ in range(2):  # one after the other: the first `serve` migrates the database
+            service = ServiceProcess(self.database, self.logs, **env)
+            self.services.append(service)
+            service.start()
+        with httpx.Client(base_url=self.services[0].url, timeout=HTTP) as http:
+            for name, partitions in ((TOPIC, self.profile.partitions), (INPUT_TOPIC, 1)):
+                answer = http.post("/v1/topics", json={"name": name, "partitions": partitions})
+                if answer.status_code != 201:
+                    raise RunError(f"creating topic {name}: {answer.status_code} {answer.text}")
+        self.say("services: " + ", ".join(s.url for s in self.services))
+
+    def spawn(self, name: str, kind: str, *args: str) -> subprocess.Popen[bytes]:
+        argv = [sys.executable, "-m", "tests.fault.workers", kind, "--name", name]
+        argv += ["--out", str(self.history), "--t0", repr(self.t0)]
+        argv += ["--partitions", str(self.profile.partitions), *args]
+        with (self.logs / f"{name}.log").open("ab") as log:
+            process = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).parents[2]
+            )
+        with self.children_lock:
+            self.children.append(process)
+        return process
+
+    def producing_args(self) -> list[str]:
+        assert self.proxy is not None
+        return [
+            "--url",
+            self.proxy.url,
+            "--seed",
+            str(self.rng.getrandbits(32)),
+            "--txn-timeout-ms",
+            str(self.profile.txn_timeout_ms),
+            "--plans",
+            str(self.plans),
+        ]
+
+    def spawn_producer(self, name: str) -> subprocess.Popen[bytes]:
+        args = [*self.producing_args(), "--think-ms", str(self.profile.producer_think_ms)]
+        return self.spawn(name, "producer", *args)
+
+    def spawn_second(self, name: str, tid: str) -> subprocess.Popen[bytes]:
+        return self.spawn(name, "second", *self.producing_args(), "--tid", tid)
+
+    def injected(self) -> dict[str, int]:
+        assert self.nemesis is not None and self.proxy is not None
+        return {**self.nemesis.injected, **self.proxy.counts}
+
+    def not_yet_injected(self) -> list[str]:
+        injected = self.injected()
+        return [kind for kind in self.profile.fault_kinds if not injected.get(kind)]
+
+    def watch(self, until: float) -> None:
+        """Wait out the run, and past its end (a little) until every fault kind of the profile
+        was injected, so a slow machine cannot make a run that skipped one; fail at once if a
+        worker dies or the nemesis breaks."""
+        next_report = time.monotonic() + 15
+        latest = until + COVERAGE_GRACE_S
+        while (now := time.monotonic()) < until or (now < latest and self.not_yet_injected()):
+            time.sleep(0.5)
+            for name, process in {**self.producers, **self.readers}.items():
+                if process.poll() is not None:
+                    raise RunError(f"{name} exited with {process.returncode}: {self.tail(name)}")
+            assert self.nemesis is not None and self.proxy is not None
+            for index, service in enumerate(self.services):
+                exited = service.process is not None and service.process.poll() is not None
+                if exited and self.proxy.is_up(index):
+                    raise RunError(f"service {service.url} died: {service.log.read_text()[-3000:]}")
+            if self.nemesis.error is not None:
+                raise RunError(f"the nemesis failed: {self.nemesis.error!r}")
+            if time.monotonic() >= next_report:
+                next_report += 15
+                self.say(f"faults so far: {self.injected()}")
+
+    def tail(self, name: str) -> str:
+        path = self.logs / f"{name}.log"
+        return path.read_text(errors="replace")[-3000:] if path.exists() else "(no log)"
+
+    def wind_down(self) -> None:
+        """Stop every fault, then every writer, and wait until nothing is open any more."""
+        assert self.nemesis is not None and self.proxy is not None
+        self.say("stopping the nemesis")
+        self.nemesis.stop()
+        self.nemesis.join(120)
+        if self.nemesis.is_alive():
+            raise RunError("the nemesis did not stop")
+        if self.nemesis.error is not None:
+            raise RunError(f"the nemesis failed: {self.nemesis.error!r}")
+        self.proxy.disable_faults()
+        self.await_recovery()
+        self.say("stopping the producers")
+        for process in self.producers.values():
+            process.send_signal(signal.SIGCONT)
+            process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_PRODUCERS_S
+        for name, process in self.producers.items():
+            try:
+                process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.say(f"{name} did not stop in time: killed (its last txn becomes unknown)")
+                process.kill()
+                process.wait()
+            if process.returncode not in (0, -signal.SIGKILL):
+                raise RunError(f"{name} exited with {process.returncode}: {self.tail(name)}")
+        # Nothing of a producer may reach a service after this, not even a delayed request.
+        self.proxy.stop()
+        for name, process in self.readers.items():
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired as exc:
+                raise RunError(f"reader {name} did not stop") from exc
+        for index, service in enumerate(self.services):
+            if service.process is None or service.process.poll() is not None:
+                restart(service, self.proxy, index)
+        self.settle()
+
+    def await_recovery(self) -> None:
+        """Every producer commits again once the faults stop: a zombie, a fenced instance, one
+        whose service died, each must find its way back by itself."""
+        quiet = time.monotonic() - self.t0
+        deadline = time.monotonic() + RECOVERY_S
+        waiting = set(self.producers)
+        while True:
+            waiting = {n for n in waiting if not _committed_since(self.history_of(n), quiet)}
+            if not waiting:
+                return
+            if time.monotonic() > deadline:
+                stuck = ", ".join(sorted(waiting))
+                raise RunError(f"no commit {RECOVERY_S:g}s after the faults stopped: {stuck}")
+            time.sleep(0.2)
+
+    def history_of(self, process: str) -> Path:
+        return history_path(self.history, process)
+
+    def settle(self) -> None:
+        """Wait until no transaction is open (the coordinator times out what the dead left
+        open), so that the final read reaches each partition's high watermark."""
+        deadline = time.monotonic() + SETTLE_S
+        with httpx.Client(base_url=self.services[0].url, timeout=HTTP) as http:
+            while True:
+                described = http.get(f"/v1/topics/{TOPIC}").json()["partitions"]
+                pinned = [p for p in described if p["last_stable_offset"] != p["high_watermark"]]
+                listed = http.get("/v1/admin/transactions").json()["transactions"]
+                open_ = [t["transactional_id"] for t in listed if t["state"] in _OPEN_STATES]
+                if not pinned and not open_:
+                    return
+                if time.monotonic() > deadline:
+                    raise RunError(f"still open after {SETTLE_S:g}s: {open_}, pinned {pinned}")
+                time.sleep(0.2)
+
+    def verdict(self) -> RunResult:
+        assert self.proxy is not None and self.nemesis is not None
+        self.say("final reads")
+        names = [*self.producers, *self.nemesis.second_instances]
+        self.record_final_groups(names)
+        finals = [
+            self.spawn(reader, "reader", "--phase", "final", "--urls", service.url)
+            for reader, service in zip(self.readers, self.services, strict=True)
+        ]
+        for name, process in zip(self.readers, finals, strict=True):
+            try:
+                code = process.wait(180)
+            except subprocess.TimeoutExpired as exc:
+                raise RunError(f"the final read of {name} did not end") from exc
+            if code != 0:
+                raise RunError(f"the final read of {name} failed: {self.tail(name)}")
+        for kind, count in self.proxy.counts.items():
+            self.runner_log.record(FaultCount(fault=kind, count=count, process="proxy"))
+        for name in names:
+            self.record_unfinished(name)
+        files = sorted(self.history.glob("*.jsonl"))
+        report = check(load(files))
+        return RunResult(report, self.profile, self.seed, self.out)
+
+    def record_final_groups(self, names: list[str]) -> None:
+        deadline = time.monotonic() + SETTLE_S
+        with httpx.Client(base_url=self.services[1].url, timeout=HTTP) as http:
+            for name in names:
+                group = group_of(name)
+                while True:
+                    answer = http.get(
+                        f"/v1/groups/{group}/offsets",
+                        params={"topic": INPUT_TOPIC, "require_stable": "true"},
+                    )
+                    if answer.status_code == 200:
+                        break
+                    if time.monotonic() > deadline:
+                        raise RunError(f"group {group}: {answer.status_code} {answer.text}")
+                    time.sleep(0.2)
+                entries = answer.json()["offsets"] or [
+                    {"topic": INPUT_TOPIC, "partition": 0, "offset": -1, "metadata": None}
+                ]
+                for entry in entries:
+                    self.runner_log.record(
+                        Group(
+                            group=group,
+                            topic=entry["topic"],
+                            partition=entry["partition"],
+                            offset=entry["offset"],
+                            metadata=entry.get("metadata"),
+                            phase="final",
+                        )
+                    )
+
+    def record_unfinished(self, name: str) -> None:
+        """A transaction a producer began but never recorded the end of (it was killed, or
+        crashed) is `unknown`, with the writes it had planned."""
+        path = self.history_of(name)
+        if not path.exists():
+            return
+        events = load([path])
+        begun = {e.txn for e in events if isinstance(e, Begin)}
+        ended = {e.txn for e in events if isinstance(e, Txn)}
+        missing = begun - ended
+        if not missing:
+            return
+        plans = {}
+        plans_file = plans_path(self.plans, name)
+        if plans_file.exists():
+            for line in plans_file.read_bytes().splitlines():
+                with contextlib.suppress(orjson.JSONDecodeError):
+                    plan = orjson.loads(line)
+                    plans[plan["txn"]] = plan
+        with Recorder(path, name, origin=self.t0) as recorder:
+            for txn in sorted(missing):
+                plan = plans.get(txn, {})
+                recorder.record(
+                    Txn(
+                        producer=name,
+                        txn=txn,
+                        outcome="unknown",
+                        tid=plan.get("tid"),
+                        writes=[Write(**w) for w in plan.get("writes", [])],
+                        offsets=[SentOffset(**o) for o in plan.get("offsets", [])],
+                        error="no outcome recorded",
+                    )
+                )
+                self.say(f"{name} txn {txn}: no outcome recorded; unknown")
+
+    # -- cleanup -----------------------------------------------------------------------------------
+
+    def kill_children(self) -> None:
+        with self.children_lock:
+            children = list(self.children)
+        for process in children:
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.send_signal(signal.SIGCONT)  # a stopped process dies only once resumed
+                    process.kill()
+        for process in children:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(30)
+
+    def close(self) -> None:
+        """Stop everything this run started, whatever state it is in; drop the database."""
+        with _no_interrupts():
+            if self.nemesis is not None:
+                self.nemesis.stop()
+            self.kill_children()
+            if self.nemesis is not None:
+                # It may be restarting a service or Postgres; let it finish before we stop those.
+                self.nemesis.join(150)
+                self.kill_children()  # a second instance it started meanwhile
+            if self.proxy is not None:
+                with contextlib.suppress(Exception):
+                    self.proxy.stop(timeout=5)
+            for service in self.services:
+                service.stop()
+            self.runner_log.close()
+            if self.database is not None:
+                drop_postgres_database(self.database)
+                self.database = None
+
+
+_OPEN_STATES = {"Ongoing", "Prepared"}
+
+
+def _committed_since(path: Path, since: float) -> bool:
+    """Whether the history file's tail holds a committed txn recorded after `since`."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 65536))
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return False
+    for line in reversed(lines):
+        try:
+            event = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue  # the first, cut by the seek, or the last, being written
+        if event.get("t", 0) <= since:
+            return False
+        if event.get("kind") == "txn" and event.get("outcome") == "committed":
+            return True
+    return False
+
+
+@contextlib.contextmanager
+def _no_interrupts() -> Iterator[None]:
+    """Cleanup must not be cut short by a second Ctrl-C or SIGTERM (leaked processes)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def default_postgres_url() -> None:
+    """Point the run at the local test server unless the environment names one."""
+    os.environ.setdefault(
+        "COORDINATOR_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
+    )
