@@ -96,6 +96,7 @@ def produce(url: str, args: argparse.Namespace) -> list[Settlement]:
     with AdminClient({"coordinator.url": url}) as client:
         topics = [NewTopic(PAYMENTS, args.partitions)]
         topics += [NewTopic(f"settlements-{mode}", args.partitions) for mode in MODES]
+        topics.append(NewTopic("payments-rejected", 1))
         for future in client.create_topics(topics).values():
             future.result()
     payments = generate_payments(args.events, args.merchants, seed=1)

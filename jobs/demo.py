@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 CURRENCIES = ("EUR", "USD", "GBP")
-PAYMENTS, SETTLEMENTS = "payments", "settlements"
+PAYMENTS, SETTLEMENTS, REJECTED = "payments", "settlements", "payments-rejected"
 JOB_ID, GROUP = "settlement", "settlement"
 WRITE_TASKS = 4  # settlement tasks per run (jobs.settlement's `partitions`)
 STRAGGLER_SECONDS = 15.0  # long enough for a speculative copy to start and win on 2 cores
@@ -486,7 +486,7 @@ def _run(options: Options, workdir: Path, started: float) -> dict[str, Any]:
         say(f"coordinator  {url} (pid {service.pid}), SQLite {workdir / 'coordinator.db'}")
         with AdminClient({"coordinator.url": url}) as admin:
             for future in admin.create_topics(
-                [NewTopic(PAYMENTS, 3), NewTopic(SETTLEMENTS, 2)]
+                [NewTopic(PAYMENTS, 3), NewTopic(SETTLEMENTS, 2), NewTopic(REJECTED, 1)]
             ).values():
                 future.result()
         transport = DroppingTransport(options.drop_rate, options.seed)

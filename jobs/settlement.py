@@ -4,8 +4,10 @@ exactly once, with the input offsets committed for the job's consumer group in t
 A payment is a JSON event `{"payment_id", "merchant", "amount": "12.50", "currency"}` (amounts are
 decimal strings, never floats). One settlement record per merchant and currency per run:
 `{"batch", "merchant", "currency", "total": "1234.50", "total_minor": 123450, "count": 98}`,
-keyed by merchant. `batch` names the input a run settled, so a record that appears twice is a
-duplicate, and the sum of a merchant's records is what it is owed.
+keyed by merchant. A malformed payment goes, unchanged, to a dead-letter topic
+(`payments-rejected`) in the same transaction. `batch` names the input a run settled, so a
+record that appears twice is a duplicate, and the sum of a merchant's records is what it is
+owed.
 
 Batch mode settles what arrived since the group's committed offsets up to the payments' last
 stable offsets, pinned before reading, and commits those same offsets with the output: a rerun
@@ -155,29 +157,46 @@ def pending(start: Offsets, end: Offsets) -> int:
 # -- the Spark job ---------------------------------------------------------------------------------
 
 
-def settlement_records(payments: DataFrame, batch: str, partitions: int = 4) -> DataFrame:
-    """Payments as the txlog source reads them -> settlement records (`key`, `value`) for the
-    txlog writer, in `partitions` tasks (hashed by merchant: one shuffle, not coalesced by AQE,
-    so a task's output is known in advance). Malformed payments are not settled."""
+def settlement_records(
+    payments: DataFrame,
+    batch: str,
+    partitions: int = 4,
+    *,
+    output_topic: str = "settlements",
+    rejected_topic: str = "payments-rejected",
+) -> DataFrame:
+    """Payments as the txlog source reads them -> records (`topic`, `key`, `value`) for the
+    txlog writer: one settlement per merchant and currency to `output_topic`, in `partitions`
+    tasks (hashed by merchant: one shuffle, not coalesced by AQE, so a task's output is known in
+    advance), and every malformed payment, as it was, to `rejected_topic` (a dead letter: money
+    is never dropped silently). Both commit in the same transaction."""
     from pyspark.sql import functions as F
 
     parsed = payments.select(
-        F.from_json(F.col("value").cast("string"), PAYMENT_SCHEMA).alias("p")
-    ).select(
+        "key",
+        "value",
+        F.from_json(F.col("value").cast("string"), PAYMENT_SCHEMA).alias("p"),
+    )
+    # An amount in cents, written out: "12.5" and "-3.00" pass, "12.345" and "1e3" do not.
+    good = (
+        F.col("p.merchant").isNotNull()
+        & F.col("p.currency").isNotNull()
+        & F.coalesce(F.col("p.amount").rlike(r"^-?[0-9]{1,16}(\.[0-9]{1,2})?$"), F.lit(False))
+    )
+    valid = parsed.where(good).select(
         F.col("p.merchant").alias("merchant"),
         F.col("p.currency").alias("currency"),
         F.col("p.amount").cast("decimal(18,2)").alias("amount"),
     )
-    valid = parsed.where(
-        F.col("merchant").isNotNull() & F.col("currency").isNotNull() & F.col("amount").isNotNull()
-    )
+    rejected = parsed.where(~good).select(F.lit(rejected_topic).alias("topic"), "key", "value")
     totals = (
         valid.repartition(partitions, "merchant")
         .groupBy("merchant", "currency")
         .agg(F.sum("amount").alias("total"), F.count(F.lit(1)).alias("count"))
     )
-    return totals.select(
-        F.col("merchant").alias("key"),
+    settlements = totals.select(
+        F.lit(output_topic).alias("topic"),
+        F.col("merchant").cast("binary").alias("key"),
         F.to_json(
             F.struct(
                 F.lit(batch).alias("batch"),
@@ -187,8 +206,11 @@ def settlement_records(payments: DataFrame, batch: str, partitions: int = 4) -> 
                 (F.col("total") * 100).cast("long").alias("total_minor"),
                 F.col("count"),
             )
-        ).alias("value"),
+        )
+        .cast("binary")
+        .alias("value"),
     )
+    return settlements.unionByName(rejected)
 
 
 @dataclass(frozen=True)
@@ -201,6 +223,7 @@ class Source:
     job_id: str = "settlement"
     group: str = "settlement"
     token: str | None = None
+    rejected_topic: str = "payments-rejected"
 
     def reader_options(self) -> dict[str, str]:
         options = {"coordinator.url": self.url, "subscribe": self.input_topic}
@@ -257,7 +280,13 @@ def run_batch(
         .load()
     )
     writer = (
-        settlement_records(payments, run.batch, partitions)
+        settlement_records(
+            payments,
+            run.batch,
+            partitions,
+            output_topic=source.output_topic,
+            rejected_topic=source.rejected_topic,
+        )
         .write.format("txlog")
         .mode("append")
         .options(**source.writer_options())
@@ -327,7 +356,13 @@ def run_stream(
             for row in ends:
                 offsets.setdefault(row["topic"], {})[row["partition"]] = row["last"] + 1
             (
-                settlement_records(batch, f"stream-{batch_id}", partitions)
+                settlement_records(
+                    batch,
+                    f"stream-{batch_id}",
+                    partitions,
+                    output_topic=source.output_topic,
+                    rejected_topic=source.rejected_topic,
+                )
                 .write.format("txlog")
                 .mode("append")
                 .options(**source.writer_options())
@@ -372,6 +407,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--input", default="payments", help="topic of payments (payments)")
     parser.add_argument("--output", default="settlements", help="topic of settlements")
     parser.add_argument(
+        "--rejected",
+        default="payments-rejected",
+        help="dead-letter topic for malformed payments, written in the same transaction "
+        "(payments-rejected)",
+    )
+    parser.add_argument(
         "--job-id",
         help="stable name of the job across reruns (settlement; settlement-stream with --mode "
         "stream): its transactions are JOB_ID/...",
@@ -403,6 +444,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         url=args.coordinator_url,
         input_topic=args.input,
         output_topic=args.output,
+        rejected_topic=args.rejected,
         job_id=args.job_id or default_job,
         group=args.group,
         token=args.token,
