@@ -381,6 +381,11 @@ class _Writing:
         self.offsets = parse_offsets(offsets, "offsets") if offsets else None
         if (self.offsets is None) != (self.offsets_group is None):
             raise ConfigError("offsets, offsets.group: give both or neither")
+        if self.offsets is not None and not self.settings.exactly_once:
+            raise ConfigError(
+                "offsets: committed with the output only by delivery.guarantee=exactly_once; "
+                "an at-least-once job commits its offsets itself, after the write"
+            )
         self.pause_before_commit = float(options.get("testing.pauseBeforeCommit", 0))
         self.pause_after_commit = float(options.get("testing.pauseAfterCommit", 0))
 
@@ -457,7 +462,10 @@ class TxlogStreamWriter(DataSourceStreamWriter):
         self.writing = _Writing(options, schema)
         if self.writing.settings.exactly_once and self.writing.settings.topic is None:
             raise ConfigError("topic: a streaming write needs the `topic` option")
-        self.writing.abort_leftovers()
+        # No abort_leftovers() here: Spark creates the streaming writer anew for every
+        # micro-batch's commit() and abort(), so it would abort the very batch about to be
+        # committed. What a crashed run left open is aborted by the first commit's
+        # commit-group (abort_others_with_prefix) instead.
 
     def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
         return self.writing.write(iterator)
