@@ -187,6 +187,37 @@ def test_a_batch_committed_before_is_never_committed_again(service: Coordinator)
     assert stable(service, "out")
 
 
+def test_a_micro_batch_attempt_that_prepares_after_its_batch_committed_withdraws(
+    service: Coordinator,
+) -> None:
+    """A late speculative copy, or a task of a batch Spark replays from its checkpoint, finds
+    its batch already committed: it aborts its own transaction at once (no LSO held back until
+    the next batch) and hands the driver nothing to commit, without failing the task."""
+    service.create_topic("out")
+    streaming = settings(service, marker=("out", None))
+    with Committer(service.url, None, JOB) as committer:
+        winner = write_partition(
+            dataclasses.replace(streaming, run="b0"), records(["a0"]), TaskIdentity(0, 0, 1, 0)
+        )
+        assert winner.transactional_id is not None
+        committer.commit([winner], batch=("out", 0))
+
+    late = write_partition(
+        dataclasses.replace(streaming, run="b0"), records(["a0"]), TaskIdentity(0, 1, 2, 0)
+    )
+    assert late.transactional_id is None and late.records == 0
+    assert states(service)[f"{JOB}/b0/0.1.2"] == "CompleteAbort"
+    assert stable(service, "out")
+    # The next batch's tasks are not mistaken for late ones.
+    current = write_partition(
+        dataclasses.replace(streaming, run="b1"), records(["b0"]), TaskIdentity(0, 0, 3, 1)
+    )
+    assert current.transactional_id == f"{JOB}/b1/0.0.3"
+    assert states(service)[f"{JOB}/b1/0.0.3"] == "Prepared"
+    assert service.values("out", isolation_level="read_uncommitted") == {0: ["a0", "a0", "b0"]}
+    assert service.values("out") == {0: ["a0"]}
+
+
 def test_a_new_run_aborts_what_a_crashed_run_left_open_and_its_driver_cannot_commit(
     service: Coordinator,
 ) -> None:

@@ -105,6 +105,10 @@ class WriteSettings:
     # driver moved on (committed, aborted, or a new run) aborts its own transaction. None: no
     # such check (streaming, where one writer serves every micro-batch).
     driver: tuple[int, int] | None = None
+    # Micro-batches: (marker topic, batch id, or None for the task's own micro-batch). A task
+    # that prepares after its batch was committed (a late speculative copy, or a batch Spark
+    # replays from its checkpoint) aborts its transaction: the batch's output is already in.
+    marker: tuple[str, int | None] | None = None
     kill: Fault | None = None
     delay: Fault | None = None
 
@@ -118,6 +122,7 @@ class TaskIdentity:
     partition: int
     attempt: int
     task_attempt_id: int
+    batch_id: int | None = None  # the streaming micro-batch the task belongs to
 
     @classmethod
     def current(cls) -> TaskIdentity:
@@ -127,7 +132,13 @@ class TaskIdentity:
         ctx = TaskContext.get()
         if ctx is None:
             return cls(0, 0, int.from_bytes(os.urandom(6), "big"))
-        return cls(ctx.partitionId(), ctx.attemptNumber(), ctx.taskAttemptId())
+        batch = ctx.getLocalProperty("streaming.sql.batchId")  # set by Spark's MicroBatchExecution
+        return cls(
+            ctx.partitionId(),
+            ctx.attemptNumber(),
+            ctx.taskAttemptId(),
+            int(batch) if batch is not None else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -239,7 +250,23 @@ class TaskWriter:
             # attempt. Nobody would ever commit it; abort it rather than let it pin the LSO.
             producer.abort_transaction()
             raise RuntimeError(f"{self.tid}: the job's run ended before this attempt prepared")
+        if self._batch_committed():
+            producer.abort_transaction()
+            return TaskOutcome(task.partition, task.attempt, 0)
         return TaskOutcome(task.partition, task.attempt, self.written, self.tid, producer_id, epoch)
+
+    def _batch_committed(self) -> bool:
+        marker = self.settings.marker
+        if marker is None or self.settings.job_id is None:
+            return False
+        batch = marker[1] if marker[1] is not None else self.task.batch_id
+        if batch is None:
+            return False
+        http = client(self.settings.url, self.settings.token)
+        try:
+            return committed_batch(http, self.settings.job_id, marker[0]) > batch
+        finally:
+            http.close()
 
     def close(self) -> None:
         # An attempt that fails midway aborts what it wrote at once (close() does), rather
@@ -273,6 +300,16 @@ def _driver_moved_on(settings: WriteSettings) -> bool:
     finally:
         http.close()
     return (doc["producer_id"], doc["producer_epoch"]) != settings.driver
+
+
+def committed_batch(http: HttpClient, job_id: str, topic: str) -> int:
+    """The next micro-batch id the job will commit, from its marker group (0 if none yet).
+    Waits out a commit in progress (require_stable)."""
+    group = quote(job_id + BATCH_GROUP_SUFFIX, safe="")
+    doc = http.call(
+        "GET", f"/v1/groups/{group}/offsets", params={"topic": topic, "require_stable": "true"}
+    )
+    return max((e["offset"] for e in doc["offsets"] if e["partition"] == 0), default=0)
 
 
 def driver_tid(job_id: str) -> str:
@@ -354,14 +391,7 @@ class Committer:
         self._http.call("POST", f"{self._path}/prepare", body=body)
 
     def _committed_batch(self, batch: tuple[str, int]) -> int:
-        """The next micro-batch id to commit, from the marker group (0 if none yet)."""
-        group = quote(self.job_id + BATCH_GROUP_SUFFIX, safe="")
-        doc = self._http.call(
-            "GET",
-            f"/v1/groups/{group}/offsets",
-            params={"topic": batch[0], "require_stable": "true"},
-        )
-        return max((e["offset"] for e in doc["offsets"] if e["partition"] == 0), default=0)
+        return committed_batch(self._http, self.job_id, batch[0])
 
     def _commit_group(
         self, members: Sequence[TaskOutcome], driver: tuple[int, int]

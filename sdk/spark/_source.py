@@ -6,6 +6,7 @@ Spark's Kafka source and sink (`coordinator.url` in place of `kafka.bootstrap.se
 from __future__ import annotations
 
 import base64
+import dataclasses
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -442,7 +443,7 @@ class TxlogWriter(DataSourceWriter):
         driver = self.writing.abort_leftovers()
         # Tasks that prepare after the driver moved on abort themselves (late speculation).
         settings = self.writing.settings
-        self.writing.settings = WriteSettings(**{**settings.__dict__, "driver": driver})
+        self.writing.settings = dataclasses.replace(settings, driver=driver, marker=self.batch)
 
     def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
         return self.writing.write(iterator)
@@ -460,8 +461,12 @@ class TxlogStreamWriter(DataSourceStreamWriter):
 
     def __init__(self, options: Any, schema: StructType) -> None:
         self.writing = _Writing(options, schema)
-        if self.writing.settings.exactly_once and self.writing.settings.topic is None:
+        settings = self.writing.settings
+        if settings.exactly_once and settings.topic is None:
             raise ConfigError("topic: a streaming write needs the `topic` option")
+        if settings.exactly_once and settings.topic is not None:
+            # Tasks learn their micro-batch from Spark (a local property of the task).
+            self.writing.settings = dataclasses.replace(settings, marker=(settings.topic, None))
         # No abort_leftovers() here: Spark creates the streaming writer anew for every
         # micro-batch's commit() and abort(), so it would abort the very batch about to be
         # committed. What a crashed run left open is aborted by the first commit's
