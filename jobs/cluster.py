@@ -11,6 +11,7 @@ are two hosts to Spark, so a straggler gets a copy on the other one.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -284,3 +285,19 @@ def session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def add_spark_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
+    """The options every job shares: where Spark runs, and how a streaming run goes on."""
+    parser.add_argument(
+        "--master", help="Spark master (default: spark-submit's, else Spark's local[*])"
+    )
+    parser.add_argument("--checkpoint", help="stream mode: checkpoint folder (required)")
+    parser.add_argument(
+        "--processing-time",
+        help=f"stream mode: micro-batch interval, e.g. '5 seconds' (default: {verb} what is "
+        "there and stop, Trigger.AvailableNow)",
+    )
+    parser.add_argument(
+        "--run-seconds", type=int, help="stream mode with --processing-time: stop after this"
+    )

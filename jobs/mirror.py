@@ -183,6 +183,8 @@ def run_stream(
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from jobs.cluster import add_spark_arguments
+
     parser = argparse.ArgumentParser(
         prog="python -m jobs.mirror",
         description="Copy a topic into another exactly once, transforming each record with "
@@ -212,18 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="write each record to its source partition number (default: by key, as produce)",
     )
-    parser.add_argument(
-        "--master", help="Spark master (default: spark-submit's, else Spark's local[*])"
-    )
-    parser.add_argument("--checkpoint", help="stream mode: checkpoint folder (required)")
-    parser.add_argument(
-        "--processing-time",
-        help="stream mode: micro-batch interval, e.g. '5 seconds' (default: copy what is there "
-        "and stop, Trigger.AvailableNow)",
-    )
-    parser.add_argument(
-        "--run-seconds", type=int, help="stream mode with --processing-time: stop after this"
-    )
+    add_spark_arguments(parser, "copy")
     return parser
 
 

@@ -396,6 +396,8 @@ def run_stream(
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from jobs.cluster import add_spark_arguments
+
     parser = argparse.ArgumentParser(
         prog="python -m jobs.settlement",
         description="Settle payments per merchant exactly once: totals to the output topic, input "
@@ -419,18 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--group", default="settlement", help="consumer group of the input")
     parser.add_argument("--partitions", type=int, default=4, help="write tasks (4)")
-    parser.add_argument(
-        "--master", help="Spark master (default: spark-submit's, else Spark's local[*])"
-    )
-    parser.add_argument("--checkpoint", help="stream mode: checkpoint folder (required)")
-    parser.add_argument(
-        "--processing-time",
-        help="stream mode: micro-batch interval, e.g. '5 seconds' (default: settle what is "
-        "there and stop, Trigger.AvailableNow)",
-    )
-    parser.add_argument(
-        "--run-seconds", type=int, help="stream mode with --processing-time: stop after this"
-    )
+    add_spark_arguments(parser, "settle")
     return parser
 
 

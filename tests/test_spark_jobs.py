@@ -1,0 +1,142 @@
+"""The jobs of `jobs/` on Spark (`local[2,3]`): settlement in batch and streaming mode, and the
+mirror. Each settles or copies every input exactly once across reruns, commits its input
+offsets with its output, and never drops a record (malformed payments go to the dead letter).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from jobs import mirror
+from jobs.settlement import Payment, Settlement, Source, run_batch, run_stream, settle
+from tests.spark_support import Log, unique
+
+pytestmark = pytest.mark.slow
+pytest_plugins = ["tests.spark_fixtures"]
+
+
+def payments(first: int, count: int) -> list[Payment]:
+    return [Payment(f"p{i}", f"m{i % 4}", 100 + i, "EUR") for i in range(first, first + count)]
+
+
+def append_payments(log: Log, topic: str, batch: list[Payment]) -> None:
+    for partition in range(2):
+        log.append(topic, partition, [p.to_json() for p in batch[partition::2]])
+
+
+def settlements(log: Log, topic: str) -> list[Settlement]:
+    return [Settlement.from_json(v) for v in log.values(topic)]
+
+
+def totals(found: list[Settlement]) -> dict[str, tuple[int, int]]:
+    """Per merchant: (amount, payment count) over every settlement record."""
+    result: dict[str, tuple[int, int]] = {}
+    for s in found:
+        total, count = result.get(s.merchant, (0, 0))
+        result[s.merchant] = (total + s.total_minor, count + s.count)
+    return result
+
+
+def truth(batch: list[Payment]) -> dict[str, tuple[int, int]]:
+    return totals(settle(batch, "truth"))
+
+
+def source(log: Log, name: str) -> Source:
+    topics = [f"{name}-{t}" for t in ("payments", "settlements", "rejected")]
+    log.create_topic(topics[0], 2)
+    log.create_topic(topics[1], 2)
+    log.create_topic(topics[2], 1)
+    return Source(
+        log.url,
+        input_topic=topics[0],
+        output_topic=topics[1],
+        job_id=name,
+        group=name,
+        rejected_topic=topics[2],
+    )
+
+
+def test_batch_settlement_settles_each_payment_once_across_reruns_and_rejects_bad_ones(
+    spark: SparkSession, log: Log
+) -> None:
+    src = source(log, unique("settle"))
+    first = payments(0, 40)
+    append_payments(log, src.input_topic, first)
+    bad = ["not json", json.dumps({"payment_id": "x", "merchant": "m1", "amount": "1.005"})]
+    log.append(src.input_topic, 0, bad)
+
+    run = run_batch(spark, src, partitions=3)
+    assert run.offsets == 42
+    assert totals(settlements(log, src.output_topic)) == truth(first)
+    assert sorted(log.values(src.rejected_topic)) == sorted(bad)
+    assert log.group_offsets(src.group, src.input_topic) == {0: 22, 1: 20}
+
+    again = run_batch(spark, src, partitions=3)  # nothing new: nothing written
+    assert again.offsets == 0
+    assert len(settlements(log, src.output_topic)) == 4
+
+    second = payments(40, 10)
+    append_payments(log, src.input_topic, second)
+    run_batch(spark, src, partitions=3)
+    found = settlements(log, src.output_topic)
+    assert totals(found) == truth(first + second)
+    assert all(n == 1 for n in Counter(s.key for s in found).values())
+    assert log.group_offsets(src.group, src.input_topic) == {0: 27, 1: 25}
+
+
+def test_streaming_settlement_resumes_from_its_checkpoint_without_settling_twice(
+    spark: SparkSession, log: Log, tmp_path: Path
+) -> None:
+    src = source(log, unique("stream"))
+    checkpoint = str(tmp_path / "checkpoint")
+    first = payments(0, 30)
+    append_payments(log, src.input_topic, first)
+    assert run_stream(spark, src, checkpoint, partitions=2) >= 1
+    assert totals(settlements(log, src.output_topic)) == truth(first)
+
+    second = payments(30, 12)
+    append_payments(log, src.input_topic, second)
+    assert run_stream(spark, src, checkpoint, partitions=2) >= 1
+    found = settlements(log, src.output_topic)
+    assert totals(found) == truth(first + second)
+    assert all(n == 1 for n in Counter(s.key for s in found).values())
+    # The input offsets of every micro-batch were committed with its settlements.
+    assert log.group_offsets(src.group, src.input_topic) == {0: 21, 1: 21}
+
+
+def test_mirror_copies_each_record_once_transformed_and_traceable(
+    spark: SparkSession, log: Log
+) -> None:
+    name = unique("mirror")
+    source_topic = log.create_topic(f"{name}-source", 2)
+    target = log.create_topic(f"{name}-target", 2)
+    log.append(source_topic, 0, ["a", "b"])
+    log.append(source_topic, 1, ["c", "skip-me"])
+    route = mirror.Route(log.url, source_topic, target, job_id=name, group=name)
+    transform = mirror.Transform(
+        value="upper(value)", where="value != 'skip-me'", preserve_partitions=True
+    )
+
+    assert mirror.run_batch(spark, route, transform)["offsets"] == 4
+    log.append(source_topic, 0, ["d"])
+    mirror.run_batch(spark, route, transform)
+    assert mirror.run_batch(spark, route, transform)["offsets"] == 0
+
+    copied = {p: log.records(target, p) for p in range(2)}
+    values = {p: [base64.b64decode(r["value"]).decode() for r in rs] for p, rs in copied.items()}
+    assert values == {0: ["A", "B", "D"], 1: ["C"]}
+    origins = [
+        base64.b64decode(r["headers"]["mirror.source"]).decode()
+        for rs in copied.values()
+        for r in rs
+    ]
+    assert sorted(origins) == sorted(
+        [f"{source_topic}/0/0", f"{source_topic}/0/1", f"{source_topic}/0/2", f"{source_topic}/1/0"]
+    )
+    assert log.group_offsets(name, source_topic) == {0: 3, 1: 2}
