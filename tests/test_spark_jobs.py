@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import shutil
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -19,6 +23,8 @@ from tests.spark_support import Log, unique
 
 pytestmark = pytest.mark.slow
 pytest_plugins = ["tests.spark_fixtures"]
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def payments(first: int, count: int) -> list[Payment]:
@@ -140,3 +146,43 @@ def test_mirror_copies_each_record_once_transformed_and_traceable(
         [f"{source_topic}/0/0", f"{source_topic}/0/1", f"{source_topic}/0/2", f"{source_topic}/1/0"]
     )
     assert log.group_offsets(name, source_topic) == {0: 3, 1: 2}
+
+
+def test_settlement_runs_as_a_module_and_under_spark_submit(log: Log) -> None:
+    """The two ways the issue names: `python -m jobs.settlement` and `spark-submit
+    jobs/settlement.py`, the second settling only what the first did not."""
+    src = source(log, unique("submit"))
+    arguments = [
+        "--coordinator-url",
+        log.url,
+        "--input",
+        src.input_topic,
+        "--output",
+        src.output_topic,
+        "--rejected",
+        src.rejected_topic,
+        "--job-id",
+        src.job_id,
+        "--group",
+        src.group,
+        "--partitions",
+        "2",
+    ]
+    first, second = payments(0, 10), payments(10, 6)
+    append_payments(log, src.input_topic, first)
+    module = [sys.executable, "-m", "jobs.settlement", *arguments, "--master", "local[2]"]
+    done = subprocess.run(module, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1])["offsets"] == 10
+
+    append_payments(log, src.input_topic, second)
+    submit = shutil.which("spark-submit", path=str(Path(sys.executable).parent)) or shutil.which(
+        "spark-submit"
+    )
+    assert submit is not None, "pyspark installs spark-submit next to the interpreter"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    command = [submit, "--master", "local[2]", "jobs/settlement.py", *arguments]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1])["offsets"] == 6
+    assert totals(settlements(log, src.output_topic)) == truth(first + second)
