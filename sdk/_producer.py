@@ -462,7 +462,10 @@ class Producer:
         - an error with `txn_requires_abort` (a record failed): call `abort_transaction()`,
           rewind the input to the last committed offsets, and start a new transaction.
         - `TransactionTimedOut`: the coordinator aborted it; call `init_transactions()`.
-        - a fatal error (`ProducerFenced`...): close the producer.
+        - a fatal error (`ProducerFenced`...): close the producer. After a commit whose answer
+          was lost, `ProducerFenced` does not say the transaction was aborted: a newer instance
+          may have fenced the retry after the first attempt committed. Its outcome is unknown to
+          this producer; the newer instance resumes from the committed offsets either way.
         - `IllegalStateError`: no transaction is open.
         """
         self._require_transactional()
