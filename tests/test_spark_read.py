@@ -285,6 +285,18 @@ BAD_OPTIONS = {
         _write(**{"delivery.guarantee": "exactly_twice"}),
         "delivery.guarantee: 'exactly_twice' is not one of",
     ),
+    "write with offsets at least once": (
+        _write(**{"delivery.guarantee": "at_least_once", "offsets.group": "g", "offsets": "{}"}),
+        "offsets: committed with the output only by delivery.guarantee=exactly_once",
+    ),
+    "write with a pause that is no number": (
+        _write(**{"testing.pauseBeforeCommit": "soon"}),
+        "testing.pauseBeforeCommit: 'soon' is not a number of seconds",
+    ),
+    "write with a kill fault that is not JSON": (
+        _write(**{"testing.kill": "{after"}),
+        "testing.kill: not JSON",
+    ),
 }
 
 

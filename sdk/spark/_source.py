@@ -87,6 +87,19 @@ def _int_option(options: Any, name: str, default: int) -> int:
     return number
 
 
+def _seconds_option(options: Any, name: str) -> float:
+    value = options.get(name)
+    if value is None:
+        return 0.0
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ConfigError(f"{name}: {value!r} is not a number of seconds") from None
+    if not 0 <= seconds < float("inf"):
+        raise ConfigError(f"{name}: must be a non-negative number of seconds")
+    return seconds
+
+
 # -- reading -------------------------------------------------------------------------------------
 
 
@@ -387,8 +400,8 @@ class _Writing:
                 "offsets: committed with the output only by delivery.guarantee=exactly_once; "
                 "an at-least-once job commits its offsets itself, after the write"
             )
-        self.pause_before_commit = float(options.get("testing.pauseBeforeCommit", 0))
-        self.pause_after_commit = float(options.get("testing.pauseAfterCommit", 0))
+        self.pause_before_commit = _seconds_option(options, "testing.pauseBeforeCommit")
+        self.pause_after_commit = _seconds_option(options, "testing.pauseAfterCommit")
 
     def committer(self) -> Committer:
         assert self.settings.job_id is not None
