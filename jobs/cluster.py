@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 # Aggressive enough that a task sleeping a few seconds gets a copy on the other worker, and the
 # copy wins; the values are Spark's own knobs (spark.speculation.*).
@@ -301,3 +302,23 @@ def add_spark_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
     parser.add_argument(
         "--run-seconds", type=int, help="stream mode with --processing-time: stop after this"
     )
+
+
+def run_query(
+    writer: DataStreamWriter, processing_time: str | None, run_seconds: int | None, what: str
+) -> None:
+    """Start a streaming query: without `processing_time`, process what is there and stop
+    (Trigger.AvailableNow); with it, run for `run_seconds` (forever if None). A query that
+    failed raises, naming `what`."""
+    if processing_time is None:
+        query = writer.trigger(availableNow=True).start()
+        query.awaitTermination()
+    else:
+        query = writer.trigger(processingTime=processing_time).start()
+        if run_seconds is None:
+            query.awaitTermination()
+        else:
+            query.awaitTermination(run_seconds)
+            query.stop()
+    if query.exception() is not None:
+        raise RuntimeError(f"the {what} stream failed: {query.exception()}")

@@ -28,6 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from jobs.cluster import run_query
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -168,18 +170,7 @@ def run_stream(
         .option("checkpointLocation", checkpoint)
         .options(**route.auth())
     )
-    if processing_time is None:
-        query = writer.trigger(availableNow=True).start()
-        query.awaitTermination()
-    else:
-        query = writer.trigger(processingTime=processing_time).start()
-        if run_seconds is None:
-            query.awaitTermination()
-        else:
-            query.awaitTermination(run_seconds)
-            query.stop()
-    if query.exception() is not None:
-        raise RuntimeError(f"the mirror stream failed: {query.exception()}")
+    run_query(writer, processing_time, run_seconds, "mirror")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -30,8 +30,10 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
+from jobs.cluster import run_query
+
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
 
 Offsets = dict[str, dict[int, int]]
 
@@ -251,6 +253,29 @@ class BatchRun:
         return {"batch": self.batch, "start": self.start, "end": self.end, "offsets": self.offsets}
 
 
+def _settlement_writer(
+    payments: DataFrame,
+    batch: str,
+    source: Source,
+    partitions: int,
+    writer_options: Mapping[str, str] | None,
+) -> DataFrameWriter:
+    """The settlement of `payments` as a txlog write, options set but for the offsets."""
+    return (
+        settlement_records(
+            payments,
+            batch,
+            partitions,
+            output_topic=source.output_topic,
+            rejected_topic=source.rejected_topic,
+        )
+        .write.format("txlog")
+        .mode("append")
+        .options(**source.writer_options())
+        .options(**dict(writer_options or {}))
+    )
+
+
 def run_batch(
     spark: SparkSession,
     source: Source,
@@ -279,19 +304,7 @@ def run_batch(
         .option("endingOffsets", offsets_json(end))
         .load()
     )
-    writer = (
-        settlement_records(
-            payments,
-            run.batch,
-            partitions,
-            output_topic=source.output_topic,
-            rejected_topic=source.rejected_topic,
-        )
-        .write.format("txlog")
-        .mode("append")
-        .options(**source.writer_options())
-        .options(**dict(writer_options or {}))
-    )
+    writer = _settlement_writer(payments, run.batch, source, partitions, writer_options)
     if delivery_guarantee == "exactly_once":
         writer.option("offsets.group", source.group).option("offsets", offsets_json(end)).save()
     else:
@@ -356,20 +369,10 @@ def run_stream(
             for row in ends:
                 offsets.setdefault(row["topic"], {})[row["partition"]] = row["last"] + 1
             (
-                settlement_records(
-                    batch,
-                    f"stream-{batch_id}",
-                    partitions,
-                    output_topic=source.output_topic,
-                    rejected_topic=source.rejected_topic,
-                )
-                .write.format("txlog")
-                .mode("append")
-                .options(**source.writer_options())
+                _settlement_writer(batch, f"stream-{batch_id}", source, partitions, writer_options)
                 .option("batchId", str(batch_id))
                 .option("offsets.group", source.group)
                 .option("offsets", offsets_json(offsets))
-                .options(**dict(writer_options or {}))
                 .save()
             )
             settled.append(batch_id)
@@ -377,18 +380,7 @@ def run_stream(
             batch.unpersist()
 
     writer = stream.writeStream.foreachBatch(settle_batch).option("checkpointLocation", checkpoint)
-    if processing_time is None:
-        query = writer.trigger(availableNow=True).start()
-        query.awaitTermination()
-    else:
-        query = writer.trigger(processingTime=processing_time).start()
-        if run_seconds is None:
-            query.awaitTermination()
-        else:
-            query.awaitTermination(run_seconds)
-            query.stop()
-    if query.exception() is not None:
-        raise RuntimeError(f"the settlement stream failed: {query.exception()}")
+    run_query(writer, processing_time, run_seconds, "settlement")
     return len(settled)
 
 

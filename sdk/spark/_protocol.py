@@ -355,7 +355,7 @@ class Committer:
         every other open transaction under the prefix. A batch committed before is not
         committed again: its new output is aborted instead."""
         producer_id, epoch = self._init()  # fences any other driver of this job
-        if batch is not None and self._committed_batch(batch) > batch[1]:
+        if batch is not None and committed_batch(self._http, self.job_id, batch[0]) > batch[1]:
             self._prepare(producer_id, epoch)
             result, _ = self._commit_group([], (producer_id, epoch))
             result.skipped = True
@@ -389,9 +389,6 @@ class Committer:
     def _prepare(self, producer_id: int, epoch: int) -> None:
         body = {"producer_id": producer_id, "producer_epoch": epoch}
         self._http.call("POST", f"{self._path}/prepare", body=body)
-
-    def _committed_batch(self, batch: tuple[str, int]) -> int:
-        return committed_batch(self._http, self.job_id, batch[0])
 
     def _commit_group(
         self, members: Sequence[TaskOutcome], driver: tuple[int, int]

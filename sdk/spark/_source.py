@@ -146,9 +146,16 @@ class _ReadSettings:
             for t, parts in described.items()
         }
 
-    def resolve(self, spec: str, option: str, default_latest: bool) -> Offsets:
-        """`earliest`, `latest` or JSON, as absolute offsets of every subscribed partition."""
-        bounds = self.bounds()
+    def resolve(
+        self,
+        spec: str,
+        option: str,
+        default_latest: bool,
+        bounds: dict[str, dict[int, tuple[int, int]]] | None = None,
+    ) -> Offsets:
+        """`earliest`, `latest` or JSON, as absolute offsets of every subscribed partition
+        (against `bounds`, or the partitions as they are now)."""
+        bounds = bounds if bounds is not None else self.bounds()
         if spec in ("earliest", "latest"):
             explicit: Offsets = {}
             fill = EARLIEST if spec == "earliest" else LATEST
@@ -237,10 +244,14 @@ def _ranges(start: Offsets, end: Offsets) -> list[OffsetRange]:
 class TxlogReader(DataSourceReader):
     def __init__(self, options: Any) -> None:
         self.settings = _ReadSettings.from_options(options)
-        start = self.settings.resolve(
-            options.get("startingOffsets", "earliest"), "startingOffsets", False
+        settings = self.settings
+        bounds = settings.bounds()  # one look at the partitions for both ends
+        start = settings.resolve(
+            options.get("startingOffsets", "earliest"), "startingOffsets", False, bounds
         )
-        end = self.settings.resolve(options.get("endingOffsets", "latest"), "endingOffsets", True)
+        end = settings.resolve(
+            options.get("endingOffsets", "latest"), "endingOffsets", True, bounds
+        )
         self.ranges = _ranges(start, end)
 
     def partitions(self) -> Sequence[InputPartition]:

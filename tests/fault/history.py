@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeAlias, TypeVar
@@ -100,6 +100,18 @@ class Group:
     phase: Phase
     process: str | None = None
     t: float | None = None
+
+    @classmethod
+    def observed(cls, group: str, entry: Mapping[str, Any], phase: Phase) -> Group:
+        """From an entry of `GET /v1/groups/{group}/offsets`."""
+        return cls(
+            group=group,
+            topic=entry["topic"],
+            partition=entry["partition"],
+            offset=entry["offset"],
+            metadata=entry.get("metadata"),
+            phase=phase,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -401,16 +401,7 @@ class _Run:
                     {"topic": INPUT_TOPIC, "partition": 0, "offset": -1, "metadata": None}
                 ]
                 for entry in entries:
-                    self.runner_log.record(
-                        Group(
-                            group=group,
-                            topic=entry["topic"],
-                            partition=entry["partition"],
-                            offset=entry["offset"],
-                            metadata=entry.get("metadata"),
-                            phase="final",
-                        )
-                    )
+                    self.runner_log.record(Group.observed(group, entry, "final"))
 
     def record_unfinished(self, name: str) -> None:
         """A transaction a producer began but never recorded the end of (it was killed, or

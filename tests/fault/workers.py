@@ -419,16 +419,7 @@ class Reader:
             if response.status_code != 200:
                 continue  # UNSTABLE_OFFSET_COMMIT while a transaction holds one, or a fault
             for entry in response.json()["offsets"]:
-                self.recorder.record(
-                    Group(
-                        group=group,
-                        topic=entry["topic"],
-                        partition=entry["partition"],
-                        offset=entry["offset"],
-                        metadata=entry.get("metadata"),
-                        phase="live",
-                    )
-                )
+                self.recorder.record(Group.observed(group, entry, "live"))
 
 
 def run_reader(args: argparse.Namespace) -> int:
