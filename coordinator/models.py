@@ -1,6 +1,7 @@
 """Every table, imported in one place so `Base.metadata` is complete (for Alembic and tests)."""
 
 from coordinator.core.database import Base
+from coordinator.effects.models import Effect
 from coordinator.groups.models import GroupOffset
 from coordinator.log.models import Batch, Partition, ProducerState, Topic
 from coordinator.producers.models import ProducerId
@@ -14,6 +15,7 @@ from coordinator.transactions.models import (
 __all__ = [
     "Base",
     "Batch",
+    "Effect",
     "GroupOffset",
     "Partition",
     "ProducerId",

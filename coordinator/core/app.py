@@ -22,6 +22,8 @@ from coordinator.core.limits import BodySizeLimit
 from coordinator.core.metrics import MetricsMiddleware
 from coordinator.core.openapi import install_openapi
 from coordinator.core.settings import Settings, get_settings
+from coordinator.effects.routes import router as effects_router
+from coordinator.effects.tasks import run_expiry
 from coordinator.groups.routes import router as groups_router
 from coordinator.log.routes import router as log_router
 from coordinator.producers.routes import router as producers_router
@@ -40,13 +42,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # rescanning it on every collection (a measurable share of a produce's CPU).
         gc.collect()
         gc.freeze()
-        sweeper = asyncio.create_task(run_sweeper(db, settings), name="coordinator-sweeper")
+        background = [
+            asyncio.create_task(run_sweeper(db, settings), name="coordinator-sweeper"),
+            asyncio.create_task(run_expiry(db, settings), name="coordinator-effect-expiry"),
+        ]
         try:
             yield
         finally:
-            sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweeper
+            for task in background:
+                task.cancel()
+            for task in background:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await db.dispose()
 
     app = FastAPI(
@@ -69,6 +76,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(producers_router)
     app.include_router(transactions_router)
     app.include_router(groups_router)
+    app.include_router(effects_router)
     app.include_router(admin_router)
     app.include_router(dashboard_router)
     app.include_router(metrics_router)

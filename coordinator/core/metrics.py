@@ -2,10 +2,11 @@
 
 Two kinds, so several service processes on one store stay truthful:
 - per process: request counts and latency per route and answer code, transaction commits and
-  aborts by reason. Each process serves its own; scrape every process (Prometheus labels each
-  target with its `instance`) and sum.
-- per store: open transactions by state, LSO lag per partition, producer-state rows. Read from the
-  database at scrape time, so every process answers the same figures.
+  aborts by reason, side-effect calls by outcome. Each process serves its own; scrape every
+  process (Prometheus labels each target with its `instance`) and sum.
+- per store: open transactions by state, LSO lag per partition, producer-state rows, side-effect
+  keys by state. Read from the database at scrape time, so every process answers the same
+  figures.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from coordinator.core.clock import now_ms
 from coordinator.log.models import Partition, ProducerState
 from coordinator.transactions.models import Transaction
 
@@ -58,6 +60,18 @@ ABORTS = Counter(
     ["reason"],
     registry=PROCESS,
 )
+
+EFFECTS = Counter(
+    "coordinator_effect_calls",
+    "Side-effect calls by outcome: claims that were granted (claimed, renewed by their owner), "
+    "answered with a stored result (done) or refused (busy); completed; released.",
+    ["outcome"],
+    registry=PROCESS,
+)
+
+
+def record_effect(outcome: str) -> None:
+    EFFECTS.labels(outcome=outcome).inc()
 
 
 def record_end(committed: bool, reason: str) -> None:
@@ -158,7 +172,17 @@ async def _store_families(session: AsyncSession) -> list[Metric]:
     producers.add_metric(
         [], await session.scalar(select(func.count()).select_from(ProducerState)) or 0
     )
-    return [open_txns, lag, high, producers]
+    # Imported here: the effects service counts its calls through this module.
+    from coordinator.effects.service import counts as effect_counts
+
+    effects = GaugeMetricFamily(
+        "coordinator_effects",
+        "Side-effect keys: claimed (lease live), done, lapsed (claimed, lease ran out).",
+        labels=["state"],
+    )
+    for state, count in (await effect_counts(session, now_ms())).items():
+        effects.add_metric([state], count)
+    return [open_txns, lag, high, producers, effects]
 
 
 async def render(session: AsyncSession) -> bytes:
