@@ -22,6 +22,8 @@ __all__ = [
     "ClientConfig",
     "ConsumerConfig",
     "ConsumerOptions",
+    "EffectsConfig",
+    "EffectsOptions",
     "ProducerConfig",
     "ProducerOptions",
     "build_config",
@@ -228,6 +230,11 @@ class AdminConfig(ClientConfig):
     pass
 
 
+@dataclass(frozen=True, kw_only=True)
+class EffectsConfig(ClientConfig):
+    pass
+
+
 class ClientOptions(TypedDict, total=False):
     coordinator_url: str
     coordinator_token: str | None
@@ -271,6 +278,10 @@ class ConsumerOptions(ClientOptions, total=False):
 
 class AdminOptions(ClientOptions, total=False):
     """Typed keyword arguments of `AdminClient(...)`: the fields of `AdminConfig`."""
+
+
+class EffectsOptions(ClientOptions, total=False):
+    """Typed keyword arguments of `EffectsClient(...)`: the fields of `EffectsConfig`."""
 
 
 # Kafka keys that have a different spelling here: say which, instead of "unknown key".

@@ -16,7 +16,8 @@ code ported from confluent-kafka, `exc.args[0]` is a `KafkaError` with the same 
      └── ServiceError                    the service answered with a problem document
           ├── RetriableError             retriable: send the same request again
           │    ├── CoordinatorNotAvailable, ConcurrentTransactions,
-          │    └── UnstableOffsetCommit, InternalError
+          │    ├── UnstableOffsetCommit, InternalError
+          │    └── EffectClaimed         another owner holds the side effect's lease
           ├── FatalError                 fatal: close the producer; a new one may start over
           │    ├── ProducerFenced, InvalidProducerEpoch, InvalidProducerIdMapping
           │    └── TransactionalIdAuthorizationFailed
@@ -24,6 +25,8 @@ code ported from confluent-kafka, `exc.args[0]` is a `KafkaError` with the same 
           ├── UnknownProducerId          producer state gone (KIP-360): abort, or a new pid
           ├── OutOfOrderSequenceNumber   a gap in sequence numbers: abort, or a new pid
           ├── InvalidTxnState, TransactionalIdNotFound, InvalidTransactionTimeout
+          ├── FencedClaim                the side effect's claim was lost to another owner
+          ├── EffectNotFound             no claim and no result for the key
           ├── UnknownTopicOrPartition, TopicAlreadyExists, RecordListTooLarge
           ├── AuthenticationFailed, AuthorizationFailed
           └── InvalidRequest, NotFound
@@ -43,7 +46,10 @@ __all__ = [
     "ConcurrentTransactions",
     "ConfigError",
     "CoordinatorNotAvailable",
+    "EffectClaimed",
+    "EffectNotFound",
     "FatalError",
+    "FencedClaim",
     "IllegalStateError",
     "InternalError",
     "InvalidProducerEpoch",
@@ -110,6 +116,9 @@ class KafkaError:
     UNKNOWN_PRODUCER_ID: ClassVar[str] = "UNKNOWN_PRODUCER_ID"
     UNSTABLE_OFFSET_COMMIT: ClassVar[str] = "UNSTABLE_OFFSET_COMMIT"
     RECORD_LIST_TOO_LARGE: ClassVar[str] = "RECORD_LIST_TOO_LARGE"
+    EFFECT_CLAIMED: ClassVar[str] = "EFFECT_CLAIMED"
+    FENCED_CLAIM: ClassVar[str] = "FENCED_CLAIM"
+    EFFECT_NOT_FOUND: ClassVar[str] = "EFFECT_NOT_FOUND"
     COORDINATOR_NOT_AVAILABLE: ClassVar[str] = "COORDINATOR_NOT_AVAILABLE"
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED: ClassVar[str] = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
     TOPIC_AUTHORIZATION_FAILED: ClassVar[str] = "TOPIC_AUTHORIZATION_FAILED"
@@ -331,6 +340,13 @@ class UnstableOffsetCommit(RetriableError):
     default_code = KafkaError.UNSTABLE_OFFSET_COMMIT
 
 
+class EffectClaimed(RetriableError):
+    """Another owner holds the side effect's lease (its `detail` names the owner and when the
+    lease ends): wait until it completes (then its result is yours) or its lease runs out."""
+
+    default_code = KafkaError.EFFECT_CLAIMED
+
+
 class InternalError(RetriableError):
     """A bug in the service; nothing was changed."""
 
@@ -394,6 +410,20 @@ class InvalidTransactionTimeout(ServiceError):
     default_code = KafkaError.INVALID_TRANSACTION_TIMEOUT
 
 
+class FencedClaim(ServiceError):
+    """The fencing token is no longer the key's current one: the lease ran out and another owner
+    claimed the key (or it was released). Nothing was stored; the effect may have happened
+    twice unless the outside system checked the fencing token."""
+
+    default_code = KafkaError.FENCED_CLAIM
+
+
+class EffectNotFound(ServiceError):
+    """The key has no claim and no result (never claimed, released, or expired)."""
+
+    default_code = KafkaError.EFFECT_NOT_FOUND
+
+
 class UnknownTopicOrPartition(ServiceError):
     default_code = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
 
@@ -442,6 +472,9 @@ _BY_CODE: dict[str, type[KafkaException]] = {
         ConcurrentTransactions,
         UnstableOffsetCommit,
         InternalError,
+        EffectClaimed,
+        FencedClaim,
+        EffectNotFound,
         ProducerFenced,
         InvalidProducerEpoch,
         InvalidProducerIdMapping,

@@ -36,6 +36,7 @@ EXPECTED_ALL = [
     "AdminOptions",
     "AuthenticationFailed",
     "AuthorizationFailed",
+    "Claim",
     "ClusterMetadata",
     "ConcurrentTransactions",
     "ConfigError",
@@ -45,7 +46,14 @@ EXPECTED_ALL = [
     "ConsumerOptions",
     "CoordinatorNotAvailable",
     "DeliveryCallback",
+    "Effect",
+    "EffectClaimed",
+    "EffectNotFound",
+    "EffectsClient",
+    "EffectsConfig",
+    "EffectsOptions",
     "FatalError",
+    "FencedClaim",
     "HangingPartition",
     "HangingTransactions",
     "Headers",
@@ -107,6 +115,9 @@ API_CODES = [
     ("UNKNOWN_PRODUCER_ID", 409, False),
     ("UNSTABLE_OFFSET_COMMIT", 409, True),
     ("RECORD_LIST_TOO_LARGE", 413, False),
+    ("EFFECT_CLAIMED", 409, True),
+    ("FENCED_CLAIM", 409, False),
+    ("EFFECT_NOT_FOUND", 404, False),
     ("COORDINATOR_NOT_AVAILABLE", 503, True),
     ("TRANSACTIONAL_ID_AUTHORIZATION_FAILED", 403, False),
     ("TOPIC_AUTHORIZATION_FAILED", 403, False),
@@ -271,13 +282,14 @@ def test_typed_keyword_options_match_the_config_fields() -> None:
         (sdk.ProducerConfig, sdk.ProducerOptions),
         (sdk.ConsumerConfig, sdk.ConsumerOptions),
         (sdk.AdminConfig, sdk.AdminOptions),
+        (sdk.EffectsConfig, sdk.EffectsOptions),
     ]:
         fields = {f.name for f in dataclasses.fields(config)}
         assert set(options.__annotations__) == fields, config.__name__
 
 
 def test_every_public_method_says_what_to_do_in_its_docstring() -> None:
-    for cls in (Producer, Consumer, sdk.AdminClient):
+    for cls in (Producer, Consumer, sdk.AdminClient, sdk.EffectsClient):
         for name, member in inspect.getmembers(cls, inspect.isfunction):
             if name.startswith("_") or name in ("close", "unassign", "assignment"):
                 continue
