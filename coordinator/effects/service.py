@@ -63,6 +63,7 @@ async def _insert_first_claim(
             updated_ms=now,
         )
         .on_conflict_do_nothing(index_elements=["key"])
+        .execution_options(preserve_rowcount=True)
     )
     result = await session.execute(statement)
     return getattr(result, "rowcount", 0) == 1
