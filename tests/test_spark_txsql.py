@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,26 +16,21 @@ from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
 from sdk.spark import latest_offsets, offsets_json, sql_committed_offsets
-from sdk.spark._sql import engine_for
 from tests.spark_driver import ledger_rows, write_sql
-from tests.spark_support import Log, require_jdbc_jars, unique
-from tests.support import create_postgres_database, drop_postgres_database
+from tests.spark_support import Log, unique
+from tests.sql_support import (
+    commit_record,
+    create_ledger,
+    ids,
+    jdbc_options,
+    query,
+)
 
 pytestmark = pytest.mark.slow
-pytest_plugins = ["tests.spark_fixtures"]
+pytest_plugins = ["tests.spark_fixtures", "tests.sql_fixtures"]
 
 ROWS, PARTITIONS = 60, 3  # Spark partition p holds ids 20p .. 20p+19
 KILLED_AFTER = 7
-
-
-@pytest.fixture(scope="module")
-def postgres_target() -> Iterator[str]:
-    require_jdbc_jars()
-    url = create_postgres_database()
-    try:
-        yield url
-    finally:
-        drop_postgres_database(url)
 
 
 @pytest.fixture(params=["postgres", "sqlite"])
@@ -45,48 +39,6 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"sqlite:///{tmp_path / 'ledger.db'}"
     url: str = request.getfixturevalue("postgres_target")
     return url
-
-
-def jdbc_options(url: str, dbtable: str, **extra: str) -> dict[str, str]:
-    """Spark's JDBC writer options for the same Postgres database a SQLAlchemy URL names."""
-    rest = url.partition("://")[2]
-    user, _, where = rest.rpartition("@")
-    return {
-        "url": f"jdbc:postgresql://{where}?user={user}",
-        "driver": "org.postgresql.Driver",
-        "dbtable": dbtable,
-        **extra,
-    }
-
-
-def query(url: str, sql: str) -> list[tuple[object, ...]]:
-    engine = engine_for(url)
-    try:
-        with engine.connect() as connection:
-            return [tuple(r) for r in connection.exec_driver_sql(sql).all()]
-    finally:
-        engine.dispose()
-
-
-def ids(url: str, dbtable: str) -> Counter[int]:
-    return Counter(int(str(r[0])) for r in query(url, f"SELECT id FROM {dbtable}"))
-
-
-def commit_record(url: str, job: str) -> tuple[int, int, list[str]]:
-    ((rows, discarded, winners),) = query(
-        url, f"SELECT rows, discarded_rows, winners FROM txsql_commits WHERE job_id = '{job}'"
-    )
-    return int(str(rows)), int(str(discarded)), json.loads(str(winners))
-
-
-def create_ledger(url: str, dbtable: str) -> str:
-    engine = engine_for(url)
-    try:
-        with engine.begin() as connection:
-            connection.exec_driver_sql(f"CREATE TABLE {dbtable} (id BIGINT, value TEXT)")
-    finally:
-        engine.dispose()
-    return dbtable
 
 
 def test_txsql_keeps_one_copy_when_a_task_attempt_dies_after_staging_rows(
