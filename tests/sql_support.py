@@ -55,11 +55,10 @@ def create_ledger(url: str, dbtable: str) -> str:
 
 
 def staged(url: str, dbtable: str) -> int:
-    """Rows in the target's staging table (0 before a writer created it)."""
+    """Rows in the target's staging tables (one per run still open; 0 when there is none)."""
     engine = engine_for(url)
     try:
-        if not inspect(engine).has_table(f"{dbtable}__txsql_staging"):
-            return 0
+        names = [n for n in inspect(engine).get_table_names() if n.startswith(f"{dbtable}__txsql_")]
     finally:
         engine.dispose()
-    return int(str(query(url, f"SELECT count(*) FROM {dbtable}__txsql_staging")[0][0]))
+    return sum(int(str(query(url, f"SELECT count(*) FROM {n}")[0][0])) for n in names)

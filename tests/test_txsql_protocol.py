@@ -11,13 +11,15 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from sqlalchemy import text
 from sqlalchemy.types import BigInteger, DateTime, Numeric, Text
 
 from sdk._errors import ConfigError
 from sdk.spark import sql_committed_offsets
-from sdk.spark._sql import RunFenced, SqlTarget, engine_for, stage_rows
+from sdk.spark._sql import RunFenced, SqlTarget, engine_for, stage_batches
+from tests.sql_support import staged
 from tests.support import create_postgres_database, drop_postgres_database
 
 COLUMNS = ("id", "name")
@@ -56,13 +58,12 @@ def rows_of(url: str, dbtable: str) -> list[tuple[object, ...]]:
     return sorted(query(url, f"SELECT id, name FROM {dbtable}"))
 
 
-def staged(url: str, dbtable: str) -> int:
-    return int(query(url, f"SELECT count(*) FROM {dbtable}__txsql_staging")[0][0])
-
-
 def stage(target: SqlTarget, partition: int, attempt: int, ids: range, task: int = 0):  # type: ignore[no-untyped-def]
     attempt_id = target.attempt_id(partition, attempt, task or partition * 10 + attempt)
-    return stage_rows(target, attempt_id, partition, ((i, f"n{i}") for i in ids), batch=3)
+    batches = [
+        pa.record_batch({"id": [i], "name": [f"n{i}"]}) for i in ids
+    ]  # one row each: the attempt commits every 3
+    return stage_batches(target, attempt_id, partition, batches, batch=3)
 
 
 def test_the_commit_moves_the_winners_drops_the_losers_and_stores_offsets_in_one_go(
@@ -140,7 +141,11 @@ def test_a_micro_batch_committed_before_is_not_committed_again(
     result = replay.commit([stage(replay, 0, 0, range(3))], batch_id=0)
     assert result.skipped and result.discarded_rows == 3
     assert len(rows_of(target_url, dbtable)) == 3
-    assert replay.commit([], batch_id=1).rows == 0
+    with pytest.raises(RunFenced):
+        replay.commit([], batch_id=1)  # the run ended with its skipped commit
+    following = SqlTarget.prepare(target_url, dbtable, "job-e", COLUMNS, CREATE)
+    assert following.commit([stage(following, 0, 0, range(3, 5))], batch_id=1).rows == 2
+    assert len(rows_of(target_url, dbtable)) == 5
 
 
 def test_an_abort_throws_away_the_runs_staged_rows(target_url: str, dbtable: str) -> None:
@@ -158,7 +163,10 @@ def test_typed_values_arrive_as_they_were(target_url: str, dbtable: str) -> None
     target = SqlTarget.prepare(target_url, dbtable, "job-g", columns, create)
     at = datetime(2026, 11, 24, 15, 0, 1, 250_000, tzinfo=UTC)
     amount = Decimal("1234.56") if target_url.startswith("postgres") else "1234.56"
-    outcome = stage_rows(target, target.attempt_id(0, 0, 1), 0, [(1, amount, at)], batch=10)
+    arrow = pa.record_batch(
+        {"id": [1], "amount": [amount], "at": pa.array([at], pa.timestamp("us", tz="UTC"))}
+    )
+    outcome = stage_batches(target, target.attempt_id(0, 0, 1), 0, [arrow], batch=10)
     target.commit([outcome])
     ((got_id, got_amount, got_at),) = query(target_url, f"SELECT id, amount, at FROM {dbtable}")
     assert (got_id, str(got_amount)) == (1, "1234.56")

@@ -3,31 +3,34 @@ the `txsql` data source does in the target database (any SQLAlchemy URL; tested 
 SQLite).
 
 - A run starts (driver): the job's row in `txsql_jobs` names this run, fencing any older driver
-  of the job; rows an earlier crashed run left in the staging table are deleted.
-- Each task attempt inserts its rows into the staging table (the target's columns plus
-  `txsql_job` and `txsql_attempt`), committed as it goes: nothing there is visible in the
-  target.
+  of the job; the staging table of the job's previous run (a crashed one's) is dropped and this
+  run's is created: `{table}__txsql_{run}`, the DataFrame's columns with the target's types plus
+  `txsql_attempt` (UNLOGGED on Postgres: what it holds is worth nothing until moved).
+- Each task attempt COPYs (Postgres) or INSERTs its rows into the run's staging table, committed
+  as it goes: nothing there is visible in the target.
 - The driver's commit is ONE transaction of the target database: it checks the job's row still
   names its run (under the row's lock), moves the winning attempts' rows into the target
-  (`INSERT ... SELECT`), deletes every staged row of the job (the losers': retried, speculative,
-  killed attempts), writes the input offsets (`txsql_offsets`) and a commit record
-  (`txsql_commits`). A retried commit finds its record and changes nothing; a micro-batch whose
-  id was committed before is not committed again.
+  (`INSERT ... SELECT`), writes the input offsets (`txsql_offsets`) and a commit record
+  (`txsql_commits`), and drops the staging table with the losers' rows (retried, speculative,
+  killed attempts). A retried commit finds its record and changes nothing; a micro-batch whose
+  id was committed before is not committed again; an attempt still writing after the commit
+  finds its table gone and fails.
 
 The next run reads the offsets back with `committed_offsets`. Needs of the database: tables it
-may create (the staging table beside the target, three small bookkeeping tables), ordinary
-transactions; nothing prepared.
+may create and drop (a staging table per run beside the target, three small bookkeeping
+tables), ordinary transactions; nothing prepared.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from sqlalchemy import (
@@ -35,7 +38,6 @@ from sqlalchemy import (
     Column,
     Connection,
     Engine,
-    Index,
     Integer,
     MetaData,
     String,
@@ -46,6 +48,7 @@ from sqlalchemy import (
     create_engine,
     delete,
     event,
+    func,
     insert,
     inspect,
     select,
@@ -59,6 +62,9 @@ from sqlalchemy.types import TypeEngine
 from sdk._errors import ConfigError
 from sdk.spark._offsets import Offsets
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 __all__ = [
     "AttemptOutcome",
     "RunFenced",
@@ -66,9 +72,10 @@ __all__ = [
     "SqlTarget",
     "committed_offsets",
     "engine_for",
+    "stage_batches",
 ]
 
-JOB_COLUMN, ATTEMPT_COLUMN = "txsql_job", "txsql_attempt"
+ATTEMPT_COLUMN = "txsql_attempt"
 IDENTIFIER_MAX = 63  # Postgres's limit; SQLite has none
 
 BOOKKEEPING = MetaData()
@@ -77,6 +84,8 @@ JOBS = Table(
     BOOKKEEPING,
     Column("job_id", String(128), primary_key=True),
     Column("run", String(64), nullable=False),
+    # The run's staging table (schema-qualified), null once committed or aborted.
+    Column("staging", String(255), nullable=True),
     Column("started_ms", BigInteger, nullable=False),
 )
 COMMITS = Table(
@@ -106,7 +115,8 @@ OFFSETS = Table(
 
 
 class RunFenced(RuntimeError):
-    """A newer run of the job started after this one: this run's output is not committed."""
+    """A newer run of the job started after this one, or this run was committed already: this
+    attempt's or driver's output is not (or no longer) wanted."""
 
 
 def plain_url(url: str) -> str:
@@ -150,12 +160,12 @@ def _split(dbtable: str) -> tuple[str | None, str]:
     return (schema or None), name
 
 
-def staging_name(name: str) -> str:
-    """`{table}__txsql_staging`, or a hashed name when that is too long for Postgres."""
-    plain = f"{name}__txsql_staging"
+def staging_name(name: str, run: str) -> str:
+    """`{table}__txsql_{run}`, or a hashed name when that is too long for Postgres."""
+    plain = f"{name}__txsql_{run}"
     if len(plain) <= IDENTIFIER_MAX:
         return plain
-    return f"txsql_staging_{hashlib.sha1(name.encode()).hexdigest()[:16]}"
+    return f"txsql_{hashlib.sha1(name.encode()).hexdigest()[:16]}_{run}"
 
 
 @dataclass(frozen=True)
@@ -178,7 +188,8 @@ class SqlCommit:
 
 @dataclass(frozen=True)
 class SqlTarget:
-    """The target table as the tasks need it: pickled from the driver to the executors."""
+    """The target table and this run's staging table, as the tasks need them: pickled from the
+    driver to the executors."""
 
     url: str
     dbtable: str
@@ -199,9 +210,9 @@ class SqlTarget:
         create: Sequence[tuple[str, TypeEngine[Any]]] = (),
         run: str | None = None,
     ) -> SqlTarget:
-        """Before the tasks write: the target (created from `create` when missing), its staging
-        table and the bookkeeping tables exist; the job's row names a new run (fencing older
-        drivers); staged rows of earlier runs of the job are deleted."""
+        """Before the tasks write: the target (created from `create` when missing) and the
+        bookkeeping tables exist; the job's row names a new run (fencing older drivers); the
+        previous run's staging table is dropped and this run's created, in one transaction."""
         schema, name = _split(dbtable)
         engine = engine_for(url)
         try:
@@ -212,25 +223,26 @@ class SqlTarget:
                     f"columns {missing}: not in table {dbtable!r} "
                     f"(it has {[c.name for c in target.columns]})"
                 )
-            for reserved in (JOB_COLUMN, ATTEMPT_COLUMN):
-                if reserved in target.columns:
-                    raise ConfigError(f"dbtable: column {reserved!r} is txsql's own")
+            if ATTEMPT_COLUMN in columns:
+                raise ConfigError(f"columns: {ATTEMPT_COLUMN!r} is txsql's own")
             _create_all(engine, BOOKKEEPING)
-            staging = _ensure_staging(engine, target)
-            run = run or os.urandom(6).hex()
+            prepared = cls(
+                url,
+                dbtable,
+                job_id,
+                run or os.urandom(6).hex(),
+                tuple(columns),
+                tuple(target.columns[c].type for c in columns),
+            )
+            staging = prepared._staging(engine.dialect.name)
             with engine.begin() as connection:
-                _start_run(connection, job_id, run)
-                connection.execute(delete(staging).where(staging.c[JOB_COLUMN] == job_id))
+                previous = _start_run(connection, job_id, prepared.run, _qualified(staging))
+                if previous:
+                    _drop(connection, previous)
+                staging.create(connection)
         finally:
             engine.dispose()
-        return cls(
-            url,
-            dbtable,
-            job_id,
-            run,
-            tuple(columns),
-            tuple(target.columns[c].type for c in columns),
-        )
+        return prepared
 
     def commit(
         self,
@@ -240,12 +252,13 @@ class SqlTarget:
         offsets: Offsets | None = None,
         batch_id: int | None = None,
     ) -> SqlCommit:
-        """Move the winners' staged rows into the target, drop every other staged row of the
-        job, write `offsets` for `offsets_group` and the commit record: one transaction."""
+        """Move the winners' staged rows into the target, write `offsets` for `offsets_group`
+        and the commit record, drop the staging table: one transaction."""
         winners = sorted(o.attempt for o in outcomes if o is not None)
         expected = sum(o.rows for o in outcomes if o is not None)
-        staging, target = self._staging(), self._target()
+        target = self._target()
         engine = engine_for(self.url)
+        staging = self._staging(engine.dialect.name)
         try:
             with engine.begin() as connection:
                 current = connection.execute(
@@ -263,21 +276,26 @@ class SqlTarget:
                 ).first()
                 if done is not None:
                     return SqlCommit(done[0], done[1], orjson.loads(done[2]), repeated=True)
-                ours = staging.c[JOB_COLUMN] == self.job_id
-                if (
+                if not inspect(connection).has_table(staging.name, schema=staging.schema):
+                    raise RunFenced(f"job {self.job_id!r}: run {self.run!r} ended already")
+                staged = int(
+                    connection.execute(select(func.count()).select_from(staging)).scalar_one()
+                )
+                replayed = (
                     batch_id is not None
                     and connection.execute(
                         select(COMMITS.c.run).where(
                             COMMITS.c.job_id == self.job_id, COMMITS.c.batch_id == batch_id
                         )
                     ).first()
-                ):
-                    discarded = connection.execute(delete(staging).where(ours)).rowcount
-                    return SqlCommit(0, discarded, [], skipped=True)
+                )
+                if replayed:
+                    self._finish(connection, staging)
+                    return SqlCommit(0, staged, [], skipped=True)
                 moved = 0
                 if winners:
                     chosen = select(*(staging.c[c] for c in self.columns)).where(
-                        ours, staging.c[ATTEMPT_COLUMN].in_(winners)
+                        staging.c[ATTEMPT_COLUMN].in_(winners)
                     )
                     moved = connection.execute(
                         insert(target).from_select(list(self.columns), chosen),
@@ -288,29 +306,8 @@ class SqlTarget:
                         f"job {self.job_id!r}: {moved} staged rows of the winning attempts, "
                         f"their tasks reported {expected}; nothing committed"
                     )
-                discarded = connection.execute(delete(staging).where(ours)).rowcount - moved
                 now = int(time.time() * 1000)
-                for topic, partitions in sorted((offsets or {}).items()):
-                    for partition, offset in sorted(partitions.items()):
-                        if offsets_group is None or offset < 0:
-                            continue
-                        key = (
-                            (OFFSETS.c.group_id == offsets_group)
-                            & (OFFSETS.c.topic == topic)
-                            & (OFFSETS.c.partition == partition)
-                        )
-                        connection.execute(delete(OFFSETS).where(key))
-                        connection.execute(
-                            insert(OFFSETS).values(
-                                group_id=offsets_group,
-                                topic=topic,
-                                partition=partition,
-                                offset=offset,
-                                job_id=self.job_id,
-                                run=self.run,
-                                committed_ms=now,
-                            )
-                        )
+                _write_offsets(connection, offsets_group, offsets or {}, self.job_id, self.run, now)
                 connection.execute(
                     insert(COMMITS).values(
                         job_id=self.job_id,
@@ -318,31 +315,41 @@ class SqlTarget:
                         batch_id=batch_id,
                         dbtable=self.dbtable,
                         rows=moved,
-                        discarded_rows=discarded,
+                        discarded_rows=staged - moved,
                         winners=orjson.dumps(winners).decode(),
                         committed_ms=now,
                     )
                 )
-                return SqlCommit(moved, discarded, winners)
+                self._finish(connection, staging)
+                return SqlCommit(moved, staged - moved, winners)
         finally:
             engine.dispose()
 
     def abort(self) -> int:
-        """Throw away what this run staged (Spark gave up on the job)."""
-        staging = self._staging()
+        """Throw away what this run staged (Spark gave up on the job); returns the rows."""
         engine = engine_for(self.url)
+        staging = self._staging(engine.dialect.name)
         try:
             with engine.begin() as connection:
-                return int(
-                    connection.execute(
-                        delete(staging).where(
-                            staging.c[JOB_COLUMN] == self.job_id,
-                            staging.c[ATTEMPT_COLUMN].startswith(f"{self.run}/"),
-                        )
-                    ).rowcount
+                if not inspect(connection).has_table(staging.name, schema=staging.schema):
+                    return 0
+                if not inspect(connection).has_table(staging.name, schema=staging.schema):
+                    raise RunFenced(f"job {self.job_id!r}: run {self.run!r} ended already")
+                staged = int(
+                    connection.execute(select(func.count()).select_from(staging)).scalar_one()
                 )
+                self._finish(connection, staging)
+                return staged
         finally:
             engine.dispose()
+
+    def _finish(self, connection: Connection, staging: Table) -> None:
+        staging.drop(connection)
+        connection.execute(
+            update(JOBS)
+            .where(JOBS.c.job_id == self.job_id, JOBS.c.run == self.run)
+            .values(staging=None)
+        )
 
     # -- the tasks -------------------------------------------------------------------------------
 
@@ -364,110 +371,148 @@ class SqlTarget:
         schema, name = _split(self.dbtable)
         return table(name, *(column(c) for c in self.columns), schema=schema)
 
-    def _staging(self) -> Table:
+    def _staging(self, dialect: str) -> Table:
         schema, name = _split(self.dbtable)
         return Table(
-            staging_name(name),
+            staging_name(name, self.run),
             MetaData(),
-            Column(JOB_COLUMN, String(128)),
-            Column(ATTEMPT_COLUMN, String(255)),
+            Column(ATTEMPT_COLUMN, String(255), nullable=False),
             *(Column(c, t) for c, t in zip(self.columns, self.types, strict=True)),
             schema=schema,
+            # Not logged: a crash loses staged rows, and a commit then finds fewer rows than its
+            # tasks reported and refuses; nothing ever depends on them before the commit.
+            prefixes=["UNLOGGED"] if dialect == "postgresql" else [],
         )
 
 
 class Stager:
-    """One task attempt's inserts into the staging table, committed every `flush()`."""
+    """One task attempt's rows into the run's staging table, committed every `flush()`."""
 
     def __init__(self, target: SqlTarget, attempt: str, connection: Connection) -> None:
         self.target, self.attempt, self.connection = target, attempt, connection
-        self.staging = target._staging()
-        self.pending: list[dict[str, Any]] = []
+        dialect = connection.dialect
+        self.staging = target._staging(dialect.name)
+        self.pending: list[pa.RecordBatch] = []
+        self.pending_rows = 0
         self.staged = 0
-        self._copy = connection.dialect.name == "postgresql" and connection.dialect.driver == (
-            "psycopg"
-        )
+        self._copy = dialect.name == "postgresql" and dialect.driver == "psycopg"
 
-    def add(self, values: Sequence[Any]) -> None:
-        row = dict(zip(self.target.columns, values, strict=True))
-        row[JOB_COLUMN] = self.target.job_id
-        row[ATTEMPT_COLUMN] = self.attempt
-        self.pending.append(row)
+    def add(self, batch: pa.RecordBatch) -> None:
+        self.pending.append(batch)
+        self.pending_rows += batch.num_rows
 
     def flush(self) -> None:
-        """Commit the pending rows into the staging table."""
+        """Commit the pending rows into the staging table. A table that is gone (the run was
+        committed, aborted or replaced while this attempt wrote) is RunFenced."""
         if not self.pending:
             return
-        with self.connection.begin():
-            if self._copy:
-                self._copy_rows()
-            else:
-                self.connection.execute(insert(self.staging), self.pending)
-        self.staged += len(self.pending)
+        try:
+            with self.connection.begin():
+                for batch in self.pending:
+                    if self._copy:
+                        self._copy_batch(batch)
+                    else:
+                        rows = batch.to_pylist()
+                        for row in rows:
+                            row[ATTEMPT_COLUMN] = self.attempt
+                        self.connection.execute(insert(self.staging), rows)
+        except Exception:  # the driver's own error when COPY went straight to psycopg
+            if not inspect(self.connection).has_table(
+                self.staging.name, schema=self.staging.schema
+            ):
+                raise RunFenced(f"{self.attempt}: the run ended while this attempt wrote") from None
+            raise
+        self.staged += self.pending_rows
         self.pending.clear()
+        self.pending_rows = 0
 
-    def _copy_rows(self) -> None:
-        """Postgres: COPY, the fastest way in (a stream, no statement per row)."""
+    def _copy_batch(self, batch: pa.RecordBatch) -> None:
+        """Postgres: COPY, the fastest way in. Arrow's CSV writer renders the batch in C (nulls
+        unquoted, strings quoted, as Postgres's CSV reads them); binary and nested columns,
+        which CSV cannot carry, go row by row."""
+        import pyarrow as pa
+        import pyarrow.csv as csv
         from psycopg import sql
 
-        names = [JOB_COLUMN, ATTEMPT_COLUMN, *self.target.columns]
-        schema, _ = _split(self.target.dbtable)
-        name = self.staging.name
-        relation = sql.Identifier(schema, name) if schema else sql.Identifier(name)
-        statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
-            relation, sql.SQL(", ").join(sql.Identifier(n) for n in names)
+        names = [ATTEMPT_COLUMN, *self.target.columns]
+        schema = self.staging.schema
+        relation = (
+            sql.Identifier(schema, self.staging.name)
+            if schema
+            else sql.Identifier(self.staging.name)
+        )
+        textual = all(_csv_safe(f.type) for f in batch.schema)
+        statement = sql.SQL("COPY {} ({}) FROM STDIN{}").format(
+            relation,
+            sql.SQL(", ").join(sql.Identifier(n) for n in names),
+            sql.SQL(" WITH (FORMAT csv)" if textual else ""),
         )
         raw = self.connection.connection.driver_connection
         assert raw is not None
         with raw.cursor() as cursor, cursor.copy(statement) as copy:
-            for row in self.pending:
-                copy.write_row([row[n] for n in names])
+            if textual:
+                attempts = pa.repeat(pa.scalar(self.attempt, pa.string()), batch.num_rows)
+                rendered = pa.Table.from_arrays([attempts, *batch.columns], names=names)
+                sink = io.BytesIO()
+                csv.write_csv(rendered, sink, csv.WriteOptions(include_header=False))
+                copy.write(sink.getbuffer())
+            else:
+                for row in batch.to_pylist():
+                    copy.write_row([self.attempt, *(row[c] for c in self.target.columns)])
 
     def committed_already(self) -> bool:
-        """Whether the run was committed (or fenced) before this attempt finished: a late
+        """Whether the run was committed, aborted or fenced before this attempt finished: a late
         speculative copy, whose rows nobody will move."""
         with self.connection.begin():
             current = self.connection.execute(
-                select(JOBS.c.run).where(JOBS.c.job_id == self.target.job_id)
-            ).scalar()
-            done = self.connection.execute(
-                select(COMMITS.c.run).where(
-                    COMMITS.c.job_id == self.target.job_id, COMMITS.c.run == self.target.run
-                )
+                select(JOBS.c.run, JOBS.c.staging).where(JOBS.c.job_id == self.target.job_id)
             ).first()
-        return current != self.target.run or done is not None
-
-    def discard(self) -> None:
-        with self.connection.begin():
-            self.connection.execute(
-                delete(self.staging).where(
-                    self.staging.c[JOB_COLUMN] == self.target.job_id,
-                    self.staging.c[ATTEMPT_COLUMN] == self.attempt,
-                )
-            )
+        return current is None or current[0] != self.target.run or current[1] is None
 
 
-def stage_rows(
+def _csv_safe(arrow_type: Any) -> bool:
+    import pyarrow.types as t
+
+    return not (
+        t.is_binary(arrow_type)
+        or t.is_large_binary(arrow_type)
+        or t.is_nested(arrow_type)
+        or t.is_dictionary(arrow_type)
+    )
+
+
+def stage_batches(
     target: SqlTarget,
     attempt: str,
     partition: int,
-    rows: Iterable[Sequence[Any]],
+    batches: Iterable[pa.RecordBatch],
     batch: int,
-    after_row: Callable[[int, Stager], None] | None = None,
+    stops: Collection[int] = (),
+    at_stop: Callable[[int, Stager], None] | None = None,
 ) -> AttemptOutcome:
-    """Stage one task attempt's rows, `batch` per transaction (`after_row(rows so far,
-    stager)`: the tests' fault injection). A late attempt (its run was committed or fenced
-    while it wrote) discards its rows and fails."""
+    """Stage one task attempt's rows, about `batch` per transaction. `at_stop(rows so far,
+    stager)` runs once exactly `stops` rows are in (the tests' fault injection). A late
+    attempt (its run committed, aborted or fenced while it wrote) fails with RunFenced."""
+    written = 0
     with target.stager(attempt) as stager:
-        for written, values in enumerate(rows, start=1):
-            stager.add(values)
-            if len(stager.pending) >= batch:
-                stager.flush()
-            if after_row is not None:
-                after_row(written, stager)
+        for arrow in batches:
+            start = 0
+            while start < arrow.num_rows:
+                # Cut the batch where a stop falls inside it.
+                cut = min(
+                    (s - written for s in stops if written < s <= written + arrow.num_rows - start),
+                    default=arrow.num_rows - start,
+                )
+                piece = arrow.slice(start, cut)
+                stager.add(piece)
+                start += cut
+                written += cut
+                if stager.pending_rows >= batch:
+                    stager.flush()
+                if at_stop is not None and written in stops:
+                    at_stop(written, stager)
         stager.flush()
         if stager.committed_already():
-            stager.discard()
             raise RunFenced(f"{attempt}: the job's run ended before this attempt finished")
         return AttemptOutcome(partition, attempt, stager.staged)
 
@@ -518,48 +563,66 @@ def _target(
     return Table(name, MetaData(), schema=schema, autoload_with=engine)
 
 
-def _ensure_staging(engine: Engine, target: Table) -> Table:
-    """The staging table: the target's columns (no constraints) plus job and attempt; columns
-    the target gained since are added."""
-    name = staging_name(target.name)
-    metadata = MetaData()
-    staging = Table(
-        name,
-        metadata,
-        Column(JOB_COLUMN, String(128), nullable=False),
-        Column(ATTEMPT_COLUMN, String(255), nullable=False),
-        *(Column(c.name, c.type, nullable=True) for c in target.columns),
-        Index(f"ix_{name}"[:IDENTIFIER_MAX], JOB_COLUMN, ATTEMPT_COLUMN),
-        schema=target.schema,
-    )
-    if not inspect(engine).has_table(name, schema=target.schema):
-        _create_all(engine, metadata)
-        return staging
-    have = {c["name"] for c in inspect(engine).get_columns(name, schema=target.schema)}
-    with engine.begin() as connection:
-        for c in target.columns:
-            if c.name not in have:
-                ddl = c.type.compile(dialect=engine.dialect)
-                quoted = engine.dialect.identifier_preparer
-                connection.exec_driver_sql(
-                    f"ALTER TABLE {quoted.format_table(staging)} "
-                    f"ADD COLUMN {quoted.quote(c.name)} {ddl}"
-                )
-    return staging
+def _qualified(staging: Table) -> str:
+    return f"{staging.schema}.{staging.name}" if staging.schema else staging.name
 
 
-def _start_run(connection: Connection, job_id: str, run: str) -> None:
-    """The job's row names `run` from now on (a first run of a new job races on the key)."""
+def _drop(connection: Connection, qualified: str) -> None:
+    """Drop a staging table named in `txsql_jobs`, if it is still there."""
+    schema, name = _split(qualified)
+    if inspect(connection).has_table(name, schema=schema):
+        Table(name, MetaData(), schema=schema).drop(connection)
+
+
+def _start_run(connection: Connection, job_id: str, run: str, staging: str) -> str | None:
+    """The job's row names `run` and its staging table from now on (a first run of a new job
+    races on the key); returns the staging table of the run before, if it was left behind."""
     now = int(time.time() * 1000)
-    changed = connection.execute(
-        update(JOBS).where(JOBS.c.job_id == job_id).values(run=run, started_ms=now)
-    ).rowcount
-    if changed:
-        return
+    previous = connection.execute(
+        select(JOBS.c.staging).where(JOBS.c.job_id == job_id).with_for_update()
+    ).first()
+    values = {"run": run, "staging": staging, "started_ms": now}
+    if previous is not None:
+        connection.execute(update(JOBS).where(JOBS.c.job_id == job_id).values(**values))
+        left: str | None = previous[0]
+        return left
     try:
         with connection.begin_nested():
-            connection.execute(insert(JOBS).values(job_id=job_id, run=run, started_ms=now))
+            connection.execute(insert(JOBS).values(job_id=job_id, **values))
+        return None
     except IntegrityError:
-        connection.execute(
-            update(JOBS).where(JOBS.c.job_id == job_id).values(run=run, started_ms=now)
-        )
+        return _start_run(connection, job_id, run, staging)
+
+
+def _write_offsets(
+    connection: Connection,
+    group: str | None,
+    offsets: Offsets,
+    job_id: str,
+    run: str,
+    now: int,
+) -> None:
+    """The group's input offsets, replaced partition by partition (portable: no upsert)."""
+    if group is None:
+        return
+    for topic, partitions in sorted(offsets.items()):
+        for partition, offset in sorted(partitions.items()):
+            if offset < 0:
+                continue
+            key = (
+                (OFFSETS.c.group_id == group)
+                & (OFFSETS.c.topic == topic)
+                & (OFFSETS.c.partition == partition)
+            )
+            connection.execute(delete(OFFSETS).where(key))
+            connection.execute(
+                insert(OFFSETS).values(
+                    group_id=group,
+                    topic=topic,
+                    partition=partition,
+                    offset=offset,
+                    job_id=job_id,
+                    run=run,
+                    committed_ms=now,
+                )
+            )
