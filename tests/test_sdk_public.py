@@ -315,8 +315,10 @@ def test_the_spark_subpackage_exports_its_own_few_names() -> None:
         "TaskWriter",
         "TransactionalJob",
         "TxlogDataSource",
+        "TxsqlDataSource",
         "committed_offsets",
         "latest_offsets",
         "offsets_json",
         "register",
+        "sql_committed_offsets",
     ]
