@@ -574,7 +574,8 @@ def run(options: Options) -> dict[str, Any]:
         return _run(options, workdir, started)
     finally:
         if options.keep:
-            say(f"kept: {workdir} (coordinator.db, coordinator.log, spark-events, cluster logs)")
+            kept = "coordinator.db, ledger.db, coordinator.log, spark-events, cluster logs"
+            say(f"kept: {workdir} ({kept})")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
 

@@ -25,7 +25,7 @@ and tests only (see README).
 
 `txsql` writes into a SQL table exactly once (see `sdk.spark._sql` for how), with Spark's JDBC
 option names: `url` (any SQLAlchemy URL; a plain postgresql:// gets psycopg), `dbtable`,
-`batchsize` (rows per staging transaction, 1000); `jobId` (required); `offsets.group` +
+`batchsize` (rows per staging transaction, 100000); `jobId` (required); `offsets.group` +
 `offsets`: input offsets committed in the same database transaction as the rows, read back with
 `sql_committed_offsets(url, group)`; `batchId` for `foreachBatch`; `testing.kill`,
 `testing.delay`, `testing.pauseBeforeCommit` as for txlog.
