@@ -140,6 +140,12 @@ class ProducerConfig(ClientConfig):
     batch_size: int = _setting(
         16_384, minimum=1, doc="Most bytes of records in one batch (a larger record goes alone)."
     )
+    compression_type: str = _setting(
+        "none",
+        kind="choice",
+        choices={c: c for c in ("none", "gzip", "snappy", "lz4", "zstd")},
+        doc="Codec of each record batch: `none`, `gzip`, `snappy`, `lz4` or `zstd`.",
+    )
     max_in_flight_requests_per_connection: int = _setting(
         5,
         minimum=1,
@@ -221,6 +227,16 @@ class ConsumerConfig(ClientConfig):
     fetch_wait_max_ms: int = _setting(
         100, minimum=0, doc="Pause between fetch rounds that found nothing new."
     )
+    max_partition_fetch_bytes: int = _setting(
+        1_048_576,
+        minimum=1,
+        maximum=INT32_MAX,
+        doc="Most bytes of record batches fetched from a partition per request (at least one "
+        "batch comes).",
+    )
+    check_crcs: bool = _setting(
+        False, doc="Verify each fetched record batch's CRC-32C; a mismatch raises `_BAD_MSG`."
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -248,6 +264,7 @@ class ProducerOptions(ClientOptions, total=False):
     transaction_timeout_ms: int
     linger_ms: int
     batch_size: int
+    compression_type: str
     max_in_flight_requests_per_connection: int
     retries: int
     delivery_timeout_ms: int
@@ -267,6 +284,8 @@ class ConsumerOptions(ClientOptions, total=False):
     enable_partition_eof: bool
     max_poll_records: int
     fetch_wait_max_ms: int
+    max_partition_fetch_bytes: int
+    check_crcs: bool
 
 
 class AdminOptions(ClientOptions, total=False):

@@ -7,7 +7,6 @@ explicitly (`assign()`); there is no group membership or rebalancing.
 
 from __future__ import annotations
 
-import base64
 import logging
 import time
 from collections import deque
@@ -16,6 +15,9 @@ from types import TracebackType
 from typing import Any, Unpack
 from urllib.parse import quote
 
+import httpx
+
+from coordinator.log import recordbatch
 from sdk._config import ConsumerConfig, ConsumerOptions, build_config
 from sdk._errors import IllegalStateError, KafkaError, KafkaException, UnknownTopicOrPartition
 from sdk._http import HttpClient
@@ -24,6 +26,8 @@ from sdk._types import (
     OFFSET_END,
     OFFSET_INVALID,
     OFFSET_STORED,
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
     ConsumerGroupMetadata,
     Message,
     TopicPartition,
@@ -34,6 +38,7 @@ __all__ = ["Consumer"]
 log = logging.getLogger("sdk")
 
 TopicKey = tuple[str, int]
+RECORD_BATCH = "application/vnd.kafka.record-batch"
 
 
 class _Assigned:
@@ -46,10 +51,6 @@ class _Assigned:
         self.buffer: deque[Message] = deque()
         self.fetched_next = position  # where the next fetch starts, past markers
         self.eof_sent = False
-
-
-def _unb64(text: str | None) -> bytes | None:
-    return None if text is None else base64.b64decode(text)
 
 
 class Consumer:
@@ -306,15 +307,17 @@ class Consumer:
                 continue
             params: dict[str, str | int] = {
                 "offset": state.fetched_next,
-                "max_records": self.config.max_poll_records,
+                "max_bytes": self.config.max_partition_fetch_bytes,
                 "isolation_level": self.config.isolation_level,
-                "encoding": "base64",
             }
             try:
-                page = self._http.send(
-                    "GET", f"/v1/topics/{topic}/partitions/{partition}/records", params=params
+                page = self._http.fetch_binary(
+                    f"/v1/topics/{topic}/partitions/{partition}/records", params, RECORD_BATCH
                 )
             except KafkaException as exc:
+                if exc.code == KafkaError.OFFSET_OUT_OF_RANGE:
+                    self._out_of_range(topic, partition, state, exc)
+                    continue
                 if not exc.retriable:
                     raise
                 log.debug("fetch %s [%d] failed, retrying: %s", topic, partition, exc)
@@ -322,34 +325,74 @@ class Consumer:
             found = self._buffer(topic, partition, state, page) or found
         return found
 
-    def _buffer(self, topic: str, partition: int, state: _Assigned, page: dict[str, Any]) -> bool:
-        records = page["records"]
-        for r in records:
-            headers = [(name, base64.b64decode(v)) for name, v in (r.get("headers") or {}).items()]
-            state.buffer.append(
-                Message(
-                    topic,
-                    partition,
-                    r["offset"],
-                    _unb64(r["key"]),
-                    _unb64(r["value"]),
-                    headers,
-                    None,
-                    r["timestamp"],
+    def _buffer(
+        self, topic: str, partition: int, state: _Assigned, page: tuple[bytes, httpx.Headers]
+    ) -> bool:
+        """Decode a fetched run of record batches into messages, from `fetched_next` on (a batch
+        may begin before it), at most `max.poll.records` of them."""
+        data, headers = page
+        start = state.fetched_next
+        limit = self.config.max_poll_records
+        added = 0
+        next_offset = int(headers["next-offset"])
+        try:
+            for pos, header in recordbatch.iter_batches(data, verify=self.config.check_crcs):
+                kind = (
+                    TIMESTAMP_LOG_APPEND_TIME if header.log_append_time else TIMESTAMP_CREATE_TIME
                 )
-            )
-        state.fetched_next = page["next_offset"]
-        if records:
+                for record in recordbatch.records(data, pos, header):
+                    if record.offset < start:
+                        continue
+                    if added >= limit:
+                        next_offset = record.offset
+                        break
+                    state.buffer.append(
+                        Message(
+                            topic,
+                            partition,
+                            record.offset,
+                            record.key,
+                            record.value,
+                            record.headers,
+                            None,
+                            record.timestamp,
+                            kind,
+                        )
+                    )
+                    added += 1
+                else:
+                    continue
+                break
+        except recordbatch.CorruptBatch as exc:
+            raise KafkaException(
+                KafkaError(KafkaError._BAD_MSG, f"{topic} [{partition}] at {start}: {exc}")
+            ) from None
+        state.fetched_next = next_offset
+        if added:
             state.eof_sent = False
             return True
         state.position = state.fetched_next
-        end = page["last_stable_offset"] if self._read_committed else page["high_watermark"]
+        field = "last-stable-offset" if self._read_committed else "high-watermark"
+        end = int(headers[field])
         if state.position >= end and self.config.enable_partition_eof and not state.eof_sent:
             state.eof_sent = True
             eof = KafkaError(KafkaError._PARTITION_EOF, f"reached the end of {topic} [{partition}]")
             state.buffer.append(Message(topic, partition, state.position, error=eof))
             return True
         return False
+
+    def _out_of_range(
+        self, topic: str, partition: int, state: _Assigned, error: KafkaException
+    ) -> None:
+        """The position is outside the log (below its start, past its end): start again where
+        `auto.offset.reset` says, as Kafka's consumers do; with `error`, raise."""
+        reset = self.config.auto_offset_reset
+        if reset == "error":
+            raise error
+        log.warning("%s [%d]: %s; resetting to the %s", topic, partition, error, reset)
+        state.position = OFFSET_BEGINNING if reset == "earliest" else OFFSET_END
+        state.fetched_next = -1
+        state.buffer.clear()
 
     def _resolve_positions(self, deadline: float | None) -> None:
         """Turn logical positions into offsets: committed offsets (one request per topic),

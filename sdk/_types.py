@@ -16,6 +16,7 @@ __all__ = [
     "OFFSET_END",
     "OFFSET_INVALID",
     "OFFSET_STORED",
+    "TIMESTAMP_CREATE_TIME",
     "TIMESTAMP_LOG_APPEND_TIME",
     "TIMESTAMP_NOT_AVAILABLE",
     "ConsumerGroupMetadata",
@@ -32,6 +33,7 @@ OFFSET_STORED = -1000
 OFFSET_INVALID = -1001
 
 TIMESTAMP_NOT_AVAILABLE = 0
+TIMESTAMP_CREATE_TIME = 1
 TIMESTAMP_LOG_APPEND_TIME = 2
 
 #: Record headers as `produce()` takes them: a dict, or (name, value) pairs with unique names.
@@ -96,8 +98,8 @@ class Message:
     """A record read by a `Consumer`, or one whose delivery a `Producer` reports; or an event
     (such as the end of a partition) when `error()` is not None."""
 
-    __slots__ = ("_error", "_headers", "_key", "_offset", "_partition", "_timestamp", "_topic",
-                 "_value")  # fmt: skip
+    __slots__ = ("_error", "_headers", "_key", "_offset", "_partition", "_timestamp",
+                 "_timestamp_type", "_topic", "_value")  # fmt: skip
 
     def __init__(
         self,
@@ -106,9 +108,10 @@ class Message:
         offset: int | None = None,
         key: bytes | None = None,
         value: bytes | None = None,
-        headers: list[tuple[str, bytes]] | None = None,
+        headers: list[tuple[str, bytes | None]] | None = None,
         error: KafkaError | None = None,
         timestamp: int | None = None,
+        timestamp_type: int = TIMESTAMP_LOG_APPEND_TIME,
     ) -> None:
         self._topic = topic
         self._partition = partition
@@ -118,6 +121,7 @@ class Message:
         self._headers = headers or None
         self._error = error
         self._timestamp = timestamp
+        self._timestamp_type = timestamp_type
 
     def topic(self) -> str | None:
         return self._topic
@@ -134,7 +138,7 @@ class Message:
     def value(self) -> bytes | None:
         return self._value
 
-    def headers(self) -> list[tuple[str, bytes]] | None:
+    def headers(self) -> list[tuple[str, bytes | None]] | None:
         """(name, value) pairs, or None when the record has none (as confluent-kafka)."""
         return self._headers
 
@@ -142,10 +146,11 @@ class Message:
         return self._error
 
     def timestamp(self) -> tuple[int, int]:
-        """(timestamp type, milliseconds since the epoch): the time the service appended it."""
+        """(timestamp type, milliseconds since the epoch): `TIMESTAMP_CREATE_TIME` (the
+        producer's) or `TIMESTAMP_LOG_APPEND_TIME` (the service's, on a LogAppendTime topic)."""
         if self._timestamp is None:
             return (TIMESTAMP_NOT_AVAILABLE, -1)
-        return (TIMESTAMP_LOG_APPEND_TIME, self._timestamp)
+        return (self._timestamp_type, self._timestamp)
 
     def __len__(self) -> int:
         return len(self._value or b"")
