@@ -40,64 +40,55 @@ async def lock_partitions(
 
 async def lock_transaction_partitions(
     session: AsyncSession, transactional_id: str
-) -> dict[tuple[str, int], tuple[int, int]]:
+) -> dict[tuple[str, int], tuple[int, int, int | None]]:
     """Lock the partitions of a transaction, in the fixed order, in one query; returns each one's
-    high watermark and the producer id whose records the transaction holds there. The caller
-    holds the transactional id's lock, so its partition list cannot change meanwhile."""
+    high watermark, the producer id whose records the transaction holds there, and the first
+    offset of those records (None if it wrote none there). The caller holds the transactional
+    id's lock, so its partition list cannot change meanwhile, nor can that producer's state."""
     rows = await session.execute(
         select(
             Partition.topic,
             Partition.partition,
             Partition.high_watermark,
             TransactionPartition.producer_id,
+            ProducerState.current_txn_first_offset,
         )
         .join(
             TransactionPartition,
             (TransactionPartition.topic == Partition.topic)
             & (TransactionPartition.partition == Partition.partition),
         )
+        .outerjoin(
+            ProducerState,
+            (ProducerState.topic == Partition.topic)
+            & (ProducerState.partition == Partition.partition)
+            & (ProducerState.producer_id == TransactionPartition.producer_id),
+        )
         .where(TransactionPartition.transactional_id == transactional_id)
         .order_by(Partition.topic, Partition.partition)
         .with_for_update(of=Partition)
     )
-    return {(t, p): (hw, pid) for t, p, hw, pid in rows}
+    return {(t, p): (hw, pid, first) for t, p, hw, pid, first in rows}
 
 
 async def write_markers(
     session: AsyncSession,
     producer_epoch: int,
-    locked: dict[tuple[str, int], tuple[int, int]],
+    locked: dict[tuple[str, int], tuple[int, int, int | None]],
     commit: bool,
     timestamp: int,
 ) -> None:
     """Append a commit or abort marker (a Kafka control batch) to every locked partition:
-    (topic, partition) -> (high watermark, producer id), as `lock_transaction_partitions`
-    answers. Each marker row keeps the first offset of the transaction it ends there; an abort
-    flags the transaction's batches aborted."""
+    (topic, partition) -> (high watermark, producer id, first offset), as
+    `lock_transaction_partitions` answers. Each marker row keeps the first offset of the
+    transaction it ends there; an abort flags the transaction's batches aborted."""
     if not locked:
         return
     states = cast(Table, ProducerState.__table__)
     batches = cast(Table, Batch.__table__)
     partitions_table = cast(Table, Partition.__table__)
-    owners = {key: pid for key, (_, pid) in locked.items()}
-    first_offsets: dict[tuple[str, int], int] = {
-        (t, p): first
-        for t, p, first in (
-            await session.execute(
-                select(
-                    ProducerState.topic,
-                    ProducerState.partition,
-                    ProducerState.current_txn_first_offset,
-                ).where(
-                    tuple_(
-                        ProducerState.topic, ProducerState.partition, ProducerState.producer_id
-                    ).in_([(t, p, pid) for (t, p), pid in owners.items()]),
-                    ProducerState.current_txn_first_offset.is_not(None),
-                )
-            )
-        ).all()
-        if first is not None
-    }
+    owners = {key: pid for key, (_, pid, _) in locked.items()}
+    first_offsets = {key: first for key, (_, _, first) in locked.items() if first is not None}
     if not commit and first_offsets:
         await session.execute(
             update(batches)
@@ -115,7 +106,7 @@ async def write_markers(
             ],
         )
     markers = []
-    for (topic, partition), (hw, producer_id) in locked.items():
+    for (topic, partition), (hw, producer_id, _) in locked.items():
         payload = recordbatch.build_control(
             commit, producer_id, producer_epoch, timestamp, base_offset=hw
         )
@@ -149,7 +140,7 @@ async def write_markers(
             partitions_table.c.partition == bindparam("p"),
         )
         .values(high_watermark=bindparam("hw")),
-        [{"t": t, "p": p, "hw": hw + 1} for (t, p), (hw, _) in locked.items()],
+        [{"t": t, "p": p, "hw": hw + 1} for (t, p), (hw, _, _) in locked.items()],
     )
     if first_offsets:
         await session.execute(

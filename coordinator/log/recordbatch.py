@@ -552,34 +552,20 @@ def build(
     if last_offset_delta is None:
         last_offset_delta = (offset_deltas[-1] if offset_deltas else count - 1) if count else 0
     zigzag = _zigzag
-    out = bytearray()
+    parts: list[bytes] = []
+    append = parts.append
     for index, (timestamp, key, value, headers) in enumerate(batch_records):
-        body = bytearray(b"\x00")  # attributes
-        body += zigzag(timestamp - base_timestamp)
-        body += zigzag(index if offset_deltas is None else offset_deltas[index])
-        if key is None:
-            body += b"\x01"
-        else:
-            body += zigzag(len(key))
-            body += key
-        if value is None:
-            body += b"\x01"
-        else:
-            body += zigzag(len(value))
-            body += value
-        body += zigzag(len(headers))
-        for name, hvalue in headers:
-            raw = name.encode()
-            body += zigzag(len(raw))
-            body += raw
-            if hvalue is None:
-                body += b"\x01"
-            else:
-                body += zigzag(len(hvalue))
-                body += hvalue
-        out += zigzag(len(body))
-        out += body
-    section = _compress(compression, bytes(out))
+        body = (
+            b"\x00"  # attributes
+            + zigzag(timestamp - base_timestamp)
+            + zigzag(index if offset_deltas is None else offset_deltas[index])
+            + (b"\x01" if key is None else zigzag(len(key)) + key)
+            + (b"\x01" if value is None else zigzag(len(value)) + value)
+            + (_headers_of(headers) if headers else b"\x00")
+        )
+        append(zigzag(len(body)))
+        append(body)
+    section = _compress(compression, b"".join(parts))
     attributes = compression
     if log_append_time:
         attributes |= LOG_APPEND_TIME
@@ -607,6 +593,20 @@ def build(
     header += section
     _CRC.pack_into(header, 17, crc32c(memoryview(header)[CRC_START:]))
     return bytes(header)
+
+
+def _headers_of(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
+    out = bytearray(_zigzag(len(headers)))
+    for name, hvalue in headers:
+        raw = name.encode()
+        out += _zigzag(len(raw))
+        out += raw
+        if hvalue is None:
+            out += b"\x01"
+        else:
+            out += _zigzag(len(hvalue))
+            out += hvalue
+    return bytes(out)
 
 
 def _compress(codec: int, data: bytes) -> bytes:

@@ -224,11 +224,13 @@ def _decoder(encoding: str) -> Callable[[str], bytes]:
     return from_base64
 
 
-def batch_from_json(body: ProduceRequest, now: int) -> bytes:
-    """The request's records as one record batch (uncompressed), built at the edge; a value
-    that is not valid in its encoding is 422 naming it. Records without a timestamp get `now`."""
+def batch_from_json(body: ProduceRequest, now: int) -> tuple[bytes, recordbatch.Checked]:
+    """The request's records as one record batch (uncompressed), built at the edge, with what
+    `recordbatch.check` would find in it; a value that is not valid in its encoding is 422
+    naming it. Records without a timestamp get `now`."""
     to_bytes = _decoder(body.encoding)
     built: list[recordbatch.BuildRecord] = []
+    has_null_key = False
     for i, record in enumerate(body.records):
         field = "key"
         try:
@@ -245,20 +247,26 @@ def batch_from_json(body: ProduceRequest, now: int) -> bytes:
             ) from None
         timestamp = now if record.timestamp is None else record.timestamp
         built.append((timestamp, key, value, headers))
-    return recordbatch.build(
+        has_null_key = has_null_key or key is None
+    data = recordbatch.build(
         built,
         producer_id=body.producer_id,
         producer_epoch=body.producer_epoch,
         base_sequence=body.base_sequence,
         transactional=body.transactional_id is not None,
     )
+    header = recordbatch.read_header(data)
+    return data, recordbatch.Checked(header, header.max_timestamp, has_null_key)
 
 
 async def produce_json(
     db: Database, settings: Settings, topic: str, partition: int, body: ProduceRequest
 ) -> Appended:
-    data = batch_from_json(body, now_ms())
-    return await produce_batch(db, settings, topic, partition, data, body.transactional_id)
+    """JSON produce: a batch built at the edge, appended as a binary one is (it skips only the
+    walk over its records, which it has just written)."""
+    data, checked = batch_from_json(body, now_ms())
+    _acceptable(checked, body.transactional_id)
+    return await _append(db, settings, topic, partition, data, checked, body.transactional_id)
 
 
 def check_batch(data: bytes, transactional_id: str | None) -> recordbatch.Checked:
@@ -268,6 +276,11 @@ def check_batch(data: bytes, transactional_id: str | None) -> recordbatch.Checke
         checked = recordbatch.check(data)
     except recordbatch.CorruptBatch as exc:
         raise CorruptMessage(f"not a well-formed record batch: {exc}") from None
+    _acceptable(checked, transactional_id)
+    return checked
+
+
+def _acceptable(checked: recordbatch.Checked, transactional_id: str | None) -> None:
     header = checked.header
     if header.is_control:
         raise InvalidRecord("a producer may not send a control batch")
@@ -281,7 +294,6 @@ def check_batch(data: bytes, transactional_id: str | None) -> recordbatch.Checke
         raise InvalidRecord("a batch with a producer id needs its epoch and base sequence")
     if header.producer_id < 0 and header.is_transactional:
         raise InvalidRecord("a transactional batch needs a producer id")
-    return checked
 
 
 async def produce_batch(
@@ -294,6 +306,18 @@ async def produce_batch(
 ) -> Appended:
     """Append one record batch, as API.md's Records section says, for every front door."""
     checked = check_batch(data, transactional_id)
+    return await _append(db, settings, topic, partition, data, checked, transactional_id)
+
+
+async def _append(
+    db: Database,
+    settings: Settings,
+    topic: str,
+    partition: int,
+    data: bytes,
+    checked: recordbatch.Checked,
+    transactional_id: str | None,
+) -> Appended:
     header = checked.header
     pid, epoch, base_seq = header.producer_id, header.producer_epoch, header.base_sequence
     count = header.record_count
