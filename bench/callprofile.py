@@ -3,10 +3,11 @@ throughput benchmark: one caller, in process, so nothing queues and every figure
 
 For each kind of call it runs the app in this process over httpx's ASGI transport on a fresh
 Postgres database and reports, per call: the database round trips (statements sent, plus BEGIN
-and COMMIT; counted with SQLAlchemy's engine events), and the CPU time under cProfile, split by
-the package the time was spent in (own time, measured in process CPU time (the service's domains, SQLAlchemy, asyncpg, FastAPI/Starlette,
-pydantic, the record-batch codec, C built-ins, the rest); cProfile's own overhead inflates every
-figure alike, so compare versions, not absolute milliseconds. Calls:
+and COMMIT; counted with SQLAlchemy's engine events), and the CPU time under cProfile (process
+time), split by the package it was spent in: the service's domains, SQLAlchemy, asyncpg,
+FastAPI/Starlette, pydantic, the record-batch codec, C built-ins, the rest. The client runs in
+the same process, so its share (httpx, and the batch it builds) is in the figures too;
+cProfile's own overhead inflates every figure alike: compare versions, not absolute ms. Calls:
 
 - `produce-json`: idempotent produce of `--records` x `--record-bytes` as JSON;
 - `produce-binary`: the same records as one Kafka record batch (skipped by a service without it);
@@ -177,8 +178,11 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             async def end() -> None:
                 body = {"producer_id": state["pid"], "producer_epoch": state["epoch"],
                         "commit": True}  # fmt: skip
-                response = await client.post("/v1/transactions/tx/end", content=orjson.dumps(body),
-                                             headers={"content-type": "application/json"})  # fmt: skip
+                response = await client.post(
+                    "/v1/transactions/tx/end",
+                    content=orjson.dumps(body),
+                    headers={"content-type": "application/json"},
+                )
                 assert response.status_code == 200, response.text
                 state["pid"] = response.json()["producer_id"]
                 state["epoch"] = response.json()["producer_epoch"]
