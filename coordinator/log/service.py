@@ -66,8 +66,11 @@ from coordinator.transactions.service import (
     lock_for_produce,
 )
 
-# Batches read per query while filling a fetch.
+# Most batches read per query while filling a fetch; the first query reads FIRST_CHUNK, later
+# ones as many as the batches seen so far say will fill `max_bytes` (so a fetch does not read
+# many more rows from the store than it returns).
 FETCH_CHUNK = 64
+FIRST_CHUNK = 4
 
 
 def next_sequence(sequence: int) -> int:
@@ -511,7 +514,7 @@ def _chunk_query(include_control: bool, include_aborted: bool, first: bool) -> A
         query = query.where(_batches.c.control.is_(None))
     if not include_aborted:
         query = query.where(_batches.c.aborted.is_(False))
-    return query.order_by(_batches.c.base_offset).limit(FETCH_CHUNK)
+    return query.order_by(_batches.c.base_offset).limit(bindparam("limit"))
 
 
 # Built once: (include_control, include_aborted, first chunk) -> statement.
@@ -575,9 +578,10 @@ async def fetch_batches(
         size = 0
         records = 0
         first = True
+        limit = FIRST_CHUNK
         while True:
             statement = _CHUNKS[(include_control, include_aborted, first)]
-            rows = (await connection.execute(statement, params)).all()
+            rows = (await connection.execute(statement, {**params, "limit": limit})).all()
             first = False
             for base_offset, last_offset, payload in rows:
                 fetched.batches.append(payload)
@@ -586,11 +590,13 @@ async def fetch_batches(
                 records += last_offset + 1 - max(base_offset, offset)
                 if size >= max_bytes or (max_records is not None and records >= max_records):
                     return fetched
-            if len(rows) < FETCH_CHUNK:
+            if len(rows) < limit:
                 # Everything below `upper` was read: skipped markers and aborted batches too.
                 fetched.next_offset = upper
                 return fetched
             params["cursor"] = rows[-1].base_offset + 1
+            average = max(1, size // len(fetched.batches))
+            limit = max(1, min(FETCH_CHUNK, (max_bytes - size) // average + 1))
 
 
 async def aborted_transactions(
