@@ -2,10 +2,11 @@
 
 Two kinds, so several service processes on one store stay truthful:
 - per process: request counts and latency per route and answer code, transaction commits and
-  aborts by reason. Each process serves its own; scrape every process (Prometheus labels each
-  target with its `instance`) and sum.
-- per store: open transactions by state, LSO lag per partition, producer-state rows. Read from the
-  database at scrape time, so every process answers the same figures.
+  aborts by reason, consumer group rebalances. Each process serves its own; scrape every process
+  (Prometheus labels each target with its `instance`) and sum.
+- per store: open transactions by state, LSO lag per partition, producer-state rows, members and
+  epoch of each consumer group and its lag per partition. Read from the database at scrape time,
+  so every process answers the same figures.
 """
 
 from __future__ import annotations
