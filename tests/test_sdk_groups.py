@@ -10,7 +10,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -30,30 +30,9 @@ from sdk import (
     UnknownMemberId,
 )
 from sdk._config import build_config
-from tests.conftest import Store
-from tests.sdk_support import Coordinator, LiveService
+from tests.sdk_support import Coordinator
 
-# Group timeouts short enough for tests; set by configuration, never by sleeping.
-GROUP_SETTINGS = {
-    "group_min_session_timeout_ms": 100,
-    "group_check_interval_ms": 100,
-    "group_heartbeat_interval_ms": 100,
-}
-
-
-@pytest.fixture(scope="module", params=["sqlite", "postgres"])
-def group_live(request: pytest.FixtureRequest) -> Iterator[LiveService]:
-    store: Store = request.getfixturevalue(f"{request.param}_store")
-    live = LiveService(store, **GROUP_SETTINGS).start()
-    yield live
-    live.stop()
-
-
-@pytest.fixture
-def service(group_live: LiveService) -> Iterator[Coordinator]:
-    group_live.empty()
-    with Coordinator(group_live) as coordinator:
-        yield coordinator
+pytest_plugins = ["tests.group_fixtures"]
 
 
 def consumer(
