@@ -91,6 +91,15 @@ async def settle(members: list[Member], rounds: int = 10) -> None:
     raise AssertionError("the group did not settle")
 
 
+async def settled_pair(client: httpx.AsyncClient) -> tuple[Member, Member]:
+    """Members a and b of group g (subscribed to t), joined in that order and settled."""
+    a, b = Member(client, "g", "a"), Member(client, "g", "b")
+    await a.beat()
+    await b.beat()
+    await settle([a, b])
+    return a, b
+
+
 async def expire(app: Any, member_id: str, column: str = "session_deadline_ms") -> None:
     """Move a member's deadline into the past, as if its timeout had run out."""
     async with app.state.db.write() as session:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -21,34 +20,27 @@ from tests.test_cli import table
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ServiceProcess]]:
-    root = tmp_path_factory.mktemp("cli-groups")
-    postgres_url = create_postgres_database()
-    running = {
-        "sqlite": ServiceProcess(f"sqlite:///{root / 'groups.db'}", root),
-        "postgres": ServiceProcess(postgres_url, root),
-    }
-    try:
-        with ThreadPoolExecutor(len(running)) as pool:
-            list(pool.map(ServiceProcess.start, running.values()))
-        yield running
-    finally:
-        for service in running.values():
-            service.stop()
-        drop_postgres_database(postgres_url)
-    for service in running.values():
-        text = service.log.read_text(errors="replace")
-        assert "Traceback" not in text, text[-4000:]
-
-
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
-def service(request: pytest.FixtureRequest, services: dict[str, ServiceProcess]) -> ServiceProcess:
-    return services[request.param]
+def service(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServiceProcess]:
+    """A `coordinator serve` on a fresh store, shared by the module's tests (their names differ)."""
+    root = tmp_path_factory.mktemp("cli-groups")
+    postgres = request.param == "postgres"
+    url = create_postgres_database() if postgres else f"sqlite:///{root / 'groups.db'}"
+    running = ServiceProcess(url, root)
+    try:
+        yield running.start()
+    finally:
+        running.stop()
+        if postgres:
+            drop_postgres_database(url)
+    assert "Traceback" not in running.log.read_text(errors="replace")
 
 
 @pytest.fixture(autouse=True)
 def no_ambient_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The caller's own COORDINATOR_URL/TOKEN must not leak into what a test proves."""
     monkeypatch.delenv("COORDINATOR_URL", raising=False)
     monkeypatch.delenv("COORDINATOR_TOKEN", raising=False)
 

@@ -15,7 +15,7 @@ from sqlalchemy import text
 
 from coordinator.groups.membership import expire_members
 from tests.api import assert_problem, create_topic
-from tests.groups import Member, expire, settle, tps, wire
+from tests.groups import Member, expire, settle, settled_pair, tps, wire
 
 SIX = {("t", p) for p in range(6)}
 
@@ -61,10 +61,7 @@ async def test_assignment_is_sticky_only_the_new_members_share_moves(
     client: httpx.AsyncClient,
 ) -> None:
     await create_topic(client, "t", partitions=6)
-    a, b = Member(client, "g", "a"), Member(client, "g", "b")
-    await a.beat()
-    await b.beat()
-    await settle([a, b])
+    a, b = await settled_pair(client)
     kept = {m.member_id: set(m.owned) for m in (a, b)}
     c = Member(client, "g", "c")
     await c.beat()
@@ -131,10 +128,7 @@ async def test_member_epoch_rises_when_its_assignment_changes_and_stale_epochs_a
 
 async def test_leaving_frees_the_partitions_at_once(client: httpx.AsyncClient) -> None:
     await create_topic(client, "t", partitions=4)
-    a, b = Member(client, "g", "a"), Member(client, "g", "b")
-    await a.beat()
-    await b.beat()
-    await settle([a, b])
+    a, b = await settled_pair(client)
     leave = await a.leave()
     assert leave.status_code == 200
     assert leave.json()["member_epoch"] == -1 and leave.json()["assignment"] == []
@@ -148,10 +142,7 @@ async def test_a_member_past_its_session_timeout_is_removed_and_its_partitions_m
     client: httpx.AsyncClient, app: Any
 ) -> None:
     await create_topic(client, "t", partitions=4)
-    a, b = Member(client, "g", "a"), Member(client, "g", "b")
-    await a.beat()
-    await b.beat()
-    await settle([a, b])
+    a, b = await settled_pair(client)
     await expire(app, "a")
     # The next heartbeat of anyone in the group removes it; its partitions go to b.
     await b.beat()
@@ -504,10 +495,7 @@ async def test_rebalances_members_and_lag_are_in_the_metrics(client: httpx.Async
         raise AssertionError(f"{name} not in the metrics")
 
     before = value((await client.get("/metrics")).text, "coordinator_group_rebalances_total")
-    a, b = Member(client, "g", "a"), Member(client, "g", "b")
-    await a.beat()
-    await b.beat()
-    await settle([a, b])
+    a, b = await settled_pair(client)
     owner = a if ("t", 0) in a.owned else b
     assert (await owner.commit(("t", 0, 1))).status_code == 200
     text = (await client.get("/metrics")).text

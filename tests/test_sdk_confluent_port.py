@@ -92,29 +92,41 @@ def ported(source: str) -> str:
     return changed
 
 
-def test_a_confluent_kafka_eos_loop_runs_unchanged_but_for_import_and_url(
-    service: Coordinator,
-) -> None:
-    service.create_topic("words", 2)
-    service.create_topic("shouted", 2)
-    words = [f"word-{i}" for i in range(40)]
+def run_ported(
+    service: Coordinator, program: str, partitions: int, words: list[str], **names: Any
+) -> dict[str, Any]:
+    """Topics `words` (with `words` in it, keyed) and `shouted`; the ported program run against
+    them; its globals after the run."""
+    service.create_topic("words", partitions)
+    service.create_topic("shouted", partitions)
     with Producer(coordinator_url=service.url) as seed:
         for i, word in enumerate(words):
             seed.produce("words", word, key=f"k{i % 5}")
     scope: dict[str, Any] = {
         "BROKERS": service.url,
         "INPUT_TOPIC": "words",
-        "INPUT_PARTITIONS": 2,
+        "INPUT_PARTITIONS": partitions,
         "OUTPUT_TOPIC": "shouted",
-        "failed": [],
+        **names,
     }
-    exec(compile(ported(CONFLUENT_KAFKA_LOOP), "eos_loop.py", "exec"), scope)
+    exec(compile(ported(program), "ported.py", "exec"), scope)
+    assert sorted(service.all_values("shouted", partitions)) == sorted(w.upper() for w in words)
+    return scope
+
+
+def committed_in_total(service: Coordinator, group: str) -> int:
+    offsets = service.http.get(f"/v1/groups/{group}/offsets").json()["offsets"]
+    return sum(o["offset"] for o in offsets)
+
+
+def test_a_confluent_kafka_eos_loop_runs_unchanged_but_for_import_and_url(
+    service: Coordinator,
+) -> None:
+    words = [f"word-{i}" for i in range(40)]
+    scope = run_ported(service, CONFLUENT_KAFKA_LOOP, 2, words, failed=[])
     assert scope["failed"] == []
     assert scope["processed"] == 40
-    shouted = service.all_values("shouted", 2)
-    assert sorted(shouted) == sorted(word.upper() for word in words)
-    offsets = service.http.get("/v1/groups/eos-uppercase/offsets").json()["offsets"]
-    assert sum(o["offset"] for o in offsets) == 40
+    assert committed_in_total(service, "eos-uppercase") == 40
 
 
 CONFLUENT_KAFKA_SUBSCRIBER = """
@@ -200,26 +212,13 @@ consumer.close()
 def test_a_subscribing_confluent_kafka_eos_loop_runs_unchanged_but_for_import_and_url(
     service: Coordinator,
 ) -> None:
-    service.create_topic("words", 3)
-    service.create_topic("shouted", 1)
     words = [f"word-{i}" for i in range(45)]
-    with Producer(coordinator_url=service.url) as seed:
-        for i, word in enumerate(words):
-            seed.produce("words", word, key=f"k{i}")
-    scope: dict[str, Any] = {
-        "BROKERS": service.url,
-        "INPUT_TOPIC": "words",
-        "OUTPUT_TOPIC": "shouted",
-        "errors": [],
-        "assigned": [],
-        "revoked": [],
-    }
-    exec(compile(ported(CONFLUENT_KAFKA_SUBSCRIBER), "eos_subscriber.py", "exec"), scope)
+    scope = run_ported(
+        service, CONFLUENT_KAFKA_SUBSCRIBER, 3, words, errors=[], assigned=[], revoked=[]
+    )
     assert scope["errors"] == []
     assert scope["assigned"] == [[0, 1, 2]]
     assert scope["revoked"] == [[0, 1, 2]]  # close() gives them up
-    assert sorted(service.all_values("shouted")) == sorted(word.upper() for word in words)
-    offsets = service.http.get("/v1/groups/eos-subscriber/offsets").json()["offsets"]
-    assert sum(o["offset"] for o in offsets) == 45
+    assert committed_in_total(service, "eos-subscriber") == 45
     group = service.http.get("/v1/groups/eos-subscriber").json()
     assert group["state"] == "Empty" and group["members"] == []
