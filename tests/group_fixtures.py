@@ -1,6 +1,7 @@
 """Fixtures of the SDK group tests: the live service per store with short group timeouts (set by
 configuration), started once per module and emptied per test. Loaded by test modules with
-`pytest_plugins = ["tests.group_fixtures"]`."""
+`pytest_plugins = ["tests.group_fixtures"]`. Named apart from `tests.sdk_fixtures`' own: plugin
+fixtures are global once any module loads them."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def group_live(request: pytest.FixtureRequest) -> Iterator[LiveService]:
 
 
 @pytest.fixture
-def service(group_live: LiveService) -> Iterator[Coordinator]:
+def group_service(group_live: LiveService) -> Iterator[Coordinator]:
     """The group-tuned service on this module's store, with empty tables."""
     group_live.empty()
     with Coordinator(group_live) as coordinator:

@@ -11,6 +11,8 @@ import threading
 import time
 from collections.abc import Callable
 
+import pytest
+
 from sdk import (
     OFFSET_BEGINNING,
     Consumer,
@@ -21,6 +23,13 @@ from sdk import (
 from tests.sdk_support import Coordinator
 
 pytest_plugins = ["tests.group_fixtures"]
+
+
+@pytest.fixture
+def service(group_service: Coordinator) -> Coordinator:
+    """The service with short group timeouts (`tests.group_fixtures`), emptied for this test."""
+    return group_service
+
 
 INPUT_PARTITIONS = 6
 OUTPUT_PARTITIONS = 3

@@ -35,6 +35,12 @@ from tests.sdk_support import Coordinator
 pytest_plugins = ["tests.group_fixtures"]
 
 
+@pytest.fixture
+def service(group_service: Coordinator) -> Coordinator:
+    """The service with short group timeouts (`tests.group_fixtures`), emptied for this test."""
+    return group_service
+
+
 def consumer(
     service: Coordinator,
     name: str = "c",
