@@ -1,7 +1,13 @@
 """Every table, imported in one place so `Base.metadata` is complete (for Alembic and tests)."""
 
 from coordinator.core.database import Base
-from coordinator.groups.models import GroupOffset
+from coordinator.groups.models import (
+    ConsumerGroup,
+    GroupMember,
+    GroupOffset,
+    GroupOwnedPartition,
+    GroupTargetPartition,
+)
 from coordinator.log.models import Batch, Partition, ProducerState, Topic
 from coordinator.producers.models import ProducerId
 from coordinator.transactions.models import (
@@ -14,7 +20,11 @@ from coordinator.transactions.models import (
 __all__ = [
     "Base",
     "Batch",
+    "ConsumerGroup",
+    "GroupMember",
     "GroupOffset",
+    "GroupOwnedPartition",
+    "GroupTargetPartition",
     "Partition",
     "ProducerId",
     "ProducerState",

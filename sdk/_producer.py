@@ -39,6 +39,7 @@ from typing import Any, Unpack
 from urllib.parse import quote
 
 from coordinator.log import recordbatch
+from sdk._callbacks import Callbacks
 from sdk._config import ProducerConfig, ProducerOptions, build_config
 from sdk._errors import (
     IllegalStateError,
@@ -232,6 +233,7 @@ class Producer:
         self._ending: tuple[int, int] | None = None  # (pid, epoch) an EndTxn was sent with
         self._stopping = False
         self._closed = False
+        self._callbacks = Callbacks(c, "producer", self._statistics)
 
         self._pool = ThreadPoolExecutor(SENDER_POOL_SIZE, thread_name_prefix="sdk-producer-io")
         self._sender = threading.Thread(target=self._run, name="sdk-producer-sender", daemon=True)
@@ -315,7 +317,7 @@ class Producer:
                 if remaining is not None and remaining <= 0:
                     break
                 self._cond.wait(remaining)
-        return self._serve_reports()
+        return self._serve_reports() + self._callbacks.serve()
 
     def flush(self, timeout: float | None = None) -> int:
         """Send every queued record without lingering and wait (up to `timeout` seconds; None:
@@ -323,6 +325,7 @@ class Producer:
         Returns the number of records still outstanding (0 when all were reported)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         self._wait_outstanding(deadline)
+        self._callbacks.serve()
         with self._cond:
             return self._outstanding
 
@@ -394,7 +397,9 @@ class Producer:
         Raises:
         - `KafkaTimeoutError` (retriable): not done within `timeout`; call again.
         - an error with `txn_requires_abort`: call `abort_transaction()`, rewind the consumer
-          to its committed offsets, and start a new transaction.
+          to its committed offsets, and start a new transaction. `UnknownMemberId` and
+          `FencedMemberEpoch` say the consumer of `group_metadata` lost these partitions to
+          another member (KIP-447): its next `poll()` runs `on_lost`/`on_revoke`.
         - `TransactionTimedOut`: call `init_transactions()`, then start over.
         - a fatal error (`ProducerFenced`...): close the producer.
         - `IllegalStateError`: no transaction is open.
@@ -420,8 +425,12 @@ class Producer:
                 return
             self._txn_touched = True
             pid, epoch = self._producer_id, self._epoch
-        body = {"producer_id": pid, "producer_epoch": epoch, "group_id": group_id}
+        body: dict[str, Any] = {"producer_id": pid, "producer_epoch": epoch, "group_id": group_id}
         body["offsets"] = entries
+        if isinstance(group_metadata, ConsumerGroupMetadata) and group_metadata.member_id:
+            # KIP-447: the coordinator refuses them if this member no longer owns the partitions.
+            body["member_id"] = group_metadata.member_id
+            body["member_epoch"] = group_metadata.member_epoch
         self._txn_call("POST", self._txn_path("/offsets"), body, self._http.deadline(timeout))
 
     def prepare_transaction(self, timeout: float | None = None) -> None:
@@ -700,6 +709,10 @@ class Producer:
             with self._cond:
                 self._flushing -= 1
 
+    def _statistics(self) -> dict[str, Any]:
+        with self._cond:
+            return {"msg_cnt": self._outstanding, "txn_state": self._state.value}
+
     # -- transactions ----------------------------------------------------------------------------
 
     def _txn_path(self, suffix: str) -> str:
@@ -782,7 +795,7 @@ class Producer:
                         now = time.monotonic()
                         self._cond.wait(None if wake_at is None else max(0.0, wake_at - now))
         except Exception as exc:  # a bug: fail every caller loudly rather than leave them waiting
-            log.exception("the producer's sender thread failed")
+            self._callbacks.log.exception("the producer's sender thread failed")
             with self._cond:
                 self._set_fatal(KafkaException(f"the sender thread failed: {exc!r}", fatal=True))
 
@@ -803,9 +816,11 @@ class Producer:
             )
             return answer
         except KafkaException as exc:
+            if isinstance(exc, TransportError):
+                self._callbacks.error(exc.error)  # librdkafka tells error_cb of transport failures
             return exc
         except Exception as exc:  # unexpected: treat as an answer lost, which is always safe
-            log.exception("%s %s failed unexpectedly", method, path)
+            self._callbacks.log.exception("%s %s failed unexpectedly", method, path)
             return TransportError(f"{method} {path}: {exc!r}")
 
     def _plan(self, now: float) -> tuple[list[Callable[[], None]], float | None]:
@@ -1033,6 +1048,7 @@ class Producer:
 
     def _set_fatal(self, error: KafkaException) -> None:
         if self._fatal is None:
+            self._callbacks.error(error.error)
             self._fatal = error
             self._purge(error)
             self._cond.notify_all()

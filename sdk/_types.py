@@ -7,7 +7,7 @@ written for it reads the same.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from sdk._errors import KafkaError
 
@@ -19,10 +19,12 @@ __all__ = [
     "TIMESTAMP_CREATE_TIME",
     "TIMESTAMP_LOG_APPEND_TIME",
     "TIMESTAMP_NOT_AVAILABLE",
+    "CommitCallback",
     "ConsumerGroupMetadata",
     "DeliveryCallback",
     "Headers",
     "Message",
+    "RebalanceCallback",
     "TopicPartition",
 ]
 
@@ -83,15 +85,26 @@ class TopicPartition:
 
 
 class ConsumerGroupMetadata:
-    """What `Consumer.consumer_group_metadata()` returns for `send_offsets_to_transaction`."""
+    """What `Consumer.consumer_group_metadata()` returns for `send_offsets_to_transaction`: the
+    group and, for a consumer that `subscribe`d, its member id and epoch at that moment, which the
+    coordinator checks (KIP-447) so a consumer that lost its partitions cannot commit them."""
 
-    __slots__ = ("group_id",)
+    __slots__ = ("group_id", "member_epoch", "member_id")
 
-    def __init__(self, group_id: str) -> None:
+    def __init__(
+        self, group_id: str, member_id: str | None = None, member_epoch: int | None = None
+    ) -> None:
         self.group_id = group_id
+        self.member_id = member_id
+        self.member_epoch = member_epoch
 
     def __repr__(self) -> str:
-        return f"ConsumerGroupMetadata({self.group_id!r})"
+        if self.member_id is None:
+            return f"ConsumerGroupMetadata({self.group_id!r})"
+        return (
+            f"ConsumerGroupMetadata({self.group_id!r}, member_id={self.member_id!r}, "
+            f"member_epoch={self.member_epoch})"
+        )
 
 
 class Message:
@@ -162,3 +175,8 @@ class Message:
 
 #: `on_delivery(err, msg)`: err is None when the record was written at `msg.offset()`.
 DeliveryCallback: TypeAlias = Callable[[KafkaError | None, Message], object]
+#: `on_commit(err, partitions)`: err is None when every offset in `partitions` was committed.
+CommitCallback: TypeAlias = Callable[[KafkaError | None, list[TopicPartition]], object]
+#: `on_assign`, `on_revoke`, `on_lost` of `subscribe()`: called with the consumer and the
+#: partitions concerned, on the caller's thread, inside `poll()`/`consume()`.
+RebalanceCallback: TypeAlias = Callable[[Any, list[TopicPartition]], object]

@@ -23,6 +23,7 @@ from coordinator.core.metrics import MetricsMiddleware
 from coordinator.core.openapi import install_openapi
 from coordinator.core.settings import Settings, get_settings
 from coordinator.groups.routes import router as groups_router
+from coordinator.groups.tasks import run_group_sweeper
 from coordinator.log.routes import router as log_router
 from coordinator.producers.routes import router as producers_router
 from coordinator.transactions.routes import router as transactions_router
@@ -40,13 +41,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # rescanning it on every collection (a measurable share of a produce's CPU).
         gc.collect()
         gc.freeze()
-        sweeper = asyncio.create_task(run_sweeper(db, settings), name="coordinator-sweeper")
+        sweepers = [
+            asyncio.create_task(run_sweeper(db, settings), name="coordinator-sweeper"),
+            asyncio.create_task(run_group_sweeper(db, settings), name="group-sweeper"),
+        ]
         try:
             yield
         finally:
-            sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweeper
+            for sweeper in sweepers:
+                sweeper.cancel()
+            for sweeper in sweepers:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sweeper
             await db.dispose()
 
     app = FastAPI(

@@ -48,6 +48,15 @@ class Settings(BaseSettings):
     fetch_max_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     # Connections per service process (Postgres).
     pool_size: int = Field(default=10, ge=1)
+    # Consumer groups: a member without a heartbeat this long is removed (unless its heartbeats
+    # ask for another session timeout within the bounds below, as Kafka's group.min/max do).
+    group_session_timeout_ms: int = Field(default=45_000, ge=1)
+    group_min_session_timeout_ms: int = Field(default=6_000, ge=1)
+    group_max_session_timeout_ms: int = Field(default=1_800_000, ge=1)
+    # The heartbeat interval answered to members (at most a third of their session timeout).
+    group_heartbeat_interval_ms: int = Field(default=5_000, ge=1)
+    # How often each process looks for members whose session or rebalance timeout passed.
+    group_check_interval_ms: int = Field(default=1_000, ge=1)
 
     @field_validator("database_url")
     @classmethod

@@ -25,6 +25,7 @@ from coordinator.core.errors import CoordinatorError, InvalidRequest
 from coordinator.core.metrics import record_end
 from coordinator.core.schemas import EPOCH_MAX
 from coordinator.core.settings import Settings
+from coordinator.groups.fencing import check_offset_commit
 from coordinator.groups.models import GroupOffset
 from coordinator.log.errors import InvalidProducerEpoch, UnknownTopicOrPartition
 from coordinator.log.markers import lock_partitions, lock_transaction_partitions, write_markers
@@ -442,6 +443,9 @@ async def add_offsets(
         txn = locked.txn
         await check_caller(session, txn, locked.epoch, body.producer_id, body.producer_epoch)
         target = transition(txn.state, Op.ADD_OFFSETS, transactional_id)
+        # KIP-447: the group checks the member here, when the offsets join the transaction (the
+        # lock order: this transactional id, then the group, then partitions).
+        await check_offset_commit(session, body.group_id, body.member_id, body.member_epoch, keys)
         if keys:
             await require_partitions(session, keys)
         if txn.state != State.ONGOING:
