@@ -1,4 +1,5 @@
-"""Plumbing shared by the benchmarks in this folder (bench/produce.py, bench/transactions.py).
+"""Plumbing shared by the benchmarks in this folder (bench/produce.py, bench/transactions.py,
+bench/fetch.py).
 
 Not a benchmark: the scratch Postgres database (created fresh, dropped on the way out), the
 service in a child process (started on a free port, waited for on /healthz, stopped), HTTP
@@ -273,6 +274,39 @@ def random_values(count: int, size: int, seed: int) -> list[str]:
     rng = random.Random(seed)
     alphabet = string.ascii_letters + string.digits
     return ["".join(rng.choices(alphabet, k=size)) for _ in range(count)]
+
+
+class BatchTemplate:
+    """A Kafka record batch of these values (keys null, no headers), built once; `at()` sets its
+    producer id, epoch and base sequence and recomputes its CRC-32C, as cheaply as the JSON
+    bodies splice in a number."""
+
+    def __init__(self, values: list[bytes], transactional: bool = False) -> None:
+        from coordinator.log import recordbatch
+
+        now = time.time_ns() // 1_000_000
+        self.body = bytearray(
+            recordbatch.build(
+                [(now, None, v, ()) for v in values],
+                producer_id=0,
+                producer_epoch=0,
+                base_sequence=0,
+                transactional=transactional,
+            )
+        )
+
+    def at(self, producer_id: int, epoch: int, sequence: int) -> bytes:
+        from crc32c import crc32c
+
+        body = self.body
+        body[43:51] = producer_id.to_bytes(8, "big", signed=True)
+        body[51:53] = epoch.to_bytes(2, "big", signed=True)
+        body[53:57] = sequence.to_bytes(4, "big", signed=True)
+        body[17:21] = crc32c(memoryview(body)[21:]).to_bytes(4, "big")
+        return bytes(body)
+
+
+BATCH_HEADERS = {"content-type": "application/vnd.kafka.record-batch"}
 
 
 def records_json(values: list[str]) -> bytes:

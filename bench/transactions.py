@@ -4,12 +4,13 @@ What it measures, in one run on one machine (the service, its Postgres and this 
 share the machine's cores):
 
 1. rpc: N transactional producers (`--producers`), each with its own transactional id and its
-   own partition of one topic, loop for `--seconds`: AddPartitions
-   (`POST /v1/transactions/{tid}/partitions`) -> produce one batch of `--rpc-records` small
-   records (`POST /v1/topics/{t}/partitions/{p}/records` with `transactional_id`, base sequence 0:
-   every transaction runs at a new epoch) -> EndTxn commit (`POST /v1/transactions/{tid}/end`),
-   whose answer carries the producer id and epoch the next transaction uses. Reported:
-   transactions/s, coordinator calls/s (3 per transaction) and p50/p99 per call type.
+   own partition of one topic, loop for `--seconds`: produce one record batch of
+   `--rpc-records` small records (`POST /v1/topics/{t}/partitions/{p}/records?transactional_id=`,
+   binary, base sequence 0: every transaction runs at a new epoch; the batch adds its partition to
+   the transaction itself, transaction version 2) -> EndTxn commit
+   (`POST /v1/transactions/{tid}/end`), whose answer carries the producer id and epoch the next
+   transaction uses. Reported: transactions/s, coordinator calls/s (2 per transaction) and
+   p50/p99 per call type.
 2. baseline: the same N clients, one request in flight each, call `POST /bench/update` for the
    same time. That route lives in the same app (built by `coordinator.core.app.create_app`, then
    this one route added: same FastAPI, middleware, engine, pool and `Database.write()` unit of
@@ -17,11 +18,11 @@ share the machine's cores):
    (one row per client, so there is no hot row). `rpc_ratio` = coordinator calls/s over baseline
    requests/s. Goal: >= 0.7.
 3. overhead: `--overhead-records` records of `--record-bytes` bytes per batch, sent as fast as
-   the service answers, for `--overhead-seconds`, in two modes: idempotent only (InitPid with a
-   null transactional id, sequences 0, n, 2n, ...), and transactional (AddPartitions, batches
-   until `--commit-interval-ms` of wall time have passed since the transaction began, EndTxn,
-   then the next transaction at the new epoch with sequences from 0 again; every transaction
-   carries at least one batch, even when its AddPartitions alone took the interval). The modes
+   the service answers, as Kafka record batches, for `--overhead-seconds`, in two modes:
+   idempotent only (InitPid with a null transactional id, sequences 0, n, 2n, ...), and
+   transactional (batches until `--commit-interval-ms` of wall time have passed since the
+   transaction began, EndTxn, then the next transaction at the new epoch with sequences from 0
+   again; every transaction carries at least one batch). The modes
    alternate for `--rounds` rounds, in the order AB, BA, AB, ... so slow drifts (a growing log,
    other work on the machine) hit both alike; `txn_overhead` = 1 - median transactional MB/s /
    median idempotent MB/s. Kafka publishes about 3% for 1 KB records and 100 ms commits.
@@ -79,8 +80,10 @@ from coordinator.core.settings import Settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is not a package
 from _support import (
+    BATCH_HEADERS,
     JSON_HEADERS,
     MB,
+    BatchTemplate,
     BenchFailure,
     Service,
     Window,
@@ -99,7 +102,6 @@ from _support import (
     positive_float,
     positive_int,
     random_values,
-    records_json,
     run_bench,
     scratch_database,
     serving,
@@ -304,13 +306,9 @@ class Producer:
     def __init__(self, client: httpx.AsyncClient, tid: str, topic: str, partition: int) -> None:
         self.client = client
         self.tid = tid
-        self.add_path = f"/v1/transactions/{tid}/partitions"
         self.end_path = f"/v1/transactions/{tid}/end"
         self.produce_path = f"/v1/topics/{topic}/partitions/{partition}/records"
-        self.add_tail = (
-            b'"partitions":' + orjson.dumps([{"topic": topic, "partition": partition}]) + b"}"
-        )
-        self.txn_field = b'"transactional_id":' + orjson.dumps(tid) + b","
+        self.params = {"transactional_id": tid}
         self.pid = -1
         self.epoch = -1
 
@@ -318,27 +316,12 @@ class Producer:
         answer = await call(self.client, "/v1/init-pid", {"transactional_id": self.tid})
         self.pid, self.epoch = answer["producer_id"], answer["producer_epoch"]
 
-    async def add_partitions(self) -> None:
-        body = identity(self.pid, self.epoch) + self.add_tail
+    async def produce(self, sequence: int, records: BatchTemplate, count: int) -> None:
+        body = records.at(self.pid, self.epoch, sequence)
         answer = checked(
-            await self.client.post(self.add_path, content=body, headers=JSON_HEADERS),
-            f"AddPartitions {self.tid} epoch {self.epoch}",
-        )
-        if answer["state"] != "Ongoing":
-            raise BenchFailure(f"AddPartitions {self.tid}: unexpected answer {answer}")
-
-    async def produce(self, sequence: int, records: bytes, count: int) -> None:
-        body = (
-            identity(self.pid, self.epoch)
-            + self.txn_field
-            + b'"base_sequence":'
-            + str(sequence).encode()
-            + b","
-            + records
-            + b"}"
-        )
-        answer = checked(
-            await self.client.post(self.produce_path, content=body, headers=JSON_HEADERS),
+            await self.client.post(
+                self.produce_path, content=body, params=self.params, headers=BATCH_HEADERS
+            ),
             f"produce {self.tid} epoch {self.epoch} seq {sequence}",
         )
         if answer["duplicate"] is not False or answer["last_offset"] - answer["base_offset"] != (
@@ -357,26 +340,22 @@ class Producer:
         self.pid, self.epoch = answer["producer_id"], answer["producer_epoch"]
 
 
-# -- phase 1: AddPartitions -> produce -> EndTxn ------------------------------------------------
+# -- phase 1: produce -> EndTxn -----------------------------------------------------------------
 
 
-async def rpc_loop(producer: Producer, records: bytes, count: int, window: Window) -> Tally:
+async def rpc_loop(producer: Producer, records: BatchTemplate, count: int, window: Window) -> Tally:
     tally = Tally()
-    add, produce, end = tally.call("AddPartitions"), tally.call("produce"), tally.call("EndTxn")
+    produce, end = tally.call("produce"), tally.call("EndTxn")
     clock = time.perf_counter
     counts = window.counts
     while True:
-        t0 = clock()
-        if t0 >= window.end:
-            return tally
-        await producer.add_partitions()
         t1 = clock()
+        if t1 >= window.end:
+            return tally
         await producer.produce(0, records, count)
         t2 = clock()
         await producer.end()
         t3 = clock()
-        if counts(t1):
-            add.latencies.append(t1 - t0)
         if counts(t2):
             produce.latencies.append(t2 - t1)
         if counts(t3):
@@ -387,7 +366,8 @@ async def rpc_loop(producer: Producer, records: bytes, count: int, window: Windo
 async def run_rpc(
     url: str, args: argparse.Namespace, meter: CpuMeter | None
 ) -> tuple[Tally, float]:
-    records = records_json(random_values(args.rpc_records, args.rpc_record_bytes, seed=2))
+    values = random_values(args.rpc_records, args.rpc_record_bytes, seed=2)
+    records = BatchTemplate([v.encode() for v in values], transactional=True)
     clients = make_clients(url, args.producers)
     try:
         producers = [Producer(c, f"bench-rpc-{i}", RPC_TOPIC, i) for i, c in enumerate(clients)]
@@ -440,13 +420,16 @@ async def run_baseline(
 
 
 async def idempotent_loop(
-    client: httpx.AsyncClient, partition: int, records: bytes, count: int, size: int, w: Window
+    client: httpx.AsyncClient,
+    partition: int,
+    records: BatchTemplate,
+    count: int,
+    size: int,
+    w: Window,
 ) -> Tally:
     answer = await call(client, "/v1/init-pid", {"transactional_id": None})
     pid, epoch = answer["producer_id"], answer["producer_epoch"]
     path = f"/v1/topics/{OVERHEAD_TOPIC}/partitions/{partition}/records"
-    head = identity(pid, epoch) + b'"base_sequence":'
-    tail = b"," + records + b"}"
     tally = Tally()
     calls = tally.call("produce")
     post = client.post
@@ -456,9 +439,7 @@ async def idempotent_loop(
         sent = clock()
         if sent >= w.end:
             return tally
-        response = await post(
-            path, content=head + str(sequence).encode() + tail, headers=JSON_HEADERS
-        )
+        response = await post(path, content=records.at(pid, epoch, sequence), headers=BATCH_HEADERS)
         done = clock()
         answer = checked(response, f"produce pid {pid} seq {sequence}")
         if answer["duplicate"] is not False or answer["last_offset"] - answer["base_offset"] != (
@@ -472,20 +453,16 @@ async def idempotent_loop(
 
 
 async def transactional_loop(
-    producer: Producer, records: bytes, count: int, size: int, interval: float, w: Window
+    producer: Producer, records: BatchTemplate, count: int, size: int, interval: float, w: Window
 ) -> Tally:
     await producer.init()
     tally = Tally()
-    add, produce, end = tally.call("AddPartitions"), tally.call("produce"), tally.call("EndTxn")
+    produce, end = tally.call("produce"), tally.call("EndTxn")
     clock = time.perf_counter
     while True:
         began = clock()
         if began >= w.end:
             return tally
-        await producer.add_partitions()
-        done = clock()
-        if w.counts(done):
-            add.latencies.append(done - began)
         sequence = 0
         while True:
             sent = clock()
@@ -521,18 +498,20 @@ class OverheadRun:
 async def run_overhead(
     url: str, args: argparse.Namespace, mode: str, round_: int, meter: CpuMeter | None
 ) -> OverheadRun:
-    records = records_json(random_values(args.overhead_records, args.record_bytes, seed=1))
+    encoded = [v.encode() for v in random_values(args.overhead_records, args.record_bytes, 1)]
     size = args.overhead_records * args.record_bytes
     clients = make_clients(url, args.producers)
     try:
         window = Window.after(args.warmup, args.overhead_seconds)
         if mode == "idempotent":
+            records = BatchTemplate(encoded)
             loops = [
                 idempotent_loop(c, i, records, args.overhead_records, size, window)
                 for i, c in enumerate(clients)
             ]
         else:
             interval = args.commit_interval_ms / 1000
+            records = BatchTemplate(encoded, transactional=True)
             loops = [
                 transactional_loop(
                     Producer(c, f"bench-overhead-{i}", OVERHEAD_TOPIC, i),
@@ -594,17 +573,17 @@ def report(
 
     print()
     print(
-        f"rpc: {args.producers} transactional producers, AddPartitions -> produce "
+        f"rpc: {args.producers} transactional producers, produce "
         f"{args.rpc_records} x {args.rpc_record_bytes} B -> EndTxn, {args.seconds:g} s measured "
         f"after {args.warmup:g} s warm-up (x{args.rpc_rounds})"
     )
     header = f"{'':<28}{'calls/s':>10}{'p50 ms':>9}{'p99 ms':>9}"
     print(header)
     print("-" * len(header))
-    for kind in ("AddPartitions", "produce", "EndTxn"):
+    for kind in ("produce", "EndTxn"):
         c = rpc.call(kind)
         print(f"{kind:<28}{c.per_s(rpc_seconds):>10.1f}{c.pct_ms(0.5):>9.2f}{c.pct_ms(0.99):>9.2f}")
-    print(f"{'coordinator calls (all 3)':<28}{calls_per_s:>10.1f}")
+    print(f"{'coordinator calls (both)':<28}{calls_per_s:>10.1f}")
     print(f"{'transactions':<28}{txn_per_s:>10.1f}")
     print(
         f"{'baseline (1 UPDATE/request)':<28}{base_per_s:>10.1f}{base_calls.pct_ms(0.5):>9.2f}"
@@ -643,7 +622,7 @@ def report(
         f"medians: idempotent {idem_median:.2f} MB/s, transactional {txn_median:.2f} MB/s; "
         f"per-round overheads {', '.join(f'{o:.3f}' for o in per_round)}"
     )
-    for kind in ("AddPartitions", "EndTxn"):
+    for kind in ("EndTxn",):
         c = txn_runs.call(kind)
         print(f"  transactional {kind}: p50 {c.pct_ms(0.5):.2f} ms, p99 {c.pct_ms(0.99):.2f} ms")
     print(f"txn_overhead (1 - txn MB/s / idempotent MB/s): {overhead:.4f}  (goal <= 0.02)")
@@ -654,7 +633,7 @@ def report(
         "baseline_requests_per_s": r(base_per_s, 1),
         "rpc_ratio": r(rpc_ratio, 4),
     }
-    for kind in ("AddPartitions", "produce", "EndTxn"):
+    for kind in ("produce", "EndTxn"):
         c = rpc.call(kind)
         figures[f"{kind}_p50_ms"] = r(c.pct_ms(0.5))
         figures[f"{kind}_p99_ms"] = r(c.pct_ms(0.99))

@@ -4,6 +4,8 @@ coordinator serve [--host 127.0.0.1] [--port 8080]   run the service (migrates t
 coordinator migrate                                  bring the store's schema to the newest version
 coordinator transactions list|describe|...           inspect and abort transactions over HTTP,
                                                      like kafka-transactions.sh (admin/cli.py)
+coordinator groups list|describe|delete|reset-offsets  consumer groups over HTTP, like
+                                                     kafka-consumer-groups.sh (admin/groups_cli.py)
 coordinator demo [--events N] [--master M] ...       the main job end to end: payments settled
                                                      by Spark exactly once (jobs/demo.py, pyspark)
 """
@@ -18,6 +20,7 @@ import sys
 from collections.abc import Sequence
 
 from coordinator.admin.cli import add_transactions_parser
+from coordinator.admin.groups_cli import add_groups_parser
 from coordinator.core.settings import Settings
 from jobs.demo import add_demo_parser
 
@@ -133,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.set_defaults(run=_migrate)
 
     add_transactions_parser(commands)
+    add_groups_parser(commands)
     add_demo_parser(commands)
     return parser
 

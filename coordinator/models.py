@@ -2,7 +2,13 @@
 
 from coordinator.core.database import Base
 from coordinator.effects.models import Effect
-from coordinator.groups.models import GroupOffset
+from coordinator.groups.models import (
+    ConsumerGroup,
+    GroupMember,
+    GroupOffset,
+    GroupOwnedPartition,
+    GroupTargetPartition,
+)
 from coordinator.log.models import Batch, Partition, ProducerState, Topic
 from coordinator.producers.models import ProducerId
 from coordinator.transactions.models import (
@@ -15,8 +21,12 @@ from coordinator.transactions.models import (
 __all__ = [
     "Base",
     "Batch",
+    "ConsumerGroup",
     "Effect",
+    "GroupMember",
     "GroupOffset",
+    "GroupOwnedPartition",
+    "GroupTargetPartition",
     "Partition",
     "ProducerId",
     "ProducerState",

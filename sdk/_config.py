@@ -1,20 +1,24 @@
 """Typed configuration: frozen dataclasses built from a dict with Kafka's key names, from typed
 keyword arguments, or both (keywords win). Unknown keys and bad values raise `ConfigError` at
-construction, naming the key, instead of failing later.
+construction, naming the key, instead of failing later. A librdkafka setting this SDK has no use
+for (socket and fetch tuning, ...) is accepted and ignored with a logged warning, so code written
+for confluent-kafka keeps its configuration.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, TypeVar
 
 import httpx
 
-from sdk._errors import ConfigError
-from sdk._types import DeliveryCallback
+from sdk import _librdkafka as librdkafka
+from sdk._errors import ConfigError, KafkaError
+from sdk._types import CommitCallback, DeliveryCallback
 
 __all__ = [
     "AdminConfig",
@@ -104,6 +108,43 @@ class ClientConfig:
             key=None,
         ),
     )
+    error_cb: Callable[[KafkaError], object] | None = field(
+        default=None,
+        metadata=_meta(
+            "`error_cb(err)`: errors that no call returns (the service unreachable from a "
+            "background thread, a failed auto-commit), served by `poll()`.",
+            "callable",
+            key="error_cb",
+        ),
+    )
+    throttle_cb: Callable[[Any], object] | None = field(
+        default=None,
+        metadata=_meta(
+            "Accepted for compatibility; the service never throttles, so it is never called.",
+            "callable",
+            key="throttle_cb",
+        ),
+    )
+    stats_cb: Callable[[str], object] | None = field(
+        default=None,
+        metadata=_meta(
+            "`stats_cb(json_text)`: the client's statistics every `statistics.interval.ms`, "
+            "served by `poll()`.",
+            "callable",
+            key="stats_cb",
+        ),
+    )
+    statistics_interval_ms: int = _setting(
+        0, minimum=0, doc="How often `stats_cb` gets statistics; 0 (the default) never."
+    )
+    logger: logging.Logger | logging.LoggerAdapter[Any] | None = field(
+        default=None,
+        metadata=_meta(
+            "A `logging.Logger` for this client's log lines (default: the `sdk` logger).",
+            "logger",
+            key="logger",
+        ),
+    )
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -141,6 +182,12 @@ class ProducerConfig(ClientConfig):
     )
     batch_size: int = _setting(
         16_384, minimum=1, doc="Most bytes of records in one batch (a larger record goes alone)."
+    )
+    compression_type: str = _setting(
+        "none",
+        kind="choice",
+        choices={c: c for c in ("none", "gzip", "snappy", "lz4", "zstd")},
+        doc="Codec of each record batch: `none`, `gzip`, `snappy`, `lz4` or `zstd`.",
     )
     max_in_flight_requests_per_connection: int = _setting(
         5,
@@ -223,6 +270,60 @@ class ConsumerConfig(ClientConfig):
     fetch_wait_max_ms: int = _setting(
         100, minimum=0, doc="Pause between fetch rounds that found nothing new."
     )
+    max_partition_fetch_bytes: int = _setting(
+        1_048_576,
+        minimum=1,
+        maximum=INT32_MAX,
+        doc="Most bytes of record batches fetched from a partition per request (at least one "
+        "batch comes).",
+    )
+    check_crcs: bool = _setting(
+        False, doc="Verify each fetched record batch's CRC-32C; a mismatch raises `_BAD_MSG`."
+    )
+    session_timeout_ms: int | None = _setting(
+        None,
+        kind="int",
+        minimum=1,
+        doc="After `subscribe()`: the coordinator removes the member when no heartbeat came for "
+        "this long (none: the service's `COORDINATOR_GROUP_SESSION_TIMEOUT_MS`).",
+    )
+    heartbeat_interval_ms: int = _setting(
+        3_000,
+        minimum=1,
+        doc="After `subscribe()`: the most time between heartbeats (the service may ask for less).",
+    )
+    max_poll_interval_ms: int = _setting(
+        300_000,
+        minimum=1,
+        doc="After `subscribe()`: with no `poll()`/`consume()` for this long the consumer leaves "
+        "the group (its partitions go to others); also how long a rebalance may wait for it.",
+    )
+    enable_auto_offset_store: bool = _setting(
+        True,
+        doc="Store each record's offset as `poll()` returns it; false: only `store_offsets()` "
+        "stores, and auto-commit commits what was stored.",
+    )
+    on_commit: CommitCallback | None = field(
+        default=None,
+        metadata=_meta(
+            "`on_commit(err, partitions)` after each commit (auto, asynchronous or not), served "
+            "by `poll()`.",
+            "callable",
+            key="on_commit",
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        session = self.session_timeout_ms
+        if session is not None and self.heartbeat_interval_ms >= session:
+            raise ConfigError(
+                f"heartbeat.interval.ms: must be below session.timeout.ms ({session})"
+            )
+        if session is not None and self.max_poll_interval_ms < session:
+            raise ConfigError(
+                f"max.poll.interval.ms: must be at least session.timeout.ms ({session})"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -244,6 +345,11 @@ class ClientOptions(TypedDict, total=False):
     retry_backoff_ms: int
     retry_backoff_max_ms: int
     transport: httpx.BaseTransport | None
+    error_cb: Callable[[KafkaError], object] | None
+    throttle_cb: Callable[[Any], object] | None
+    stats_cb: Callable[[str], object] | None
+    statistics_interval_ms: int
+    logger: logging.Logger | logging.LoggerAdapter[Any] | None
 
 
 class ProducerOptions(ClientOptions, total=False):
@@ -255,6 +361,7 @@ class ProducerOptions(ClientOptions, total=False):
     transaction_timeout_ms: int
     linger_ms: int
     batch_size: int
+    compression_type: str
     max_in_flight_requests_per_connection: int
     retries: int
     delivery_timeout_ms: int
@@ -274,6 +381,13 @@ class ConsumerOptions(ClientOptions, total=False):
     enable_partition_eof: bool
     max_poll_records: int
     fetch_wait_max_ms: int
+    max_partition_fetch_bytes: int
+    check_crcs: bool
+    session_timeout_ms: int | None
+    heartbeat_interval_ms: int
+    max_poll_interval_ms: int
+    enable_auto_offset_store: bool
+    on_commit: CommitCallback | None
 
 
 class AdminOptions(ClientOptions, total=False):
@@ -348,6 +462,10 @@ def _coerce(f: dataclasses.Field[Any], value: object) -> object:
         if callable(value):
             return value
         raise ConfigError(f"{key}: expected a callable, not {value!r}")
+    if kind == "logger":
+        if isinstance(value, logging.Logger | logging.LoggerAdapter):
+            return value
+        raise ConfigError(f"{key}: expected a logging.Logger, not {value!r}")
     if kind == "transport":
         if isinstance(value, httpx.BaseTransport):
             return value
@@ -368,12 +486,26 @@ def build_config(
     if isinstance(config, cls):
         values = {name: getattr(config, name) for name in fields}
     elif isinstance(config, Mapping):
+        ignored = []
         for key, value in config.items():
             if key in _REDIRECTS:
                 raise ConfigError(f"{key}: not used by this client; {_REDIRECTS[key]}")
+            if key not in by_key and librdkafka.ALIASES.get(key) in by_key:
+                key = librdkafka.ALIASES[key]
             if key not in by_key:
-                raise ConfigError(_unknown(key, list(by_key), cls))
+                if key not in librdkafka.KNOWN:
+                    raise ConfigError(_unknown(key, list(by_key), cls))
+                ignored.append(key)
+                continue
             values[by_key[key].name] = _coerce(by_key[key], value)
+        if ignored:
+            logger = values.get("logger") or options.get("logger") or logging.getLogger("sdk")
+            assert isinstance(logger, logging.Logger | logging.LoggerAdapter)
+            logger.warning(
+                "%s ignores librdkafka settings it has no use for: %s",
+                cls.__name__,
+                ", ".join(sorted(ignored)),
+            )
     elif config is not None:
         raise ConfigError(f"expected a dict of settings or a {cls.__name__}, not {config!r}")
     for name, value in options.items():

@@ -27,6 +27,8 @@ code ported from confluent-kafka, `exc.args[0]` is a `KafkaError` with the same 
           ├── InvalidTxnState, TransactionalIdNotFound, InvalidTransactionTimeout
           ├── FencedClaim                the side effect's claim was lost to another owner
           ├── EffectNotFound             no claim and no result for the key
+          ├── UnknownMemberId, FencedMemberEpoch   a group member fenced: rejoin (KIP-447)
+          ├── GroupIdNotFound, NonEmptyGroup
           ├── UnknownTopicOrPartition, TopicAlreadyExists, RecordListTooLarge
           ├── AuthenticationFailed, AuthorizationFailed
           └── InvalidRequest, NotFound
@@ -50,6 +52,8 @@ __all__ = [
     "EffectNotFound",
     "FatalError",
     "FencedClaim",
+    "FencedMemberEpoch",
+    "GroupIdNotFound",
     "IllegalStateError",
     "InternalError",
     "InvalidProducerEpoch",
@@ -63,6 +67,7 @@ __all__ = [
     "MessagePurged",
     "MessageSizeTooLarge",
     "MessageTimedOut",
+    "NonEmptyGroup",
     "NotFound",
     "OutOfOrderSequenceNumber",
     "ProducerFenced",
@@ -74,6 +79,7 @@ __all__ = [
     "TransactionalIdAuthorizationFailed",
     "TransactionalIdNotFound",
     "TransportError",
+    "UnknownMemberId",
     "UnknownProducerId",
     "UnknownTopicOrPartition",
     "UnstableOffsetCommit",
@@ -100,6 +106,7 @@ class KafkaError:
     _INVALID_ARG: ClassVar[str] = "_INVALID_ARG"
     _AUTO_OFFSET_RESET: ClassVar[str] = "_AUTO_OFFSET_RESET"
     _BAD_MSG: ClassVar[str] = "_BAD_MSG"
+    _MAX_POLL_EXCEEDED: ClassVar[str] = "_MAX_POLL_EXCEEDED"
     # The API's codes.
     INVALID_REQUEST: ClassVar[str] = "INVALID_REQUEST"
     INVALID_TRANSACTION_TIMEOUT: ClassVar[str] = "INVALID_TRANSACTION_TIMEOUT"
@@ -115,10 +122,18 @@ class KafkaError:
     OUT_OF_ORDER_SEQUENCE_NUMBER: ClassVar[str] = "OUT_OF_ORDER_SEQUENCE_NUMBER"
     UNKNOWN_PRODUCER_ID: ClassVar[str] = "UNKNOWN_PRODUCER_ID"
     UNSTABLE_OFFSET_COMMIT: ClassVar[str] = "UNSTABLE_OFFSET_COMMIT"
+    UNKNOWN_MEMBER_ID: ClassVar[str] = "UNKNOWN_MEMBER_ID"
+    FENCED_MEMBER_EPOCH: ClassVar[str] = "FENCED_MEMBER_EPOCH"
+    GROUP_ID_NOT_FOUND: ClassVar[str] = "GROUP_ID_NOT_FOUND"
+    NON_EMPTY_GROUP: ClassVar[str] = "NON_EMPTY_GROUP"
     RECORD_LIST_TOO_LARGE: ClassVar[str] = "RECORD_LIST_TOO_LARGE"
     EFFECT_CLAIMED: ClassVar[str] = "EFFECT_CLAIMED"
     FENCED_CLAIM: ClassVar[str] = "FENCED_CLAIM"
     EFFECT_NOT_FOUND: ClassVar[str] = "EFFECT_NOT_FOUND"
+    CORRUPT_MESSAGE: ClassVar[str] = "CORRUPT_MESSAGE"
+    INVALID_RECORD: ClassVar[str] = "INVALID_RECORD"
+    INVALID_CONFIG: ClassVar[str] = "INVALID_CONFIG"
+    OFFSET_OUT_OF_RANGE: ClassVar[str] = "OFFSET_OUT_OF_RANGE"
     COORDINATOR_NOT_AVAILABLE: ClassVar[str] = "COORDINATOR_NOT_AVAILABLE"
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED: ClassVar[str] = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
     TOPIC_AUTHORIZATION_FAILED: ClassVar[str] = "TOPIC_AUTHORIZATION_FAILED"
@@ -398,6 +413,31 @@ class OutOfOrderSequenceNumber(ServiceError):
     default_txn_requires_abort = True
 
 
+class UnknownMemberId(ServiceError):
+    """Not (or no longer) a member of the group: it left, or its session or rebalance timeout
+    passed. Nothing was committed. A subscribed consumer rejoins by itself (its partitions are
+    lost: `on_lost`); inside a transaction, abort it and rewind to the committed offsets."""
+
+    default_code = KafkaError.UNKNOWN_MEMBER_ID
+
+
+class FencedMemberEpoch(ServiceError):
+    """The member's epoch is stale, or it does not own a partition it committed (it was given to
+    another member). Nothing was committed; as for `UnknownMemberId`."""
+
+    default_code = KafkaError.FENCED_MEMBER_EPOCH
+
+
+class GroupIdNotFound(ServiceError):
+    default_code = KafkaError.GROUP_ID_NOT_FOUND
+
+
+class NonEmptyGroup(ServiceError):
+    """The group still has members; they must leave before it can be deleted."""
+
+    default_code = KafkaError.NON_EMPTY_GROUP
+
+
 class InvalidTxnState(ServiceError):
     default_code = KafkaError.INVALID_TXN_STATE
 
@@ -485,6 +525,10 @@ _BY_CODE: dict[str, type[KafkaException]] = {
         InvalidTxnState,
         TransactionalIdNotFound,
         InvalidTransactionTimeout,
+        UnknownMemberId,
+        FencedMemberEpoch,
+        GroupIdNotFound,
+        NonEmptyGroup,
         UnknownTopicOrPartition,
         TopicAlreadyExists,
         RecordListTooLarge,

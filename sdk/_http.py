@@ -10,8 +10,8 @@ import random
 import ssl
 import threading
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import httpx
 import orjson
@@ -30,6 +30,7 @@ from sdk._errors import (
 __all__ = ["HttpClient"]
 
 VERSION = "0.1.0"
+T = TypeVar("T")
 
 
 class HttpClient:
@@ -86,11 +87,51 @@ class HttpClient:
         body: Mapping[str, Any] | bytes | None = None,
         params: Mapping[str, str | int] | None = None,
         timeout: float | None = None,
+        content_type: str | None = None,
     ) -> Any:
         """One attempt. Returns the parsed JSON answer; raises `TransportError` when no answer
-        came back (the request may have been applied), or the typed error of a problem document."""
+        came back (the request may have been applied), or the typed error of a problem document.
+        `body` bytes go as they are, as `content_type` (default JSON)."""
         content = body if isinstance(body, bytes) or body is None else orjson.dumps(body)
-        headers = {"Content-Type": "application/json"} if content is not None else None
+        headers = None
+        if content is not None:
+            headers = {"Content-Type": content_type or "application/json"}
+        response = self._exchange(method, path, content, params, headers, timeout)
+        return orjson.loads(response.content) if response.content else None
+
+    def call_binary(
+        self,
+        path: str,
+        params: Mapping[str, str | int],
+        accept: str,
+        deadline: float | None = None,
+    ) -> tuple[bytes, httpx.Headers]:
+        """`fetch_binary`, retried as `call` retries."""
+        return self._retrying(
+            lambda remaining: self._binary(path, params, accept, remaining), "GET", path, deadline
+        )
+
+    def _binary(
+        self, path: str, params: Mapping[str, str | int], accept: str, timeout: float | None
+    ) -> tuple[bytes, httpx.Headers]:
+        response = self._exchange("GET", path, None, params, {"Accept": accept}, timeout)
+        return response.content, response.headers
+
+    def fetch_binary(
+        self, path: str, params: Mapping[str, str | int], accept: str
+    ) -> tuple[bytes, httpx.Headers]:
+        """One GET answered in `accept` (not JSON): its body and headers; raises as `send`."""
+        return self._binary(path, params, accept, None)
+
+    def _exchange(
+        self,
+        method: str,
+        path: str,
+        content: bytes | None,
+        params: Mapping[str, str | int] | None,
+        headers: dict[str, str] | None,
+        timeout: float | None,
+    ) -> httpx.Response:
         try:
             response = self._client.request(
                 method,
@@ -107,7 +148,7 @@ class HttpClient:
                 raise IllegalStateError("the client is closed") from exc
             raise TransportError(f"{method} {path}: {exc!r}") from exc
         if response.is_success:
-            return orjson.loads(response.content) if response.content else None
+            return response
         raise _problem(method, path, response)
 
     def call(
@@ -121,20 +162,25 @@ class HttpClient:
     ) -> Any:
         """`send`, repeated after retriable errors and transport failures until `deadline`
         (monotonic; None: `default.api.timeout.ms` from now), then `KafkaTimeoutError`."""
+        content = orjson.dumps(body) if body is not None else None
+        return self._retrying(
+            lambda timeout: self.send(method, path, body=content, params=params, timeout=timeout),
+            method,
+            path,
+            deadline,
+        )
+
+    def _retrying(
+        self, attempt_once: Callable[[float], T], method: str, path: str, deadline: float | None
+    ) -> T:
+        """`attempt_once(timeout)`, repeated after retriable errors until `deadline`."""
         if deadline is None:
             deadline = self.deadline(None)
-        content = orjson.dumps(body) if body is not None else None
         attempt = 0
         while True:
             remaining = deadline - time.monotonic()
             try:
-                return self.send(
-                    method,
-                    path,
-                    body=content,
-                    params=params,
-                    timeout=max(0.001, min(self._request_timeout, remaining)),
-                )
+                return attempt_once(max(0.001, min(self._request_timeout, remaining)))
             except KafkaException as exc:
                 if not exc.retriable:
                     raise

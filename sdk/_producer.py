@@ -7,6 +7,10 @@ sends them on one pooled httpx client and applies each answer under the same loc
 callbacks are queued and run on the caller's thread from `poll()`, `flush()` and the transaction
 calls. Transaction calls (`init_transactions`, `commit_transaction`...) run on the caller's thread.
 
+Batches travel as Kafka record batches (`coordinator.log.recordbatch`, the service's own codec),
+compressed with `compression.type`. A transactional batch adds its partition to the transaction
+itself (transaction version 2): there is no AddPartitions call.
+
 Ordering: a batch's sequence numbers are assigned once, at its first send, in queue order, and
 never change within a (producer id, epoch): a retry resends the same body, which the service
 answers with the original offsets if it had written it. Several batches of a partition may be in
@@ -22,7 +26,6 @@ lost) that could still be written; a transactional producer must abort (EndTxn r
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import enum
 import logging
@@ -35,8 +38,8 @@ from types import TracebackType
 from typing import Any, Unpack
 from urllib.parse import quote
 
-import orjson
-
+from coordinator.log import recordbatch
+from sdk._callbacks import Callbacks
 from sdk._config import ProducerConfig, ProducerOptions, build_config
 from sdk._errors import (
     IllegalStateError,
@@ -53,7 +56,14 @@ from sdk._errors import (
 )
 from sdk._http import HttpClient
 from sdk._partitioner import StickyPartitioner, partition_for_key
-from sdk._types import ConsumerGroupMetadata, DeliveryCallback, Headers, Message, TopicPartition
+from sdk._types import (
+    TIMESTAMP_CREATE_TIME,
+    ConsumerGroupMetadata,
+    DeliveryCallback,
+    Headers,
+    Message,
+    TopicPartition,
+)
 
 __all__ = ["Producer"]
 
@@ -62,6 +72,7 @@ log = logging.getLogger("sdk")
 SEQUENCE_MODULUS = 2**31
 RECORD_OVERHEAD = 16  # bytes counted per record besides key, value and headers
 SENDER_POOL_SIZE = 8
+RECORD_BATCH = "application/vnd.kafka.record-batch"
 _REORDER_CODES = (KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, KafkaError.UNKNOWN_PRODUCER_ID)
 
 TopicKey = tuple[str, int]
@@ -78,7 +89,7 @@ class _TxnState(enum.Enum):
 
 
 class _Record:
-    __slots__ = ("callback", "headers", "key", "size", "value")
+    __slots__ = ("callback", "headers", "key", "size", "timestamp", "value")
 
     def __init__(
         self,
@@ -86,23 +97,19 @@ class _Record:
         value: bytes | None,
         headers: list[tuple[str, bytes]],
         callback: DeliveryCallback | None,
+        timestamp: int,
     ) -> None:
         self.key = key
         self.value = value
         self.headers = headers
         self.callback = callback
+        self.timestamp = timestamp
         self.size = (
             len(key or b"")
             + len(value or b"")
             + sum(len(n) + len(v) for n, v in headers)
             + RECORD_OVERHEAD
         )
-
-    def wire(self) -> dict[str, Any]:
-        entry: dict[str, Any] = {"key": _b64(self.key), "value": _b64(self.value)}
-        if self.headers:
-            entry["headers"] = {name: _b64(v) for name, v in self.headers}
-        return entry
 
 
 class _Batch:
@@ -118,7 +125,7 @@ class _Batch:
         self.deadline = deadline
         self.sealed = False  # no more records join
         self.sequence: int | None = None  # base sequence, assigned at the first send
-        self.body: bytes | None = None  # the exact request body, resent as is on retries
+        self.body: bytes | None = None  # the record batch, resent as is on retries
         self.inflight = False
         self.needs_send = False  # sent before and must be sent again (when it is the head)
         self.in_doubt = False  # an attempt got no answer: it may have been written
@@ -142,10 +149,6 @@ class _Partition:
 
     def head_unacked(self) -> _Batch | None:
         return next((b for b in self.queue if not b.acked), None)
-
-
-def _b64(data: bytes | None) -> str | None:
-    return None if data is None else base64.b64encode(data).decode("ascii")
 
 
 def _as_bytes(data: object, what: str) -> bytes | None:
@@ -200,6 +203,8 @@ class Producer:
         self._tid = c.transactional_id
         # Path form of the id: any printable character may appear in it.
         self._tid_path = quote(self._tid, safe="") if self._tid else ""
+        self._compression = recordbatch.CODECS[c.compression_type]
+        self._produce_params = {"transactional_id": self._tid} if self._tid else None
         self._idempotent = c.enable_idempotence
         self._linger = c.linger_ms / 1000
         self._delivery_timeout = c.delivery_timeout_ms / 1000
@@ -213,7 +218,7 @@ class Producer:
         self._sticky_batch: dict[str, _Batch] = {}
         self._reports: deque[tuple[DeliveryCallback, KafkaError | None, Message]] = deque()
         self._outstanding = 0  # records produced and not yet reported
-        self._inflight = 0  # requests the pool is running (produce, AddPartitions, InitPid)
+        self._inflight = 0  # requests the pool is running (produce, InitPid)
         self._flushing = 0  # callers waiting in flush(): send batches without lingering
         self._producer_id = -1
         self._epoch = -1
@@ -224,14 +229,11 @@ class Producer:
         self._fatal: KafkaException | None = None
         self._state = _TxnState.UNINITIALIZED if self._tid else _TxnState.READY
         self._txn_error: KafkaException | None = None  # what fails the current transaction
-        self._txn_partitions: set[TopicKey] = set()
-        self._adding: set[TopicKey] = set()
-        self._add_attempts = 0
-        self._add_retry_at = 0.0
         self._txn_touched = False  # the coordinator may hold an open transaction of ours
         self._ending: tuple[int, int] | None = None  # (pid, epoch) an EndTxn was sent with
         self._stopping = False
         self._closed = False
+        self._callbacks = Callbacks(c, "producer", self._statistics)
 
         self._pool = ThreadPoolExecutor(SENDER_POOL_SIZE, thread_name_prefix="sdk-producer-io")
         self._sender = threading.Thread(target=self._run, name="sdk-producer-sender", daemon=True)
@@ -252,6 +254,7 @@ class Producer:
         callback: DeliveryCallback | None = None,
     ) -> None:
         """Queue a record and return at once; its delivery report comes from `poll()`/`flush()`.
+        `timestamp` (ms since the epoch; 0: now) is the record's CreateTime.
 
         `partition` None (or -1) lets the partitioner choose: murmur2 of the key, sticky for
         null keys. `on_delivery(err, msg)` (alias `callback`) gets err None and the record's
@@ -268,13 +271,14 @@ class Producer:
         - a `KafkaException` with `txn_requires_abort`: the transaction already failed; call
           `abort_transaction()`. With `fatal`: close the producer.
         """
-        if timestamp:
-            raise ValueError("timestamp: the service stamps each record when it appends it")
+        if isinstance(timestamp, bool) or not isinstance(timestamp, int) or timestamp < 0:
+            raise ValueError(f"timestamp: milliseconds since the epoch, not {timestamp!r}")
         record = _Record(
             _as_bytes(key, "key"),
             _as_bytes(value, "value"),
             _headers(headers),
             on_delivery or callback or self.config.on_delivery,
+            timestamp or time.time_ns() // 1_000_000,
         )
         if record.size - RECORD_OVERHEAD > self.config.message_max_bytes:
             raise MessageSizeTooLarge(
@@ -313,7 +317,7 @@ class Producer:
                 if remaining is not None and remaining <= 0:
                     break
                 self._cond.wait(remaining)
-        return self._serve_reports()
+        return self._serve_reports() + self._callbacks.serve()
 
     def flush(self, timeout: float | None = None) -> int:
         """Send every queued record without lingering and wait (up to `timeout` seconds; None:
@@ -321,6 +325,7 @@ class Producer:
         Returns the number of records still outstanding (0 when all were reported)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         self._wait_outstanding(deadline)
+        self._callbacks.serve()
         with self._cond:
             return self._outstanding
 
@@ -392,7 +397,9 @@ class Producer:
         Raises:
         - `KafkaTimeoutError` (retriable): not done within `timeout`; call again.
         - an error with `txn_requires_abort`: call `abort_transaction()`, rewind the consumer
-          to its committed offsets, and start a new transaction.
+          to its committed offsets, and start a new transaction. `UnknownMemberId` and
+          `FencedMemberEpoch` say the consumer of `group_metadata` lost these partitions to
+          another member (KIP-447): its next `poll()` runs `on_lost`/`on_revoke`.
         - `TransactionTimedOut`: call `init_transactions()`, then start over.
         - a fatal error (`ProducerFenced`...): close the producer.
         - `IllegalStateError`: no transaction is open.
@@ -418,8 +425,12 @@ class Producer:
                 return
             self._txn_touched = True
             pid, epoch = self._producer_id, self._epoch
-        body = {"producer_id": pid, "producer_epoch": epoch, "group_id": group_id}
+        body: dict[str, Any] = {"producer_id": pid, "producer_epoch": epoch, "group_id": group_id}
         body["offsets"] = entries
+        if isinstance(group_metadata, ConsumerGroupMetadata) and group_metadata.member_id:
+            # KIP-447: the coordinator refuses them if this member no longer owns the partitions.
+            body["member_id"] = group_metadata.member_id
+            body["member_epoch"] = group_metadata.member_epoch
         self._txn_call("POST", self._txn_path("/offsets"), body, self._http.deadline(timeout))
 
     def prepare_transaction(self, timeout: float | None = None) -> None:
@@ -653,7 +664,15 @@ class Producer:
             if record.callback is not None:
                 offset = batch.base_offset + i if error is None else None
                 message = Message(
-                    topic, partition, offset, record.key, record.value, record.headers, err
+                    topic,
+                    partition,
+                    offset,
+                    record.key,
+                    record.value,
+                    list(record.headers),
+                    err,
+                    record.timestamp,
+                    TIMESTAMP_CREATE_TIME,
                 )
                 self._reports.append((record.callback, err, message))
         self._outstanding -= len(batch.records)
@@ -690,6 +709,10 @@ class Producer:
             with self._cond:
                 self._flushing -= 1
 
+    def _statistics(self) -> dict[str, Any]:
+        with self._cond:
+            return {"msg_cnt": self._outstanding, "txn_state": self._state.value}
+
     # -- transactions ----------------------------------------------------------------------------
 
     def _txn_path(self, suffix: str) -> str:
@@ -700,8 +723,6 @@ class Producer:
         self._producer_id, self._epoch = producer_id, epoch
         for part in self._partitions.values():
             part.next_sequence = 0
-        self._txn_partitions.clear()
-        self._adding.clear()
         self._txn_touched = False
         self._txn_error = None
         self._ending = None
@@ -710,8 +731,6 @@ class Producer:
         if not self._wait_outstanding(deadline):
             raise KafkaTimeoutError("records still undelivered; call again to keep waiting")
         with self._cond:
-            while self._adding and time.monotonic() < deadline:
-                self._cond.wait(deadline - time.monotonic())
             if self._txn_error is not None:
                 raise self._txn_error
 
@@ -733,7 +752,7 @@ class Producer:
         except InvalidTxnState:
             if commit:
                 raise
-            # Nothing open at our epoch (an AddPartitions that never applied): nothing to abort.
+            # Nothing open at our epoch (no batch of it was ever written): nothing to abort.
             answer = {"producer_id": pid, "producer_epoch": epoch}
         with self._cond:
             self._start_epoch(answer["producer_id"], answer["producer_epoch"])
@@ -776,22 +795,32 @@ class Producer:
                         now = time.monotonic()
                         self._cond.wait(None if wake_at is None else max(0.0, wake_at - now))
         except Exception as exc:  # a bug: fail every caller loudly rather than leave them waiting
-            log.exception("the producer's sender thread failed")
+            self._callbacks.log.exception("the producer's sender thread failed")
             with self._cond:
                 self._set_fatal(KafkaException(f"the sender thread failed: {exc!r}", fatal=True))
 
     def _request(
-        self, method: str, path: str, body: Mapping[str, Any] | bytes
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | bytes,
+        params: Mapping[str, str] | None = None,
     ) -> dict[str, Any] | KafkaException:
         """One attempt from the pool: the answer, or the error it became. Never raises, so the
-        state of a request in flight is always settled."""
+        state of a request in flight is always settled. Bytes go as a record batch."""
+        content_type = RECORD_BATCH if isinstance(body, bytes) else None
         try:
-            answer: dict[str, Any] = self._http.send(method, path, body=body) or {}
+            answer: dict[str, Any] = (
+                self._http.send(method, path, body=body, params=params, content_type=content_type)
+                or {}
+            )
             return answer
         except KafkaException as exc:
+            if isinstance(exc, TransportError):
+                self._callbacks.error(exc.error)  # librdkafka tells error_cb of transport failures
             return exc
         except Exception as exc:  # unexpected: treat as an answer lost, which is always safe
-            log.exception("%s %s failed unexpectedly", method, path)
+            self._callbacks.log.exception("%s %s failed unexpectedly", method, path)
             return TransportError(f"{method} {path}: {exc!r}")
 
     def _plan(self, now: float) -> tuple[list[Callable[[], None]], float | None]:
@@ -805,16 +834,13 @@ class Producer:
         if self._tid is not None:
             if self._state is not _TxnState.IN_TRANSACTION or self._txn_error is not None:
                 return jobs, _earliest(wake)
-            self._plan_add_partitions(now, jobs, wake)
         elif (
             self._idempotent
             and (self._producer_id < 0 or self._reset_pending)
             and self._plan_producer_id(now, jobs, wake)
         ):
             return jobs, _earliest(wake)
-        for tp, part in self._partitions.items():
-            if self._tid is not None and tp not in self._txn_partitions:
-                continue
+        for part in self._partitions.values():
             self._plan_partition(part, now, jobs, wake)
         return jobs, _earliest(wake)
 
@@ -850,29 +876,6 @@ class Producer:
         self._inflight += 1
         jobs.append(self._init_pid_job)
         return True
-
-    def _plan_add_partitions(
-        self, now: float, jobs: list[Callable[[], None]], wake: list[float]
-    ) -> None:
-        needed = [
-            tp
-            for tp, part in self._partitions.items()
-            if part.queue and tp not in self._txn_partitions and tp not in self._adding
-        ]
-        if not needed or self._adding:
-            return
-        if self._add_retry_at > now:
-            wake.append(self._add_retry_at)
-            return
-        self._adding.update(needed)
-        self._txn_touched = True
-        self._inflight += 1
-        body = {
-            "producer_id": self._producer_id,
-            "producer_epoch": self._epoch,
-            "partitions": [{"topic": t, "partition": p} for t, p in sorted(needed)],
-        }
-        jobs.append(lambda: self._add_partitions_job(needed, body))
 
     def _plan_partition(
         self, part: _Partition, now: float, jobs: list[Callable[[], None]], wake: list[float]
@@ -915,16 +918,17 @@ class Producer:
                 part.next_sequence = (batch.sequence + count) % SEQUENCE_MODULUS
             else:
                 batch.sequence = -1
-            body: dict[str, Any] = {
-                "producer_id": self._producer_id if self._idempotent else -1,
-                "producer_epoch": self._epoch if self._idempotent else -1,
-                "base_sequence": batch.sequence,
-            }
+            batch.body = recordbatch.build(
+                [(r.timestamp, r.key, r.value, r.headers) for r in batch.records],
+                compression=self._compression,
+                producer_id=self._producer_id if self._idempotent else -1,
+                producer_epoch=self._epoch if self._idempotent else -1,
+                base_sequence=batch.sequence,
+                transactional=self._tid is not None,
+            )
             if self._tid is not None:
-                body["transactional_id"] = self._tid
-            body["encoding"] = "base64"
-            body["records"] = [r.wire() for r in batch.records]
-            batch.body = orjson.dumps(body)
+                # The coordinator may hold an open transaction of ours from now on.
+                self._txn_touched = True
         batch.sent_as_head = all(b.acked for b in _before(part.queue, batch))
         batch.inflight = True
         batch.needs_send = False
@@ -951,7 +955,7 @@ class Producer:
         topic, partition = batch.tp
         assert batch.body is not None
         path = f"/v1/topics/{topic}/partitions/{partition}/records"
-        outcome = self._request("POST", path, batch.body)
+        outcome = self._request("POST", path, batch.body, self._produce_params)
         with self._cond:
             self._inflight -= 1
             part.inflight -= 1
@@ -1014,7 +1018,7 @@ class Producer:
         self._complete(part)
 
     def _fail_transaction(self, error: KafkaException) -> None:
-        """A record or AddPartitions failed: the transaction can only be aborted now."""
+        """A record failed: the transaction can only be aborted now."""
         if isinstance(error, TransactionTimedOut):
             self._timed_out(error)
         elif self._txn_error is None and not error.fatal:
@@ -1044,6 +1048,7 @@ class Producer:
 
     def _set_fatal(self, error: KafkaException) -> None:
         if self._fatal is None:
+            self._callbacks.error(error.error)
             self._fatal = error
             self._purge(error)
             self._cond.notify_all()
@@ -1069,23 +1074,6 @@ class Producer:
                 self._pid_attempts += 1
             else:
                 self._set_fatal(outcome)
-            self._cond.notify_all()
-
-    def _add_partitions_job(self, tps: list[TopicKey], body: dict[str, Any]) -> None:
-        outcome = self._request("POST", self._txn_path("/partitions"), body)
-        with self._cond:
-            self._inflight -= 1
-            self._adding.difference_update(tps)
-            if isinstance(outcome, dict):
-                self._txn_partitions.update(tps)
-                self._add_attempts = 0
-            elif outcome.retriable:
-                self._add_retry_at = time.monotonic() + self._http.backoff(self._add_attempts)
-                self._add_attempts += 1
-            elif outcome.fatal:
-                self._set_fatal(outcome)
-            else:
-                self._fail_transaction(outcome)
             self._cond.notify_all()
 
 

@@ -89,3 +89,37 @@ async def read_paged(
             return records, page
         assert page["next_offset"] > offset, page
         offset = page["next_offset"]
+
+
+RECORD_BATCH = "application/vnd.kafka.record-batch"
+
+
+async def produce_batch(
+    client: httpx.AsyncClient,
+    topic: str,
+    partition: int,
+    data: bytes,
+    transactional_id: str | None = None,
+) -> httpx.Response:
+    """POST one record batch in Kafka's binary format."""
+    params = {} if transactional_id is None else {"transactional_id": transactional_id}
+    return await client.post(
+        f"/v1/topics/{topic}/partitions/{partition}/records",
+        content=data,
+        params=params,
+        headers={"content-type": RECORD_BATCH},
+    )
+
+
+async def fetch_batches(
+    client: httpx.AsyncClient, topic: str, partition: int = 0, **params: Any
+) -> httpx.Response:
+    """GET record batches (binary); asserts a 200 of the record-batch content type."""
+    response = await client.get(
+        f"/v1/topics/{topic}/partitions/{partition}/records",
+        params=params,
+        headers={"accept": RECORD_BATCH},
+    )
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == RECORD_BATCH
+    return response

@@ -142,6 +142,10 @@ class Faults:
     refuse: float = 0.0  # fail to connect: the request never reaches the service
     hold: float = 0.0  # seconds every request waits before it is forwarded
     only: Callable[[httpx.Request], bool] = field(default=lambda request: True)
+    # Faults that surely hit the first request `certain_on` accepts (besides the random ones), so
+    # a test that asserts a fault happened does not depend on how many requests timing made.
+    certain: tuple[str, ...] = ()
+    certain_on: Callable[[httpx.Request], bool] = field(default=lambda request: True)
 
 
 class FaultyTransport(httpx.BaseTransport):
@@ -157,12 +161,13 @@ class FaultyTransport(httpx.BaseTransport):
         self.injected = dict.fromkeys(("drop_response", "delay", "duplicate", "reorder"), 0)
         self.injected["refuse"] = 0
         self.sent: list[httpx.Request] = []
+        self.certain_claimed = False
         self.concurrent: dict[str, int] = {}  # requests under way now, per path
         self.most_concurrent: dict[str, int] = {}  # the most ever under way at once, per path
 
-    def _roll(self, name: str) -> bool:
+    def _roll(self, name: str, forced: frozenset[str] = frozenset()) -> bool:
         with self.lock:
-            hit = self.rng.random() < getattr(self.faults, name)
+            hit = self.rng.random() < getattr(self.faults, name) or name in forced
             if hit:
                 self.injected[name] += 1
             return hit
@@ -191,15 +196,27 @@ class FaultyTransport(httpx.BaseTransport):
             with self.lock:
                 self.concurrent[path] -= 1
 
+    def _certain_for(self, request: httpx.Request) -> frozenset[str]:
+        """The faults this request must suffer: `Faults.certain`, for the first request that
+        `certain_on` accepts."""
+        if not self.faults.certain or not self.faults.certain_on(request):
+            return frozenset()
+        with self.lock:
+            if self.certain_claimed:
+                return frozenset()
+            self.certain_claimed = True
+        return frozenset(self.faults.certain)
+
     def _faulty(self, request: httpx.Request) -> httpx.Response:
-        if self._roll("refuse"):
+        forced = self._certain_for(request)
+        if self._roll("refuse", forced):
             raise httpx.ConnectError("injected: connection refused")
         if self.faults.hold:
             time.sleep(self.faults.hold)
         # Let a request held back for reordering go after this one.
         with self.lock:
             overtaken, self.held = self.held, None
-        if self._roll("reorder"):
+        if self._roll("reorder", forced):
             gate = threading.Event()
             with self.lock:
                 if self.held is None:
@@ -212,16 +229,16 @@ class FaultyTransport(httpx.BaseTransport):
                 with self.lock:
                     if self.held is gate:
                         self.held = None
-        if self._roll("delay"):
+        if self._roll("delay", forced):
             with self.lock:
                 pause = self.rng.uniform(0.001, 0.02)
             time.sleep(pause)
         response = self._forward(request)
         if overtaken is not None:
             overtaken.set()
-        if self._roll("duplicate"):
+        if self._roll("duplicate", forced):
             response = self._forward(request)
-        if self._roll("drop_response"):
+        if self._roll("drop_response", forced):
             raise httpx.ReadError("injected: the answer was lost after the service handled it")
         return response
 

@@ -185,6 +185,30 @@ def calls(ids: dict[str, int]) -> list[tuple[str, str, str, dict[str, Any] | Non
         ("commit g-", "POST", "/v1/groups/g-1/offsets", offsets, admin | {"consumer"}),
         ("commit h-", "POST", "/v1/groups/h-1/offsets", offsets, admin),
         ("read g-", "GET", "/v1/groups/g-1/offsets", None, admin | {"consumer"}),
+        (
+            "heartbeat g-",
+            "POST",
+            "/v1/groups/g-1/heartbeat",
+            {"member_id": "m", "member_epoch": 0, "subscribed_topics": ["payments"]},
+            admin | {"consumer"},
+        ),
+        (
+            "heartbeat g- subscribing to other",
+            "POST",
+            "/v1/groups/g-1/heartbeat",
+            {"member_id": "m", "member_epoch": 0, "subscribed_topics": ["other"]},
+            admin,
+        ),
+        (
+            "heartbeat h-",
+            "POST",
+            "/v1/groups/h-1/heartbeat",
+            {"member_id": "m", "member_epoch": 0, "subscribed_topics": ["payments"]},
+            admin,
+        ),
+        ("describe g-", "GET", "/v1/groups/g-1", None, admin | {"consumer"}),
+        ("describe h-", "GET", "/v1/groups/h-1", None, admin),
+        ("delete g-", "DELETE", "/v1/groups/g-1", None, admin),
         ("admin list", "GET", "/v1/admin/transactions", None, admin),
         (
             "admin producers",
@@ -316,6 +340,23 @@ async def test_topic_list_shows_only_topics_under_the_principals_prefixes(
     assert names(await clients["admin"].get("/v1/topics")) == ["other", "payments"]
     assert names(await clients["consumer"].get("/v1/topics")) == ["payments"]
     assert names(await clients["nothing"].get("/v1/topics")) == []
+
+
+async def test_group_list_shows_only_groups_under_the_principals_prefixes(
+    clients: dict[str, httpx.AsyncClient],
+) -> None:
+    await setup_world(clients["admin"])
+    for group in ("g-1", "h-1"):
+        committed = await clients["admin"].post(
+            f"/v1/groups/{group}/offsets",
+            json={"offsets": [{"topic": "payments", "partition": 0, "offset": 0}]},
+        )
+        assert committed.status_code == 200, committed.text
+    names = lambda r: [g["group_id"] for g in r.json()["groups"]]  # noqa: E731
+    assert names(await clients["admin"].get("/v1/groups")) == ["g-1", "h-1"]
+    assert names(await clients["consumer"].get("/v1/groups")) == ["g-1"]
+    assert names(await clients["producer"].get("/v1/groups")) == []  # not a consumer
+    assert names(await clients["nothing"].get("/v1/groups")) == []
 
 
 async def test_tokens_never_appear_in_logs(

@@ -281,3 +281,25 @@ class TestSignIn:
         value, attributes = session_cookie(answer)
         assert value == ""
         assert "max-age=0" in attributes
+
+
+async def test_admin_groups_describes_every_group_for_the_panel(client: httpx.AsyncClient) -> None:
+    await create_topic(client, "pay", partitions=2)
+    joined = await client.post(
+        "/v1/groups/settlers/heartbeat",
+        json={"member_id": "m-1", "member_epoch": 0, "subscribed_topics": ["pay"]},
+    )
+    assert joined.status_code == 200, joined.text
+    committed = await client.post(
+        "/v1/groups/audit/offsets",
+        json={"offsets": [{"topic": "pay", "partition": 1, "offset": 0}]},
+    )
+    assert committed.status_code == 200
+    response = await client.get("/v1/admin/groups")
+    assert response.status_code == 200, response.text
+    audit, settlers = response.json()["groups"]  # by group id
+    assert (settlers["group_id"], settlers["state"]) == ("settlers", "Stable")
+    assert [m["member_id"] for m in settlers["members"]] == ["m-1"]
+    assert len(settlers["members"][0]["assignment"]) == 2
+    assert (audit["group_id"], audit["state"], audit["members"]) == ("audit", "Empty", [])
+    assert audit["offsets"][0]["lag"] == 0

@@ -1,8 +1,8 @@
 """The dashboard in a real headless Chromium (Debian's, driven by Playwright) against a real
 `coordinator serve` on SQLite: the page shows the counts, the open transactions with the hanging
-one highlighted, the topics' LSO lag and the ends per minute; Abort, once confirmed, ends the
-hanging transaction. Screenshots are kept in artifacts/. Runs with auth off and on (signing in
-through the form)."""
+one highlighted, the topics' LSO lag, the ends per minute and a consumer group's members,
+assignment and lag; Abort, once confirmed, ends the hanging transaction. Screenshots are kept in
+artifacts/. Runs with auth off and on (signing in through the form)."""
 
 from __future__ import annotations
 
@@ -129,6 +129,21 @@ def build_world(live: Live) -> None:
             assert ended.status_code == 200, ended.text
         transaction(http, "stuck", "payments", 0, ["d"])
         transaction(http, "fresh", "payments", 1, ["e"])
+        # A consumer group with one member owning both partitions, and a commit on payments-0.
+        joined = http.post(
+            "/v1/groups/settlers/heartbeat",
+            json={"member_id": "m-1", "member_epoch": 0, "subscribed_topics": ["payments"]},
+        )
+        assert joined.status_code == 200, joined.text
+        committed = http.post(
+            "/v1/groups/settlers/offsets",
+            json={
+                "member_id": "m-1",
+                "member_epoch": joined.json()["member_epoch"],
+                "offsets": [{"topic": "payments", "partition": 0, "offset": 2}],
+            },
+        )
+        assert committed.status_code == 200, committed.text
         # Side effects: one done, one held, one whose owner stalled past its lease.
         for key in ("bank/pay-1", "bank/pay-2", "bank/pay-3"):
             body = {"owner": f"task-{key[-1]}", "lease_ms": 900_000}
@@ -247,6 +262,13 @@ def test_dashboard_shows_the_hanging_transaction_and_its_abort_ends_it(
         expect(page.locator("#chart svg rect.commit")).to_have_count(1)
         expect_partition(page, 0, hw=4, lso=3, lag=1)
         expect_partition(page, 1, hw=3, lso=2, lag=1)
+        group = page.locator("div.group[data-group='settlers']")
+        expect(group.locator(".group-state")).to_have_text("Stable")
+        expect(group.locator("tr[data-member='m-1'] .assignment")).to_have_text(
+            "payments-0, payments-1"
+        )
+        expect(group.locator("tr[data-tp='payments-0'] .lag")).to_have_text("2")
+        expect(group.locator("tr[data-tp='payments-1'] .owner")).to_have_text("m-1")
         for name, count in (("claimed", 1), ("done", 1), ("lapsed", 1)):
             expect(page.locator(f"#effects-{name} .count")).to_have_text(str(count))
         lapsed = page.locator("#lapsed tr[data-key='bank/pay-3']")

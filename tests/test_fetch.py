@@ -82,6 +82,7 @@ async def test_fetch_at_the_high_watermark_returns_no_records_and_next_offset_eq
         "next_offset": 4,
         "high_watermark": 4,
         "last_stable_offset": 4,
+        "log_start_offset": 0,
     }
 
 
@@ -90,7 +91,13 @@ async def test_fetch_from_an_empty_partition_returns_nothing_at_offset_zero(
 ) -> None:
     await create_topic(client, "t")
     page = await fetch(client, "t")
-    assert page == {"records": [], "next_offset": 0, "high_watermark": 0, "last_stable_offset": 0}
+    assert page == {
+        "records": [],
+        "next_offset": 0,
+        "high_watermark": 0,
+        "last_stable_offset": 0,
+        "log_start_offset": 0,
+    }
 
 
 async def test_max_records_bounds_the_page_and_next_offset_follows_its_last_record(
@@ -329,19 +336,20 @@ async def test_records_carry_their_append_timestamp_in_milliseconds(
 
 
 @pytest.mark.parametrize("isolation_level", ISOLATION_LEVELS)
-async def test_offset_beyond_the_high_watermark_returns_nothing_and_next_offset_is_that_offset(
-    client: httpx.AsyncClient, isolation_level: str | None
+@pytest.mark.parametrize("accept", ["application/json", "application/vnd.kafka.record-batch"])
+async def test_offset_beyond_the_high_watermark_is_416_giving_both_bounds(
+    client: httpx.AsyncClient, isolation_level: str | None, accept: str
 ) -> None:
-    # The current answer (API.md is silent). Kafka would answer OFFSET_OUT_OF_RANGE instead.
     await create_topic(client, "t")
     await fill(client, "t", [3])
-    page = await fetch(client, "t", offset=10, **level(isolation_level))
-    assert page == {
-        "records": [],
-        "next_offset": 10,
-        "high_watermark": 3,
-        "last_stable_offset": 3,
-    }
+    response = await client.get(
+        records_path("t"),
+        params={"offset": 4, **level(isolation_level)},
+        headers={"accept": accept},
+    )
+    body = assert_problem(response, 416, "OFFSET_OUT_OF_RANGE")
+    assert "log start offset is 0" in body["detail"]
+    assert "high watermark 3" in body["detail"]
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ from sdk import (
     OFFSET_BEGINNING,
     OFFSET_END,
     OFFSET_INVALID,
-    TIMESTAMP_LOG_APPEND_TIME,
+    TIMESTAMP_CREATE_TIME,
     Consumer,
     IllegalStateError,
     KafkaError,
@@ -61,7 +61,7 @@ def test_poll_returns_records_in_order_as_bytes_with_headers_and_timestamps(
         first, second = drain(reader)
     assert (first.topic(), first.partition(), first.offset()) == ("t", 0, 0)
     assert (first.key(), first.value(), first.headers()) == (b"k", b"\x00\xff", [("h", b"\x01")])
-    assert first.error() is None and first.timestamp()[0] == TIMESTAMP_LOG_APPEND_TIME
+    assert first.error() is None and first.timestamp()[0] == TIMESTAMP_CREATE_TIME
     assert (second.offset(), second.key(), second.value()) == (1, None, b"two")
     assert second.headers() is None
 

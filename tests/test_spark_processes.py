@@ -163,6 +163,10 @@ def test_a_speculative_duplicate_attempt_leaves_one_copy(
                 "spark.eventLog.dir": event_logs.as_uri(),
                 "spark.eventLog.compress": "false",
                 "spark.eventLog.rolling.enabled": "false",
+                # No copy before the straggler has written its 3 records: on a loaded machine its
+                # Python worker can take over the default 500 ms just to start, and a copy that
+                # wins before the straggler wrote anything leaves no fault to check.
+                "spark.speculation.minTaskRuntime": "4s",
             },
             "job": "batch",
             "rows": rows,

@@ -454,16 +454,39 @@ async def _end_txn_fails_midway(client: httpx.AsyncClient, monkeypatch: pytest.M
 # -- transactional produce -------------------------------------------------------------------
 
 
-async def test_transactional_batch_needs_its_partition_in_the_ongoing_transaction(
+async def test_transactional_batch_adds_its_partition_and_starts_the_transaction(
+    client: httpx.AsyncClient,
+) -> None:
+    # Transaction version 2 (KIP-890 part 2): no AddPartitions needed before a produce.
+    await create_topic(client, "t", partitions=2)
+    producer = await started(client, "a")
+    assert (await producer.produce("t", 1, "x")).status_code == 200  # from Empty
+    described = await producer.describe()
+    assert described["state"] == "Ongoing"
+    assert described["partitions"] == [{"topic": "t", "partition": 1}]
+    await producer.add(("t", 0))  # AddPartitions stays available, and joining twice is harmless
+    assert (await producer.produce("t", 0, "y")).status_code == 200
+    assert (await producer.produce("t", 1, "z")).status_code == 200
+    assert (await producer.describe())["partitions"] == [
+        {"topic": "t", "partition": 0},
+        {"topic": "t", "partition": 1},
+    ]
+    assert (await producer.end(commit=True)).status_code == 200
+    assert (await partition_state(client, "t", 1))["high_watermark"] == 3  # 2 records, 1 marker
+
+
+async def test_prepared_transaction_takes_no_records_and_nothing_is_written(
     client: httpx.AsyncClient,
 ) -> None:
     await create_topic(client, "t", partitions=2)
     producer = await started(client, "a")
-    assert_problem(await producer.produce("t", 0, "x"), 409, "INVALID_TXN_STATE")  # Empty
-    await producer.add(("t", 0))
-    assert_problem(await producer.produce("t", 1, "x"), 409, "INVALID_TXN_STATE")  # not added
+    assert (await producer.produce("t", 0, "x")).status_code == 200
+    assert (await producer.prepare()).status_code == 200
+    for partition in (0, 1):  # joined already, or not
+        assert_problem(await producer.produce("t", partition, "late"), 409, "INVALID_TXN_STATE")
     assert (await partition_state(client, "t", 1))["high_watermark"] == 0
-    assert (await producer.produce("t", 0, "ok")).status_code == 200
+    assert (await partition_state(client, "t", 0))["high_watermark"] == 1
+    assert (await producer.describe())["partitions"] == [{"topic": "t", "partition": 0}]
 
 
 async def test_non_transactional_batch_from_producer_with_open_transaction_is_refused(

@@ -340,9 +340,9 @@ class TransactionsMachine(RuleBasedStateMachine):
     def produce_batch(
         self, index: int, choice: int, where: int, size: int, join_first: bool, answer_lost: bool
     ) -> None:
-        """A transactional batch, after adding its partition to the transaction, as a producer
-        does, or without (then the partition must be in the Ongoing transaction already); sent
-        again at once when its answer was lost."""
+        """A transactional batch, after adding its partition to the transaction, or without (the
+        batch adds it itself, starting a transaction when none is open: transaction version 2);
+        sent again at once when its answer was lost."""
         instance = self.pick(index, choice)
         tid = instance.tid
         tp = self.target(tid, where)
@@ -354,14 +354,15 @@ class TransactionsMachine(RuleBasedStateMachine):
         body = batch(values, tid.producer_id, instance.epoch, sequence, transactional_id=tid.name)
         response = self.run(produce(self.client, tp[0], tp[1], body))
         code = tid.refusal(instance.epoch)
-        if code is None and (
-            tid.txn is None or tid.state != "Ongoing" or tp not in tid.txn.partitions
-        ):
-            code = "INVALID_TXN_STATE"  # the partition must already be in an Ongoing transaction
+        if code is None and tid.state == "Prepared":
+            code = "INVALID_TXN_STATE"  # nothing joins a Prepared transaction
         if code is not None:
             assert_problem(response, 409, code)
             return
-        assert tid.txn is not None
+        if tid.txn is None:
+            tid.txn = ModelTxn()
+        tid.state = "Ongoing"
+        tid.txn.partitions.add(tp)
         high_watermark = len(self.logs[tp])
         assert response.status_code == 200, response.text
         assert response.json() == {

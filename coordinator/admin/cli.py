@@ -35,6 +35,7 @@ class Call:
     method: str
     path: str
     params: Params = field(default_factory=dict)
+    body: dict[str, Any] | None = None  # sent as JSON
 
 
 class CommandFailed(Exception):
@@ -246,7 +247,7 @@ def _send(args: argparse.Namespace, call: Call) -> httpx.Response:
     timeout = httpx.Timeout(args.timeout, connect=min(args.timeout, 5.0))
     try:
         with httpx.Client(base_url=url, headers=headers, timeout=timeout) as client:
-            response = client.request(call.method, call.path, params=call.params)
+            response = client.request(call.method, call.path, params=call.params, json=call.body)
     except httpx.ConnectTimeout:
         raise CommandFailed(
             f"cannot reach the coordinator at {url}: no connection within {timeout.connect:g} s"

@@ -13,6 +13,8 @@ from coordinator.core.auth import Access, access
 from coordinator.core.dependencies import DB
 from coordinator.core.responses import json_response
 from coordinator.core.schemas import INT32_MAX, INT64_MAX, TOPIC_PATTERN, Digits, IdPath
+from coordinator.groups import service as groups
+from coordinator.groups.schemas import GroupDescriptions
 from coordinator.transactions import service as transactions
 from coordinator.transactions.schemas import EndTxnResponse
 from coordinator.transactions.service import BY_ADMIN
@@ -60,6 +62,14 @@ async def abort(transactional_id: IdPath, db: DB) -> Response:
     return json_response(
         await transactions.abort_by_coordinator(db, transactional_id, BY_ADMIN, Op.ADMIN_ABORT)
     )
+
+
+@router.get("/groups", response_model=GroupDescriptions)
+async def describe_groups(db: DB) -> Response:
+    """Every consumer group, described as `GET /v1/groups/{group}` does (members, assignment,
+    lag per partition), in one call: the dashboard's groups panel."""
+    described = await groups.describe_all(db, lambda _: True)
+    return json_response(GroupDescriptions(groups=described))
 
 
 @router.get("/stats", response_model=Stats)

@@ -161,6 +161,15 @@ class Access:
         if not (self._has(roles) and _under(group_id, p.group_prefixes)):
             raise GroupAuthorizationFailed(f"principal {p.name!r} may not use group {group_id!r}")
 
+    def visible_group(self, group_id: str) -> bool:
+        """Listed to this caller: an admin sees every group, a consumer those under its prefixes."""
+        p = self.principal
+        return (
+            p is None
+            or p.is_admin
+            or (self._has(("consumer",)) and _under(group_id, p.group_prefixes))
+        )
+
     def visible_topic(self, topic: str) -> bool:
         p = self.principal
         return p is None or p.is_admin or _under(topic, p.topic_prefixes)

@@ -2,11 +2,11 @@
 
 Two kinds, so several service processes on one store stay truthful:
 - per process: request counts and latency per route and answer code, transaction commits and
-  aborts by reason, side-effect calls by outcome. Each process serves its own; scrape every
-  process (Prometheus labels each target with its `instance`) and sum.
-- per store: open transactions by state, LSO lag per partition, producer-state rows, side-effect
-  keys by state. Read from the database at scrape time, so every process answers the same
-  figures.
+  aborts by reason, consumer group rebalances, side-effect calls by outcome. Each process serves
+  its own; scrape every process (Prometheus labels each target with its `instance`) and sum.
+- per store: open transactions by state, LSO lag per partition, producer-state rows, members and
+  epoch of each consumer group and its lag per partition, side-effect keys by state. Read from
+  the database at scrape time, so every process answers the same figures.
 """
 
 from __future__ import annotations
@@ -23,11 +23,12 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from coordinator.core.clock import now_ms
+from coordinator.groups.models import ConsumerGroup, GroupMember, GroupOffset
 from coordinator.log.models import Partition, ProducerState
 from coordinator.transactions.models import Transaction
 
@@ -60,6 +61,12 @@ ABORTS = Counter(
     ["reason"],
     registry=PROCESS,
 )
+REBALANCES = Counter(
+    "coordinator_group_rebalances",
+    "Consumer group rebalances: target assignments computed anew (a member joined, left or "
+    "expired, a subscription or a subscribed topic changed).",
+    registry=PROCESS,
+)
 
 EFFECTS = Counter(
     "coordinator_effect_calls",
@@ -76,6 +83,10 @@ def record_effect(outcome: str) -> None:
 
 def record_end(committed: bool, reason: str) -> None:
     (COMMITS if committed else ABORTS).labels(reason=reason).inc()
+
+
+def record_rebalance() -> None:
+    REBALANCES.inc()
 
 
 def set_error_code(scope: Scope, code: str) -> None:
@@ -172,6 +183,17 @@ async def _store_families(session: AsyncSession) -> list[Metric]:
     producers.add_metric(
         [], await session.scalar(select(func.count()).select_from(ProducerState)) or 0
     )
+    return [
+        open_txns,
+        lag,
+        high,
+        producers,
+        *await _group_families(session),
+        await _effect_family(session),
+    ]
+
+
+async def _effect_family(session: AsyncSession) -> Metric:
     # Imported here: the effects service counts its calls through this module.
     from coordinator.effects.service import counts as effect_counts
 
@@ -182,7 +204,58 @@ async def _store_families(session: AsyncSession) -> list[Metric]:
     )
     for state, count in (await effect_counts(session, now_ms())).items():
         effects.add_metric([state], count)
-    return [open_txns, lag, high, producers, effects]
+    return effects
+
+
+async def _group_families(session: AsyncSession) -> list[Metric]:
+    now = now_ms()
+    members = GaugeMetricFamily(
+        "coordinator_group_members",
+        "Members of each consumer group (whose session and rebalance timeouts have not passed).",
+        labels=["group"],
+    )
+    epochs = GaugeMetricFamily(
+        "coordinator_group_epoch",
+        "Group epoch of each consumer group: it rises with every rebalance.",
+        labels=["group"],
+    )
+    live = (
+        select(GroupMember.group_id, func.count().label("n"))
+        .where(
+            GroupMember.session_deadline_ms >= now,
+            or_(GroupMember.revoke_deadline_ms.is_(None), GroupMember.revoke_deadline_ms >= now),
+        )
+        .group_by(GroupMember.group_id)
+        .subquery()
+    )
+    for group, epoch, count in await session.execute(
+        select(ConsumerGroup.group_id, ConsumerGroup.group_epoch, live.c.n)
+        .outerjoin(live, live.c.group_id == ConsumerGroup.group_id)
+        .order_by(ConsumerGroup.group_id)
+    ):
+        members.add_metric([group], count or 0)
+        epochs.add_metric([group], epoch)
+    lag = GaugeMetricFamily(
+        "coordinator_group_lag",
+        "High watermark minus the group's committed offset, per partition it committed.",
+        labels=["group", "topic", "partition"],
+    )
+    for group, topic, partition, offset, hw in await session.execute(
+        select(
+            GroupOffset.group_id,
+            GroupOffset.topic,
+            GroupOffset.partition,
+            GroupOffset.offset,
+            Partition.high_watermark,
+        )
+        .join(
+            Partition,
+            (Partition.topic == GroupOffset.topic) & (Partition.partition == GroupOffset.partition),
+        )
+        .order_by(GroupOffset.group_id, GroupOffset.topic, GroupOffset.partition)
+    ):
+        lag.add_metric([group, topic, str(partition)], hw - offset)
+    return [members, epochs, lag]
 
 
 async def render(session: AsyncSession) -> bytes:

@@ -39,6 +39,8 @@ class Settings(BaseSettings):
     timeout_check_interval_ms: int = Field(default=10_000, ge=1)
     prepared_timeout_ms: int = Field(default=86_400_000, ge=1)
     transactional_id_expiration_ms: int = Field(default=604_800_000, ge=1)
+    # `retention.ms` of topics that do not set it (-1 keeps forever).
+    log_retention_ms: int = Field(default=604_800_000, ge=-1)
     # Completed side-effect keys are kept this long; the sweep looks for older ones this often.
     effect_retention_ms: int = Field(default=604_800_000, ge=1)
     effect_retention_check_interval_ms: int = Field(default=300_000, ge=1)
@@ -49,6 +51,15 @@ class Settings(BaseSettings):
     fetch_max_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     # Connections per service process (Postgres).
     pool_size: int = Field(default=10, ge=1)
+    # Consumer groups: a member without a heartbeat this long is removed (unless its heartbeats
+    # ask for another session timeout within the bounds below, as Kafka's group.min/max do).
+    group_session_timeout_ms: int = Field(default=45_000, ge=1)
+    group_min_session_timeout_ms: int = Field(default=6_000, ge=1)
+    group_max_session_timeout_ms: int = Field(default=1_800_000, ge=1)
+    # The heartbeat interval answered to members (at most a third of their session timeout).
+    group_heartbeat_interval_ms: int = Field(default=5_000, ge=1)
+    # How often each process looks for members whose session or rebalance timeout passed.
+    group_check_interval_ms: int = Field(default=1_000, ge=1)
 
     @field_validator("database_url")
     @classmethod

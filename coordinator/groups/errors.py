@@ -1,4 +1,4 @@
-"""Errors of consumer group offsets."""
+"""Errors of consumer groups: offsets, membership and the fencing of members (KIP-447, KIP-848)."""
 
 from coordinator.core.errors import CoordinatorError
 
@@ -8,3 +8,31 @@ class UnstableOffsetCommit(CoordinatorError):
     status = 409
     retriable = True
     title = "Unstable offset commit"
+
+
+class UnknownMemberId(CoordinatorError):
+    """Not (or no longer) a member of the group: rejoin with epoch 0."""
+
+    code = "UNKNOWN_MEMBER_ID"
+    status = 409
+    title = "Unknown member id"
+
+
+class FencedMemberEpoch(CoordinatorError):
+    """A stale member epoch, or a partition the member does not own: rejoin with epoch 0."""
+
+    code = "FENCED_MEMBER_EPOCH"
+    status = 409
+    title = "Fenced member epoch"
+
+
+class GroupIdNotFound(CoordinatorError):
+    code = "GROUP_ID_NOT_FOUND"
+    status = 404
+    title = "Group not found"
+
+
+class NonEmptyGroup(CoordinatorError):
+    code = "NON_EMPTY_GROUP"
+    status = 409
+    title = "The group still has members"

@@ -1,11 +1,32 @@
-"""Committed consumer group offsets."""
+"""Consumer groups: committed offsets, and the membership the coordinator runs (KIP-848's shape).
+
+A group row is locked first by everything that changes its membership or checks a commit against
+it; members, their target assignment and the partitions they own hang off it. Ownership has one
+row per partition (the primary key), so no partition can ever have two owners, whatever a bug
+elsewhere tries: the constraint is the last line of defence.
+"""
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Integer, String, Text
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    ForeignKey,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    String,
+    Text,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from coordinator.core.database import Base
+
+# `ConsumerGroup.protocol_type`: how the group's members talk to the coordinator.
+CONSUMER = "consumer"  # the REST heartbeat (KIP-848's shape): the coordinator assigns
+CLASSIC = "classic"  # Kafka's JoinGroup/SyncGroup: the members' leader assigns
 
 
 class GroupOffset(Base):
@@ -17,3 +38,106 @@ class GroupOffset(Base):
     offset: Mapped[int] = mapped_column(BigInteger)
     metadata_: Mapped[str | None] = mapped_column("metadata", Text, nullable=True)
     committed_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class ConsumerGroup(Base):
+    """A group: created by its first member or its first offset commit, removed only by
+    `DELETE /v1/groups/{group}`, so its epochs never go back while it exists."""
+
+    __tablename__ = "consumer_groups"
+
+    group_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    # CONSUMER or CLASSIC once a member joined; null for a group that only ever had offsets.
+    protocol_type: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    # Raised whenever the target assignment must be computed anew: a member joins, leaves or
+    # expires, a subscription changes, a subscribed topic gains or loses partitions.
+    group_epoch: Mapped[int] = mapped_column(Integer)
+    # The group epoch the stored target assignment was computed for. Below `group_epoch` the group
+    # is Assigning: a classic group waiting for its leader's assignment (the coordinator's own
+    # assignor runs in the unit of work that raised the epoch, so a consumer group never is).
+    assignment_epoch: Mapped[int] = mapped_column(Integer)
+    # Every member epoch is taken from this one counter, so epochs never repeat within the group,
+    # not even for a member that left and joined again under its old member id.
+    last_member_epoch: Mapped[int] = mapped_column(Integer)
+    # Partition count of each subscribed topic when the target was computed; a difference seen at
+    # a heartbeat (a topic created, grown or deleted) computes it anew.
+    subscribed_partitions: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_ms: Mapped[int] = mapped_column(BigInteger)
+    updated_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class GroupMember(Base):
+    __tablename__ = "group_members"
+
+    group_id: Mapped[str] = mapped_column(
+        String(255),
+        ForeignKey("consumer_groups.group_id", ondelete="CASCADE"),
+        primary_key=True,
+    )
+    member_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    member_epoch: Mapped[int] = mapped_column(Integer)
+    # Accepted on heartbeats too, for a member whose last answer was lost.
+    previous_member_epoch: Mapped[int] = mapped_column(Integer)
+    client_id: Mapped[str] = mapped_column(String(255))
+    client_host: Mapped[str] = mapped_column(String(255))
+    subscribed_topics: Mapped[list[str]] = mapped_column(JSON)
+    # What the member was last told to own: [[topic, partition], ...], sorted.
+    assigned: Mapped[list[list[Any]]] = mapped_column(JSON)
+    rebalance_timeout_ms: Mapped[int] = mapped_column(Integer)
+    session_timeout_ms: Mapped[int] = mapped_column(Integer)
+    joined_ms: Mapped[int] = mapped_column(BigInteger)
+    last_heartbeat_ms: Mapped[int] = mapped_column(BigInteger)
+    # Last heartbeat + session timeout: past it the member is gone.
+    session_deadline_ms: Mapped[int] = mapped_column(BigInteger)
+    # Set while it holds a partition the target gives to another: past it, the member is gone.
+    revoke_deadline_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+    __table_args__ = (
+        Index("ix_group_members_session_deadline_ms", "session_deadline_ms"),
+        Index("ix_group_members_revoke_deadline_ms", "revoke_deadline_ms"),
+    )
+
+
+class GroupTargetPartition(Base):
+    """The assignor's answer: the member each subscribed partition should end up with."""
+
+    __tablename__ = "group_target_partitions"
+
+    group_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    topic: Mapped[str] = mapped_column(String(249), primary_key=True)
+    partition: Mapped[int] = mapped_column(Integer, primary_key=True)
+    member_id: Mapped[str] = mapped_column(String(255))
+
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["group_id", "member_id"],
+            ["group_members.group_id", "group_members.member_id"],
+            name="fk_group_target_partitions_member",
+            ondelete="CASCADE",
+        ),
+        Index("ix_group_target_partitions_group_id_member_id", "group_id", "member_id"),
+    )
+
+
+class GroupOwnedPartition(Base):
+    """The member that owns a partition now: granted by the coordinator, released only when the
+    member's heartbeat no longer lists it or the member is gone. One row per partition."""
+
+    __tablename__ = "group_owned_partitions"
+
+    group_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    topic: Mapped[str] = mapped_column(String(249), primary_key=True)
+    partition: Mapped[int] = mapped_column(Integer, primary_key=True)
+    member_id: Mapped[str] = mapped_column(String(255))
+    # The member epoch it was granted with: a commit carrying an older epoch is stale.
+    granted_epoch: Mapped[int] = mapped_column(Integer)
+
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["group_id", "member_id"],
+            ["group_members.group_id", "group_members.member_id"],
+            name="fk_group_owned_partitions_member",
+            ondelete="CASCADE",
+        ),
+        Index("ix_group_owned_partitions_group_id_member_id", "group_id", "member_id"),
+    )

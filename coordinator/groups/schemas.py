@@ -1,4 +1,4 @@
-"""Bodies of the consumer group offset calls (API.md, Consumer group offsets)."""
+"""Bodies of the consumer group calls (API.md, Consumer groups: offsets and membership)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,16 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field
 
-from coordinator.core.schemas import RequestModel
-from coordinator.transactions.schemas import OffsetIn
+from coordinator.core.schemas import INT32_MAX, RequestModel, TopicName
+from coordinator.groups.identity import MemberEpoch, MemberId, MemberIdentity
+from coordinator.transactions.schemas import OffsetIn, TopicPartitionIn
+
+TimeoutMs = Annotated[int, Field(ge=1, le=INT32_MAX)]
+LEAVE_EPOCH = -1
+JOIN_EPOCH = 0
 
 
-class CommitOffsetsRequest(RequestModel):
+class CommitOffsetsRequest(MemberIdentity):
     offsets: Annotated[list[OffsetIn], Field(min_length=1, max_length=100_000)]
 
 
@@ -23,3 +28,81 @@ class OffsetOut(BaseModel):
 
 class OffsetsResponse(BaseModel):
     offsets: list[OffsetOut]
+
+
+class HeartbeatRequest(RequestModel):
+    member_id: MemberId
+    member_epoch: MemberEpoch
+    subscribed_topics: Annotated[list[TopicName], Field(max_length=10_000)] | None = None
+    owned_partitions: Annotated[list[TopicPartitionIn], Field(max_length=100_000)] | None = None
+    rebalance_timeout_ms: TimeoutMs = 300_000
+    # Beyond API.md: the client's session.timeout.ms (bounded by the service's min and max;
+    # default COORDINATOR_GROUP_SESSION_TIMEOUT_MS) and client.id (default: its User-Agent).
+    session_timeout_ms: TimeoutMs | None = None
+    client_id: Annotated[str, Field(max_length=255)] | None = None
+
+
+class TopicPartitionOut(BaseModel):
+    topic: str
+    partition: int
+
+
+class HeartbeatResponse(BaseModel):
+    member_id: str
+    member_epoch: int
+    heartbeat_interval_ms: int
+    assignment: list[TopicPartitionOut]
+
+
+class MemberDescription(BaseModel):
+    member_id: str
+    member_epoch: int
+    client_id: str
+    client_host: str
+    subscribed_topics: list[str]
+    # What the member was last told to own.
+    assignment: list[TopicPartitionOut]
+    # Where the assignor wants the member to end up; equal to `assignment` once reconciled.
+    target_assignment: list[TopicPartitionOut]
+    last_heartbeat_at: str | None
+
+
+class PartitionOffset(BaseModel):
+    topic: str
+    partition: int
+    offset: int
+    high_watermark: int
+    lag: int
+    # The member that owns the partition now, or null.
+    member_id: str | None
+
+
+class GroupDescription(BaseModel):
+    group_id: str
+    state: str
+    # "consumer" (this API's membership), "classic" (Kafka's JoinGroup), or null for a group that
+    # only ever had offsets committed.
+    type: str | None
+    group_epoch: int
+    assignment_epoch: int
+    members: list[MemberDescription]
+    offsets: list[PartitionOffset]
+
+
+class GroupSummary(BaseModel):
+    group_id: str
+    state: str
+    type: str | None
+    members: int
+
+
+class GroupList(BaseModel):
+    groups: list[GroupSummary]
+
+
+class GroupDescriptions(BaseModel):
+    groups: list[GroupDescription]
+
+
+class DeletedGroup(BaseModel):
+    group_id: str

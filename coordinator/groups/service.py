@@ -1,15 +1,41 @@
-"""Committed consumer group offsets: plain commits, reads, and `require_stable` (KIP-447)."""
+"""Consumer groups: offset commits (checked by `fencing`), reads with `require_stable`
+(KIP-447), and the groups' descriptions, listing and deletion. Membership itself is
+`membership`."""
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from collections import defaultdict
+from collections.abc import Callable
 
-from coordinator.core.clock import now_ms
+from sqlalchemy import delete, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from coordinator.core.clock import now_ms, rfc3339
 from coordinator.core.database import Database, upsert
 from coordinator.core.errors import InvalidRequest
-from coordinator.groups.errors import UnstableOffsetCommit
-from coordinator.groups.models import GroupOffset
-from coordinator.groups.schemas import CommitOffsetsRequest, OffsetOut, OffsetsResponse
+from coordinator.groups.errors import GroupIdNotFound, NonEmptyGroup, UnstableOffsetCommit
+from coordinator.groups.fencing import check_offset_commit
+from coordinator.groups.membership import GroupState, group_state, is_gone, load, lock_group
+from coordinator.groups.models import (
+    ConsumerGroup,
+    GroupMember,
+    GroupOffset,
+    GroupOwnedPartition,
+    GroupTargetPartition,
+)
+from coordinator.groups.schemas import (
+    CommitOffsetsRequest,
+    DeletedGroup,
+    GroupDescription,
+    GroupList,
+    GroupSummary,
+    MemberDescription,
+    OffsetOut,
+    OffsetsResponse,
+    PartitionOffset,
+    TopicPartitionOut,
+)
+from coordinator.log.models import Partition
 from coordinator.transactions.models import Transaction, TransactionOffset
 from coordinator.transactions.service import require_partitions
 from coordinator.transactions.states import OPEN
@@ -20,6 +46,7 @@ async def commit(db: Database, group_id: str, body: CommitOffsetsRequest) -> Off
     if len(keys) != len(body.offsets):
         raise InvalidRequest("offsets: a partition appears more than once")
     async with db.write() as session:
+        await check_offset_commit(session, group_id, body.member_id, body.member_epoch, keys)
         await require_partitions(session, keys)
         now = now_ms()
         for o in body.offsets:
@@ -79,3 +106,155 @@ async def fetch(
     return OffsetsResponse(
         offsets=[OffsetOut(topic=t, partition=p, offset=o, metadata=m) for t, p, o, m in rows]
     )
+
+
+# -- describing, listing, deleting ----------------------------------------------------------------
+
+
+def _partitions(tps: object) -> list[TopicPartitionOut]:
+    assert isinstance(tps, list | set)
+    return [TopicPartitionOut(topic=t, partition=p) for t, p in sorted(tuple(tp) for tp in tps)]
+
+
+async def _describe(session: AsyncSession, state: GroupState, now: int) -> GroupDescription:
+    group = state.group
+    live = sorted(
+        (m for m in state.members.values() if not is_gone(m, now)), key=lambda m: m.member_id
+    )
+    alive = {m.member_id for m in live}
+    owners = {tp: owner for tp, (owner, _) in state.owned.items() if owner in alive}
+    rows = await session.execute(
+        select(
+            GroupOffset.topic, GroupOffset.partition, GroupOffset.offset, Partition.high_watermark
+        )
+        .join(
+            Partition,
+            (Partition.topic == GroupOffset.topic) & (Partition.partition == GroupOffset.partition),
+        )
+        .where(GroupOffset.group_id == group.group_id)
+        .order_by(GroupOffset.topic, GroupOffset.partition)
+    )
+    return GroupDescription(
+        group_id=group.group_id,
+        state=group_state(state, now),
+        type=group.protocol_type,
+        group_epoch=group.group_epoch,
+        assignment_epoch=group.assignment_epoch,
+        members=[
+            MemberDescription(
+                member_id=m.member_id,
+                member_epoch=m.member_epoch,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                subscribed_topics=list(m.subscribed_topics),
+                assignment=_partitions(m.assigned),
+                target_assignment=_partitions(state.target_of(m.member_id)),
+                last_heartbeat_at=rfc3339(m.last_heartbeat_ms),
+            )
+            for m in live
+        ],
+        offsets=[
+            PartitionOffset(
+                topic=topic,
+                partition=partition,
+                offset=offset,
+                high_watermark=hw,
+                lag=hw - offset,
+                member_id=owners.get((topic, partition)),
+            )
+            for topic, partition, offset, hw in rows
+        ],
+    )
+
+
+async def describe(db: Database, group_id: str) -> GroupDescription:
+    async with db.read() as session:
+        group = await session.get(ConsumerGroup, group_id)
+        if group is None:
+            raise GroupIdNotFound(f"group {group_id!r} does not exist")
+        return await _describe(session, await load(session, group), now_ms())
+
+
+async def describe_all(db: Database, visible: Callable[[str], bool]) -> list[GroupDescription]:
+    """Every group the caller may see, described (the dashboard's groups panel)."""
+    async with db.read() as session:
+        groups = (
+            await session.scalars(select(ConsumerGroup).order_by(ConsumerGroup.group_id))
+        ).all()
+        now = now_ms()
+        return [
+            await _describe(session, await load(session, g), now)
+            for g in groups
+            if visible(g.group_id)
+        ]
+
+
+async def list_groups(db: Database, visible: Callable[[str], bool]) -> GroupList:
+    async with db.read() as session:
+        groups = (
+            await session.scalars(select(ConsumerGroup).order_by(ConsumerGroup.group_id))
+        ).all()
+        members: defaultdict[str, dict[str, GroupMember]] = defaultdict(dict)
+        for m in await session.scalars(select(GroupMember)):
+            members[m.group_id][m.member_id] = m
+        targets: defaultdict[str, dict[tuple[str, int], str]] = defaultdict(dict)
+        for gid, t, p, mid in await session.execute(
+            select(
+                GroupTargetPartition.group_id,
+                GroupTargetPartition.topic,
+                GroupTargetPartition.partition,
+                GroupTargetPartition.member_id,
+            )
+        ):
+            targets[gid][(t, p)] = mid
+        owned: defaultdict[str, dict[tuple[str, int], tuple[str, int]]] = defaultdict(dict)
+        for gid, t, p, mid, epoch in await session.execute(
+            select(
+                GroupOwnedPartition.group_id,
+                GroupOwnedPartition.topic,
+                GroupOwnedPartition.partition,
+                GroupOwnedPartition.member_id,
+                GroupOwnedPartition.granted_epoch,
+            )
+        ):
+            owned[gid][(t, p)] = (mid, epoch)
+    now = now_ms()
+    summaries = []
+    for group in groups:
+        if not visible(group.group_id):
+            continue
+        state = GroupState(
+            group, members[group.group_id], targets[group.group_id], owned[group.group_id]
+        )
+        summaries.append(
+            GroupSummary(
+                group_id=group.group_id,
+                state=group_state(state, now),
+                type=group.protocol_type,
+                members=sum(not is_gone(m, now) for m in state.members.values()),
+            )
+        )
+    return GroupList(groups=summaries)
+
+
+async def delete_group(db: Database, group_id: str) -> DeletedGroup:
+    """Remove an empty group with its committed offsets (members whose timeouts passed go with
+    it). Offsets still pending in an open transaction stay there and, if it commits, bring the
+    group back, as in Kafka."""
+    async with db.write() as session:
+        group = await lock_group(session, group_id, create=False)
+        if group is None:
+            raise GroupIdNotFound(f"group {group_id!r} does not exist")
+        now = now_ms()
+        live = (
+            await session.scalars(select(GroupMember).where(GroupMember.group_id == group_id))
+        ).all()
+        if any(not is_gone(m, now) for m in live):
+            count = sum(not is_gone(m, now) for m in live)
+            raise NonEmptyGroup(
+                f"group {group_id!r} still has {count} member(s); they must leave (or their "
+                "session time out) before it can be deleted"
+            )
+        await session.execute(delete(GroupOffset).where(GroupOffset.group_id == group_id))
+        await session.delete(group)
+    return DeletedGroup(group_id=group_id)

@@ -13,20 +13,23 @@ from sqlalchemy import Table, bindparam, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from coordinator.log.models import Batch, Partition, ProducerState
+from coordinator.log.models import Batch, Partition, ProducerState, Topic
 from coordinator.producers.models import ProducerId
 
 batches = cast(Table, Batch.__table__)
 partitions = cast(Table, Partition.__table__)
 states = cast(Table, ProducerState.__table__)
+topics = cast(Table, Topic.__table__)
 
+# The partition's lock, with what the append needs of it and of its topic's configs.
 LOCK_PARTITION = (
-    select(partitions.c.high_watermark)
+    select(partitions.c.high_watermark, partitions.c.log_start_offset, topics.c.configs)
+    .select_from(partitions.join(topics, topics.c.name == partitions.c.topic))
     .where(
         partitions.c.topic == bindparam("topic"),
         partitions.c.partition == bindparam("partition"),
     )
-    .with_for_update()
+    .with_for_update(of=partitions)
 )
 
 _BATCH_COLUMNS = (
@@ -39,9 +42,12 @@ _BATCH_COLUMNS = (
     "base_sequence",
     "last_sequence",
     "timestamp",
+    "max_timestamp",
+    "size",
     "is_transactional",
     "control",
     "aborted",
+    "first_offset",
     "record_count",
     "payload",
 )

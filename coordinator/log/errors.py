@@ -37,3 +37,27 @@ class InvalidProducerEpoch(CoordinatorError):
     code = "INVALID_PRODUCER_EPOCH"
     status = 409
     title = "Invalid producer epoch"
+
+
+class CorruptMessage(CoordinatorError):
+    code = "CORRUPT_MESSAGE"
+    status = 400
+    title = "Corrupt record batch"
+
+
+class InvalidRecord(CoordinatorError):
+    code = "INVALID_RECORD"
+    status = 400
+    title = "Invalid record"
+
+
+class InvalidConfig(CoordinatorError):
+    code = "INVALID_CONFIG"
+    status = 400
+    title = "Invalid topic config"
+
+
+class OffsetOutOfRange(CoordinatorError):
+    code = "OFFSET_OUT_OF_RANGE"
+    status = 416
+    title = "Offset out of range"

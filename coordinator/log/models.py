@@ -1,7 +1,9 @@
 """Tables of the partition logs.
 
-One row per produced batch (records encoded inside, see `codec`), one per control marker; a
-per-partition counter row whose lock serialises appends; producer state per (partition, pid).
+One row per produced batch, holding the record batch in Kafka's format (`recordbatch`) as the
+producer built it, its base offset set by the log; a control marker is a row of its own (a Kafka
+control batch); a per-partition counter row whose lock serialises appends; producer state per
+(partition, pid).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from sqlalchemy import (
     LargeBinary,
     SmallInteger,
     String,
+    Text,
     text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
@@ -32,6 +35,9 @@ class Topic(Base):
     name: Mapped[str] = mapped_column(String(249), primary_key=True)
     partitions: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # The configs set on this topic (JSON object of Kafka names to string values; see `configs`),
+    # read by the produce path in the statement that locks the partition.
+    configs: Mapped[str] = mapped_column(Text, server_default="{}")
 
 
 class Partition(Base):
@@ -59,11 +65,21 @@ class Batch(Base):
     last_sequence: Mapped[int] = mapped_column(Integer)
     # Append time, milliseconds since the Unix epoch.
     timestamp: Mapped[int] = mapped_column(BigInteger)
+    # The batch's newest record timestamp (its max timestamp; the append time under
+    # LogAppendTime), what retention by time looks at.
+    max_timestamp: Mapped[int] = mapped_column(BigInteger)
+    # Bytes of `payload`, what retention by size adds up.
+    size: Mapped[int] = mapped_column(Integer)
+    # A control marker's: the first offset of the transaction it ends on this partition (null
+    # when the transaction wrote nothing here). Abort markers with it give Kafka's
+    # aborted-transactions list of a fetch.
     is_transactional: Mapped[bool] = mapped_column(Boolean)
     # Null for data; CONTROL_ABORT or CONTROL_COMMIT for a transaction marker.
     control: Mapped[int | None] = mapped_column(SmallInteger, nullable=True)
     aborted: Mapped[bool] = mapped_column(Boolean, default=False)
+    first_offset: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     record_count: Mapped[int] = mapped_column(Integer)
+    # The record batch, Kafka's format (magic 2), base offset set to `base_offset`.
     payload: Mapped[bytes] = mapped_column(LargeBinary)
 
     __table_args__ = (
@@ -91,9 +107,19 @@ class Batch(Base):
             sqlite_where=text("control IS NOT NULL"),
             postgresql_where=text("control IS NOT NULL"),
         ),
+        # Abort markers by offset, for the aborted transactions of a fetched range.
+        Index(
+            "ix_batches_abort_markers",
+            "topic",
+            "partition",
+            "base_offset",
+            sqlite_where=text("control = 0"),
+            postgresql_where=text("control = 0"),
+        ),
     )
 
 
+# Kafka's control record types (the `control` column of a marker row).
 CONTROL_ABORT = 0
 CONTROL_COMMIT = 1
 

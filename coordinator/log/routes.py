@@ -1,14 +1,23 @@
-"""HTTP routes of topics, produce and fetch."""
+"""HTTP routes of topics, topic configs, produce and fetch.
+
+Produce and fetch speak JSON and Kafka's record batch (`application/vnd.kafka.record-batch`):
+the content type of a produce body, and a fetch's `Accept` header, choose.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import json
+from email.message import Message
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 from starlette.responses import Response
 
 from coordinator.core.auth import AccessDep
 from coordinator.core.dependencies import DB, AppSettings
+from coordinator.core.errors import InvalidRequest
 from coordinator.core.responses import json_response
 from coordinator.core.schemas import (
     INT32_MAX,
@@ -16,9 +25,12 @@ from coordinator.core.schemas import (
     TOPIC_PATTERN,
     Digits,
     TopicNameParam,
+    TransactionalId,
 )
 from coordinator.log import service
 from coordinator.log.schemas import (
+    AlterConfigs,
+    ConfigList,
     CreateTopic,
     FetchResponse,
     ProduceRequest,
@@ -27,6 +39,8 @@ from coordinator.log.schemas import (
     TopicList,
     TopicSummary,
 )
+
+RECORD_BATCH = "application/vnd.kafka.record-batch"
 
 router = APIRouter(prefix="/v1/topics", tags=["topics and records"])
 
@@ -54,24 +68,142 @@ async def describe_topic(topic: TopicPath, db: DB, access: AccessDep) -> Respons
     return json_response(await service.describe_topic(db, topic))
 
 
-@router.post("/{topic}/partitions/{partition}/records", response_model=ProduceResponse)
+@router.get("/{topic}/configs", response_model=ConfigList)
+async def describe_configs(
+    topic: TopicPath, db: DB, settings: AppSettings, access: AccessDep
+) -> Response:
+    access.topic(topic, "producer", "consumer")
+    return json_response(await service.describe_configs(db, settings, topic))
+
+
+@router.patch("/{topic}/configs", response_model=ConfigList)
+async def alter_configs(
+    topic: TopicPath, body: AlterConfigs, db: DB, settings: AppSettings, access: AccessDep
+) -> Response:
+    access.cluster()
+    return json_response(await service.alter_configs(db, settings, topic, body))
+
+
+def _inline(schema: dict[str, Any]) -> dict[str, Any]:
+    """A pydantic JSON schema with its `$defs` inlined (for `openapi_extra`)."""
+    defs = schema.pop("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return resolve(defs[ref.removeprefix("#/$defs/")])
+            return {k: resolve(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [resolve(v) for v in node]
+        return node
+
+    resolved: dict[str, Any] = resolve(schema)
+    return resolved
+
+
+_BINARY = {"schema": {"type": "string", "format": "binary"}}
+_PRODUCE_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {"schema": _inline(ProduceRequest.model_json_schema())},
+            RECORD_BATCH: _BINARY,
+        },
+    }
+}
+_FETCH_ANSWER: dict[int | str, dict[str, Any]] = {200: {"content": {RECORD_BATCH: _BINARY}}}
+
+
+def _is_json(content_type: str | None) -> bool:
+    if not content_type:
+        return True
+    message = Message()
+    message["content-type"] = content_type
+    subtype = message.get_content_subtype()
+    return message.get_content_maintype() == "application" and (
+        subtype == "json" or subtype.endswith("+json")
+    )
+
+
+async def produce_body(request: Request) -> ProduceRequest | bytes:
+    """The produce body: a record batch's bytes, or the JSON body validated as FastAPI would."""
+    raw = await request.body()
+    content_type = request.headers.get("content-type")
+    if content_type and content_type.split(";", 1)[0].strip().lower() == RECORD_BATCH:
+        return raw
+    body: Any = raw
+    if raw and _is_json(content_type):
+        try:
+            body = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise RequestValidationError(
+                [
+                    {
+                        "type": "json_invalid",
+                        "loc": ("body", exc.pos),
+                        "msg": "JSON decode error",
+                        "input": {},
+                        "ctx": {"error": exc.msg},
+                    }
+                ]
+            ) from None
+        except (ValueError, RecursionError):
+            raise InvalidRequest("body: not valid JSON") from None
+    try:
+        return ProduceRequest.model_validate(body)
+    except ValidationError as exc:
+        errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]
+        raise RequestValidationError(errors) from None
+
+
+@router.post(
+    "/{topic}/partitions/{partition}/records",
+    response_model=ProduceResponse,
+    openapi_extra=_PRODUCE_BODY,
+)
 async def produce(
     topic: TopicPath,
     partition: PartitionPath,
-    body: ProduceRequest,
+    body: Annotated[ProduceRequest | bytes, Depends(produce_body)],
     db: DB,
     settings: AppSettings,
     access: AccessDep,
+    transactional_id: Annotated[TransactionalId | None, Query()] = None,
 ) -> Response:
     access.topic(topic, "producer")
-    if body.transactional_id is not None:
-        access.transactional_id(body.transactional_id)
-    result = await service.produce(db, topic, partition, body, settings.max_request_bytes)
-    return json_response(result)
+    if isinstance(body, bytes):
+        if transactional_id is not None:
+            access.transactional_id(transactional_id)
+        result = await service.produce_batch(db, settings, topic, partition, body, transactional_id)
+    else:
+        if transactional_id is not None:
+            raise InvalidRequest(
+                "transactional_id: goes in the JSON body; the query parameter is for record batches"
+            )
+        if body.transactional_id is not None:
+            access.transactional_id(body.transactional_id)
+        result = await service.produce_json(db, settings, topic, partition, body)
+    return json_response(
+        {
+            "base_offset": result.base_offset,
+            "last_offset": result.last_offset,
+            "duplicate": result.duplicate,
+        }
+    )
 
 
-@router.get("/{topic}/partitions/{partition}/records", response_model=FetchResponse)
+def _wants_batches(accept: str | None) -> bool:
+    return accept is not None and RECORD_BATCH in accept.lower()
+
+
+@router.get(
+    "/{topic}/partitions/{partition}/records",
+    response_model=FetchResponse,
+    responses=_FETCH_ANSWER,
+)
 async def fetch(
+    request: Request,
     topic: TopicPath,
     partition: PartitionPath,
     db: DB,
@@ -79,18 +211,25 @@ async def fetch(
     access: AccessDep,
     offset: Annotated[int, Digits, Query(ge=0, le=INT64_MAX)] = 0,
     max_records: Annotated[int, Digits, Query(ge=1, le=10_000)] = 500,
+    max_bytes: Annotated[int | None, Digits, Query(ge=1, le=INT32_MAX)] = None,
     isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed",
     encoding: Literal["utf8", "base64"] = "utf8",
 ) -> Response:
     access.topic(topic, "consumer")
-    result = await service.fetch(
-        db,
-        topic,
-        partition,
-        offset,
-        max_records,
-        isolation_level == "read_committed",
-        encoding,
-        settings.fetch_max_bytes,
+    read_committed = isolation_level == "read_committed"
+    limit = settings.fetch_max_bytes if max_bytes is None else max_bytes
+    if _wants_batches(request.headers.get("accept")):
+        fetched = await service.fetch_batches(
+            db, topic, partition, offset, max_bytes=limit, read_committed=read_committed
+        )
+        headers = {
+            "Next-Offset": str(fetched.next_offset),
+            "High-Watermark": str(fetched.high_watermark),
+            "Last-Stable-Offset": str(fetched.last_stable_offset),
+            "Log-Start-Offset": str(fetched.log_start_offset),
+        }
+        return Response(b"".join(fetched.batches), headers=headers, media_type=RECORD_BATCH)
+    result = await service.fetch_json(
+        db, topic, partition, offset, max_records, read_committed, encoding, limit
     )
     return json_response(result)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
 from coordinator.core.schemas import (
+    INT64_MAX,
     ProducerEpochField,
     ProducerIdField,
     RequestModel,
@@ -20,9 +21,29 @@ Encoding = Literal["utf8", "base64"]
 HeaderName = Annotated[str, Field(max_length=1024)]
 
 
+ConfigName = Annotated[str, Field(max_length=255)]
+
+
 class CreateTopic(RequestModel):
     name: TopicName
     partitions: Annotated[int, Field(ge=1, le=MAX_PARTITIONS)] = 1
+    # Values are checked by the service (400 INVALID_CONFIG naming the config, as in Kafka).
+    configs: Annotated[dict[ConfigName, Any], Field(max_length=100)] | None = None
+
+
+class AlterConfigs(RequestModel):
+    set: Annotated[dict[ConfigName, Any], Field(max_length=100)] = Field(default_factory=dict)
+    delete: Annotated[list[ConfigName], Field(max_length=100)] = Field(default_factory=list)
+
+
+class ConfigEntry(BaseModel):
+    name: str
+    value: str
+    source: Literal["TOPIC", "DEFAULT"]
+
+
+class ConfigList(BaseModel):
+    configs: list[ConfigEntry]
 
 
 class TopicSummary(BaseModel):
@@ -50,6 +71,8 @@ class RecordIn(RequestModel):
     key: str | None = None
     value: str | None = None
     headers: Annotated[dict[HeaderName, str], Field(max_length=1000)] = Field(default_factory=dict)
+    # CreateTime in ms; without it the append time.
+    timestamp: Annotated[int, Field(ge=0, le=INT64_MAX)] | None = None
 
 
 class ProduceRequest(RequestModel):
@@ -84,7 +107,8 @@ class RecordOut(BaseModel):
     offset: int
     key: str | None
     value: str | None
-    headers: dict[str, str]
+    # A header value is null only when a binary producer wrote a null one.
+    headers: dict[str, str | None]
     timestamp: int
 
 
@@ -93,3 +117,4 @@ class FetchResponse(BaseModel):
     next_offset: int
     high_watermark: int
     last_stable_offset: int
+    log_start_offset: int

@@ -1,22 +1,30 @@
-"""Topics, produce and fetch: the rules of API.md's Topics and Records sections.
+"""Topics, their configs, produce and fetch: the rules of API.md's Topics and Records sections,
+for every front door (HTTP JSON, HTTP record batches, and Kafka's protocol).
 
-Appends to a partition are serial: the unit of work first locks the partition's counter row
-(`SELECT ... FOR UPDATE`; on SQLite the write unit already holds the database lock), then reads
-producer state in a later statement, so it always sees the state the previous append committed.
-Different partitions never wait for each other.
+Produce takes one record batch in Kafka's format (`produce_batch`); JSON produce builds one at
+the edge and calls the same function. Fetch returns stored batches (`fetch_batches`), with the
+options each door needs; JSON fetch reads their records. Appends to a partition are serial: the
+unit of work locks the partition's counter row (`SELECT ... FOR UPDATE`, which also reads the
+topic's configs; on SQLite the write unit already holds the database lock), after the
+transactional id's row for a transactional batch (the fixed lock order), then reads producer
+state in a later statement, so it always sees what the previous append committed. Different
+partitions never wait for each other.
+
+The append path is written for speed: prebuilt statements (`appends`), the batch checked by
+`recordbatch.check` without building a record object, the stored bytes the producer's with
+only the base offset (and, for LogAppendTime, the timestamps and CRC) rewritten.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import AsyncGenerator
-from contextlib import aclosing
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import Table, bindparam, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -24,33 +32,45 @@ from coordinator.core.clock import now_ms
 from coordinator.core.database import Database
 from coordinator.core.errors import InvalidRequest
 from coordinator.core.schemas import INT32_MAX
-from coordinator.log import appends, codec
+from coordinator.core.settings import Settings
+from coordinator.log import appends, configs, recordbatch
 from coordinator.log.errors import (
+    CorruptMessage,
+    InvalidConfig,
     InvalidProducerEpoch,
+    InvalidRecord,
+    OffsetOutOfRange,
     OutOfOrderSequenceNumber,
     RecordListTooLarge,
     TopicAlreadyExists,
     UnknownProducerId,
     UnknownTopicOrPartition,
 )
-from coordinator.log.models import Batch, Partition, ProducerState, Topic
+from coordinator.log.models import CONTROL_ABORT, Batch, Partition, ProducerState, Topic
 from coordinator.log.schemas import (
+    AlterConfigs,
+    ConfigEntry,
+    ConfigList,
     CreateTopic,
     PartitionInfo,
     ProduceRequest,
-    ProduceResponse,
     TopicDescription,
     TopicList,
     TopicSummary,
 )
-from coordinator.producers.models import ProducerId
-from coordinator.transactions.errors import InvalidTxnState, TransactionalIdNotFound
-from coordinator.transactions.models import Transaction, TransactionPartition
-from coordinator.transactions.service import check_caller
-from coordinator.transactions.states import Op, transition
+from coordinator.transactions.errors import InvalidTxnState
+from coordinator.transactions.service import (
+    Joining,
+    check_produce,
+    join_from_produce,
+    lock_for_produce,
+)
 
-# Batches read per query while filling a fetch.
+# Most batches read per query while filling a fetch; the first query reads FIRST_CHUNK, later
+# ones as many as the batches seen so far say will fill `max_bytes` (so a fetch does not read
+# many more rows from the store than it returns).
 FETCH_CHUNK = 64
+FIRST_CHUNK = 4
 
 
 def next_sequence(sequence: int) -> int:
@@ -71,13 +91,19 @@ def stable_offset(high_watermark: int, first_open_offset: int | None) -> int:
 
 
 async def create_topic(db: Database, body: CreateTopic) -> TopicSummary:
+    topic_configs = configs.encode(configs.validated(body.configs or {}))
     try:
         async with db.write() as session:
             exists = await session.scalar(select(Topic.name).where(Topic.name == body.name))
             if exists is not None:
                 raise TopicAlreadyExists(f"topic {body.name!r} already exists")
             session.add(
-                Topic(name=body.name, partitions=body.partitions, created_at=datetime.now(UTC))
+                Topic(
+                    name=body.name,
+                    partitions=body.partitions,
+                    created_at=datetime.now(UTC),
+                    configs=topic_configs,
+                )
             )
             await session.flush()
             await session.execute(
@@ -136,10 +162,62 @@ async def describe_topic(db: Database, name: str) -> TopicDescription:
     )
 
 
+def _config_list(stored: str, settings: Settings) -> ConfigList:
+    return ConfigList(
+        configs=[
+            ConfigEntry.model_validate(e)
+            for e in configs.describe(configs.decode(stored), settings)
+        ]
+    )
+
+
+async def describe_configs(db: Database, settings: Settings, name: str) -> ConfigList:
+    async with db.read() as session:
+        stored = await session.scalar(select(Topic.configs).where(Topic.name == name))
+    if stored is None:
+        raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
+    return _config_list(stored, settings)
+
+
+async def alter_configs(
+    db: Database, settings: Settings, name: str, body: AlterConfigs
+) -> ConfigList:
+    """Set and delete (back to the default) configs, all or nothing."""
+    changes = configs.validated(body.set)
+    removed = configs.known(body.delete)
+    both = sorted(set(changes) & set(removed))
+    if both:
+        raise InvalidConfig(f"{both[0]!r} is both set and deleted")
+    async with db.write() as session:
+        stored = await session.scalar(
+            select(Topic.configs).where(Topic.name == name).with_for_update()
+        )
+        if stored is None:
+            raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
+        current = configs.decode(stored)
+        current.update(changes)
+        for config in removed:
+            current.pop(config, None)
+        updated = configs.encode(current)
+        await session.execute(update(Topic).where(Topic.name == name).values(configs=updated))
+    return _config_list(updated, settings)
+
+
 # -- produce ------------------------------------------------------------------------------------
 
 
-def _decoder(encoding: str) -> Any:
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """A produce's answer: what both front doors need (Kafka's ProduceResponse included)."""
+
+    base_offset: int
+    last_offset: int
+    duplicate: bool
+    log_append_time: int  # the append time for a LogAppendTime topic, else -1
+    log_start_offset: int
+
+
+def _decoder(encoding: str) -> Callable[[str], bytes]:
     if encoding == "utf8":
         return str.encode
 
@@ -149,10 +227,13 @@ def _decoder(encoding: str) -> Any:
     return from_base64
 
 
-def decode_records(body: ProduceRequest) -> list[codec.Record]:
-    """The request's records as bytes; a value that is not valid in its encoding is 422."""
+def batch_from_json(body: ProduceRequest, now: int) -> tuple[bytes, recordbatch.Checked]:
+    """The request's records as one record batch (uncompressed), built at the edge, with what
+    `recordbatch.check` would find in it; a value that is not valid in its encoding is 422
+    naming it. Records without a timestamp get `now`."""
     to_bytes = _decoder(body.encoding)
-    records = []
+    built: list[recordbatch.BuildRecord] = []
+    has_null_key = False
     for i, record in enumerate(body.records):
         field = "key"
         try:
@@ -167,21 +248,170 @@ def decode_records(body: ProduceRequest) -> list[codec.Record]:
             raise InvalidRequest(
                 f"records.{i}.{field}: not valid {body.encoding} ({exc.__class__.__name__})"
             ) from None
-        records.append(codec.Record(key, value, headers))
-    return records
+        timestamp = now if record.timestamp is None else record.timestamp
+        built.append((timestamp, key, value, headers))
+        has_null_key = has_null_key or key is None
+    data = recordbatch.build(
+        built,
+        producer_id=body.producer_id,
+        producer_epoch=body.producer_epoch,
+        base_sequence=body.base_sequence,
+        transactional=body.transactional_id is not None,
+    )
+    header = recordbatch.read_header(data)
+    return data, recordbatch.Checked(header, header.max_timestamp, has_null_key)
 
 
-@dataclass(frozen=True, slots=True)
-class _Duplicate:
-    base_offset: int
-    last_offset: int
+async def produce_json(
+    db: Database, settings: Settings, topic: str, partition: int, body: ProduceRequest
+) -> Appended:
+    """JSON produce: a batch built at the edge, appended as a binary one is (it skips only the
+    walk over its records, which it has just written)."""
+    data, checked = batch_from_json(body, now_ms())
+    _acceptable(checked, body.transactional_id)
+    return await _append(db, settings, topic, partition, data, checked, body.transactional_id)
+
+
+def check_batch(data: bytes, transactional_id: str | None) -> recordbatch.Checked:
+    """A batch's own checks, before any database work: well formed (CORRUPT_MESSAGE), then
+    acceptable from a producer (INVALID_RECORD)."""
+    try:
+        checked = recordbatch.check(data)
+    except recordbatch.CorruptBatch as exc:
+        raise CorruptMessage(f"not a well-formed record batch: {exc}") from None
+    _acceptable(checked, transactional_id)
+    return checked
+
+
+def _acceptable(checked: recordbatch.Checked, transactional_id: str | None) -> None:
+    header = checked.header
+    if header.is_control:
+        raise InvalidRecord("a producer may not send a control batch")
+    if header.is_transactional and transactional_id is None:
+        raise InvalidRecord("a transactional batch needs the transactional_id parameter")
+    if transactional_id is not None and not header.is_transactional:
+        raise InvalidRecord("transactional_id is given but the batch is not transactional")
+    if header.producer_id < -1:
+        raise InvalidRecord(f"producer id {header.producer_id}: -1 or a producer id")
+    if header.producer_id >= 0 and (header.producer_epoch < 0 or header.base_sequence < 0):
+        raise InvalidRecord("a batch with a producer id needs its epoch and base sequence")
+    if header.producer_id < 0 and header.is_transactional:
+        raise InvalidRecord("a transactional batch needs a producer id")
+
+
+async def produce_batch(
+    db: Database,
+    settings: Settings,
+    topic: str,
+    partition: int,
+    data: bytes,
+    transactional_id: str | None,
+) -> Appended:
+    """Append one record batch, as API.md's Records section says, for every front door."""
+    checked = check_batch(data, transactional_id)
+    return await _append(db, settings, topic, partition, data, checked, transactional_id)
+
+
+async def _append(
+    db: Database,
+    settings: Settings,
+    topic: str,
+    partition: int,
+    data: bytes,
+    checked: recordbatch.Checked,
+    transactional_id: str | None,
+) -> Appended:
+    header = checked.header
+    pid, epoch, base_seq = header.producer_id, header.producer_epoch, header.base_sequence
+    count = header.record_count
+    async with db.write() as session:
+        connection = await session.connection()
+        joining: Joining | None = None
+        if transactional_id is not None:
+            joining = await lock_for_produce(session, transactional_id, topic, partition)
+        locked = (
+            await connection.execute(
+                appends.LOCK_PARTITION, {"topic": topic, "partition": partition}
+            )
+        ).first()
+        if locked is None:
+            raise UnknownTopicOrPartition(f"{topic}-{partition} does not exist")
+        high_watermark, log_start, stored_configs = locked
+        topic_settings = configs.produce_settings(stored_configs, settings.max_request_bytes)
+        if len(data) > topic_settings.max_message_bytes:
+            raise RecordListTooLarge(
+                f"the batch is {len(data)} bytes; {topic}'s max.message.bytes is "
+                f"{topic_settings.max_message_bytes}"
+            )
+        if topic_settings.compacted and checked.has_null_key:
+            raise InvalidRecord(f"{topic} is compacted: every record needs a key")
+        if transactional_id is not None:
+            await check_produce(session, joining, transactional_id, pid, epoch)
+        if pid >= 0:
+            original = await _check_sequence(
+                session, topic, partition, pid, epoch, base_seq, count, transactional_id
+            )
+            if original is not None:
+                return Appended(original[0], original[1], True, -1, log_start)
+        now = now_ms()
+        if joining is not None:
+            await join_from_produce(session, joining, topic, partition, now)
+        base_offset = high_watermark
+        last_offset = high_watermark + count - 1
+        payload = recordbatch.with_base_offset(data, base_offset)
+        max_timestamp = checked.max_timestamp
+        append_time = -1
+        if topic_settings.log_append_time:
+            payload = recordbatch.with_log_append_time(payload, now)
+            max_timestamp = append_time = now
+        last_seq = last_sequence_of(base_seq, count) if pid >= 0 else -1
+        batch = {
+            "topic": topic,
+            "partition": partition,
+            "base_offset": base_offset,
+            "last_offset": last_offset,
+            "producer_id": pid,
+            "producer_epoch": epoch,
+            "base_sequence": base_seq,
+            "last_sequence": last_seq,
+            "timestamp": now,
+            "max_timestamp": max_timestamp,
+            "size": len(payload),
+            "is_transactional": transactional_id is not None,
+            "control": None,
+            "aborted": False,
+            "first_offset": None,
+            "record_count": count,
+            "payload": payload,
+        }
+        state = None
+        if pid >= 0:
+            state = {
+                "topic": topic,
+                "partition": partition,
+                "producer_id": pid,
+                "producer_epoch": epoch,
+                "last_sequence": last_seq,
+                "last_offset": last_offset,
+                "last_timestamp": now,
+                # Pins the LSO from the transaction's first batch here until its marker.
+                "current_txn_first_offset": (base_offset if transactional_id is not None else None),
+            }
+        await appends.append(connection, batch, state)
+    return Appended(base_offset, last_offset, False, append_time, log_start)
 
 
 async def _check_sequence(
-    session: AsyncSession, topic: str, partition: int, body: ProduceRequest, count: int
-) -> _Duplicate | None:
-    """Apply the idempotence rules; return the original offsets when the batch is a duplicate."""
-    pid, epoch, base_seq = body.producer_id, body.producer_epoch, body.base_sequence
+    session: AsyncSession,
+    topic: str,
+    partition: int,
+    pid: int,
+    epoch: int,
+    base_seq: int,
+    count: int,
+    transactional_id: str | None,
+) -> tuple[int, int] | None:
+    """Apply the idempotence rules; the original (base, last) offsets when it is a duplicate."""
     connection = await session.connection()
     row = (
         await connection.execute(
@@ -199,7 +429,7 @@ async def _check_sequence(
         raise InvalidProducerEpoch(
             f"producer {pid} epoch {epoch} is newer than its current epoch {current_epoch}"
         )
-    if body.transactional_id is None and open_txn_offset is not None:
+    if transactional_id is None and open_txn_offset is not None:
         raise InvalidTxnState(
             f"producer {pid} has a transaction open on {topic}-{partition} since offset "
             f"{open_txn_offset}; a non-transactional batch may not join it"
@@ -234,115 +464,161 @@ async def _check_sequence(
         )
     ).first()
     if original is not None and original.last_sequence == last_sequence_of(base_seq, count):
-        return _Duplicate(original.base_offset, original.last_offset)
+        return original.base_offset, original.last_offset
     raise OutOfOrderSequenceNumber(
         f"producer {pid} on {topic}-{partition}: expected sequence {expected}, got {base_seq}"
     )
 
 
-async def verify_transaction(
-    session: AsyncSession, topic: str, partition: int, body: ProduceRequest
-) -> None:
-    """A transactional batch: the transaction's identity checks, in API.md's order, then the
-    partition must be in its Ongoing transaction. Nothing is written otherwise, so no batch can
-    open a transaction the coordinator does not know about (no hanging transactions)."""
-    assert body.transactional_id is not None
-    tid = body.transactional_id
-    row = (
-        await session.execute(
-            select(Transaction, ProducerId.producer_epoch)
-            .join(ProducerId, ProducerId.producer_id == Transaction.producer_id)
-            .where(Transaction.transactional_id == tid)
-        )
-    ).first()
-    if row is None:
-        raise TransactionalIdNotFound(f"transactional id {tid!r} is not known")
-    txn, current_epoch = row
-    await check_caller(session, txn, current_epoch, body.producer_id, body.producer_epoch)
-    transition(txn.state, Op.PRODUCE, tid)
-    joined = await session.scalar(
-        select(TransactionPartition.producer_id).where(
-            TransactionPartition.transactional_id == tid,
-            TransactionPartition.topic == topic,
-            TransactionPartition.partition == partition,
-        )
-    )
-    if joined is None:
-        raise InvalidTxnState(
-            f"{topic}-{partition} is not in the transaction of {tid!r}; add it first"
-        )
-
-
-async def produce(
-    db: Database, topic: str, partition: int, body: ProduceRequest, max_batch_bytes: int
-) -> ProduceResponse:
-    records = decode_records(body)
-    payload = codec.encode(records)
-    if len(payload) > max_batch_bytes:
-        raise RecordListTooLarge(
-            f"the batch holds {len(payload)} bytes of records; the limit is {max_batch_bytes}"
-        )
-    count = len(records)
-    async with db.write() as session:
-        connection = await session.connection()
-        high_watermark = (
-            await connection.execute(
-                appends.LOCK_PARTITION, {"topic": topic, "partition": partition}
-            )
-        ).scalar_one_or_none()
-        if high_watermark is None:
-            raise UnknownTopicOrPartition(f"{topic}-{partition} does not exist")
-        idempotent = body.producer_id >= 0
-        if body.transactional_id is not None:
-            await verify_transaction(session, topic, partition, body)
-        if idempotent:
-            duplicate = await _check_sequence(session, topic, partition, body, count)
-            if duplicate is not None:
-                return ProduceResponse(
-                    base_offset=duplicate.base_offset,
-                    last_offset=duplicate.last_offset,
-                    duplicate=True,
-                )
-        base_offset = high_watermark
-        last_offset = high_watermark + count - 1
-        timestamp = now_ms()
-        last_seq = last_sequence_of(body.base_sequence, count) if idempotent else -1
-        batch = {
-            "topic": topic,
-            "partition": partition,
-            "base_offset": base_offset,
-            "last_offset": last_offset,
-            "producer_id": body.producer_id,
-            "producer_epoch": body.producer_epoch,
-            "base_sequence": body.base_sequence,
-            "last_sequence": last_seq,
-            "timestamp": timestamp,
-            "is_transactional": body.transactional_id is not None,
-            "control": None,
-            "aborted": False,
-            "record_count": count,
-            "payload": payload,
-        }
-        state = None
-        if idempotent:
-            state = {
-                "topic": topic,
-                "partition": partition,
-                "producer_id": body.producer_id,
-                "producer_epoch": body.producer_epoch,
-                "last_sequence": last_seq,
-                "last_offset": last_offset,
-                "last_timestamp": timestamp,
-                # Pins the LSO from the transaction's first batch here until its marker.
-                "current_txn_first_offset": (
-                    base_offset if body.transactional_id is not None else None
-                ),
-            }
-        await appends.append(connection, batch, state)
-    return ProduceResponse(base_offset=base_offset, last_offset=last_offset, duplicate=False)
-
-
 # -- fetch --------------------------------------------------------------------------------------
+
+_batches = cast(Table, Batch.__table__)
+_partitions = cast(Table, Partition.__table__)
+_states = cast(Table, ProducerState.__table__)
+
+# The partition's bounds in one statement: high watermark, log start, first open offset.
+_BOUNDS = select(
+    _partitions.c.high_watermark,
+    _partitions.c.log_start_offset,
+    select(func.min(_states.c.current_txn_first_offset))
+    .where(
+        _states.c.topic == bindparam("topic"),
+        _states.c.partition == bindparam("partition"),
+    )
+    .scalar_subquery(),
+).where(
+    _partitions.c.topic == bindparam("topic"), _partitions.c.partition == bindparam("partition")
+)
+# Where a fetch from `offset` starts: the batch holding it (possibly a marker).
+_CONTAINING = (
+    select(func.max(_batches.c.base_offset))
+    .where(
+        _batches.c.topic == bindparam("topic"),
+        _batches.c.partition == bindparam("partition"),
+        _batches.c.base_offset <= bindparam("offset"),
+    )
+    .scalar_subquery()
+)
+
+
+def _chunk_query(include_control: bool, include_aborted: bool, first: bool) -> Any:
+    columns = (_batches.c.base_offset, _batches.c.last_offset, _batches.c.payload)
+    query = select(*columns).where(
+        _batches.c.topic == bindparam("topic"),
+        _batches.c.partition == bindparam("partition"),
+        _batches.c.base_offset
+        >= (func.coalesce(_CONTAINING, bindparam("offset")) if first else bindparam("cursor")),
+        _batches.c.base_offset < bindparam("upper"),
+    )
+    if not include_control:
+        query = query.where(_batches.c.control.is_(None))
+    if not include_aborted:
+        query = query.where(_batches.c.aborted.is_(False))
+    return query.order_by(_batches.c.base_offset).limit(bindparam("limit"))
+
+
+# Built once: (include_control, include_aborted, first chunk) -> statement.
+_CHUNKS = {
+    (c, a, f): _chunk_query(c, a, f)
+    for c in (False, True)
+    for a in (False, True)
+    for f in (False, True)
+}
+
+
+@dataclass(slots=True)
+class Fetched:
+    """Stored batches, whole, in offset order, and where the partition stands."""
+
+    batches: list[bytes]
+    next_offset: int  # where the next fetch starts: past what was returned or skipped
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+
+
+async def fetch_batches(
+    db: Database,
+    topic: str,
+    partition: int,
+    offset: int,
+    *,
+    max_bytes: int,
+    read_committed: bool,
+    include_control: bool = False,
+    include_aborted: bool | None = None,
+    max_records: int | None = None,
+) -> Fetched:
+    """Whole batches from the one holding `offset` up to the LSO (read_committed) or the high
+    watermark, at least one and then while under `max_bytes` (and, given, until they hold
+    `max_records` records from `offset`). HTTP leaves out control batches always and aborted
+    batches under read_committed (the default of `include_aborted`); Kafka's door includes both
+    and sends `aborted_transactions` so its clients filter. An offset below the log start offset
+    or above the high watermark is OFFSET_OUT_OF_RANGE."""
+    if include_aborted is None:
+        include_aborted = not read_committed
+    params: dict[str, Any] = {"topic": topic, "partition": partition}
+    async with db.read() as session:
+        connection = await session.connection()
+        bounds = (await connection.execute(_BOUNDS, params)).first()
+        if bounds is None:
+            raise UnknownTopicOrPartition(f"{topic}-{partition} does not exist")
+        high_watermark, log_start, first_open = bounds
+        if not log_start <= offset <= high_watermark:
+            raise OffsetOutOfRange(
+                f"offset {offset} is outside {topic}-{partition}'s log: the log start offset is "
+                f"{log_start} and the high watermark {high_watermark}"
+            )
+        stable = stable_offset(high_watermark, first_open)
+        upper = stable if read_committed else high_watermark
+        fetched = Fetched([], offset, high_watermark, stable, log_start)
+        if offset >= upper:
+            return fetched
+        params |= {"offset": offset, "upper": upper}
+        size = 0
+        records = 0
+        first = True
+        limit = FIRST_CHUNK
+        while True:
+            statement = _CHUNKS[(include_control, include_aborted, first)]
+            rows = (await connection.execute(statement, {**params, "limit": limit})).all()
+            first = False
+            for base_offset, last_offset, payload in rows:
+                fetched.batches.append(payload)
+                fetched.next_offset = last_offset + 1
+                size += len(payload)
+                records += last_offset + 1 - max(base_offset, offset)
+                if size >= max_bytes or (max_records is not None and records >= max_records):
+                    return fetched
+            if len(rows) < limit:
+                # Everything below `upper` was read: skipped markers and aborted batches too.
+                fetched.next_offset = upper
+                return fetched
+            params["cursor"] = rows[-1].base_offset + 1
+            average = max(1, size // len(fetched.batches))
+            limit = max(1, min(FETCH_CHUNK, (max_bytes - size) // average + 1))
+
+
+async def aborted_transactions(
+    db: Database, topic: str, partition: int, start: int, end: int
+) -> list[tuple[int, int]]:
+    """Kafka's aborted-transactions list for fetched offsets [start, end): (producer id, first
+    offset) of every aborted transaction with records there, oldest first, for read_committed
+    clients that filter batches themselves."""
+    async with db.read() as session:
+        rows = await session.execute(
+            select(Batch.producer_id, Batch.first_offset)
+            .where(
+                Batch.topic == topic,
+                Batch.partition == partition,
+                Batch.control == CONTROL_ABORT,
+                Batch.base_offset >= start,
+                Batch.first_offset.is_not(None),
+                Batch.first_offset < end,
+            )
+            .order_by(Batch.first_offset)
+        )
+        return [(pid, first) for pid, first in rows if first is not None]
 
 
 def _text_of(raw: bytes, offset: int) -> str:
@@ -358,29 +634,7 @@ def _base64_of(raw: bytes, _: int) -> str:
     return base64.b64encode(raw).decode("ascii")
 
 
-async def _records_from(
-    session: AsyncSession, start: int, conditions: list[Any]
-) -> AsyncGenerator[tuple[int, int, codec.Record]]:
-    """(offset, timestamp, record) of every batch matching `conditions` from `start` on."""
-    cursor = start
-    while True:
-        rows = (
-            await session.execute(
-                select(Batch.base_offset, Batch.timestamp, Batch.payload)
-                .where(Batch.base_offset >= cursor, *conditions)
-                .order_by(Batch.base_offset)
-                .limit(FETCH_CHUNK)
-            )
-        ).all()
-        for base_offset, timestamp, payload in rows:
-            for i, record in enumerate(codec.decode(payload)):
-                yield base_offset + i, timestamp, record
-        if len(rows) < FETCH_CHUNK:
-            return
-        cursor = rows[-1].base_offset + 1
-
-
-async def fetch(
+async def fetch_json(
     db: Database,
     topic: str,
     partition: int,
@@ -390,63 +644,48 @@ async def fetch(
     encoding: str,
     max_bytes: int,
 ) -> dict[str, Any]:
-    async with db.read() as session:
-        high_watermark = await session.scalar(
-            select(Partition.high_watermark).where(
-                Partition.topic == topic, Partition.partition == partition
+    """API.md's JSON fetch: the records of the fetched batches from `offset` on, at most
+    `max_records`, keys, values and header values as text or base64."""
+    fetched = await fetch_batches(
+        db,
+        topic,
+        partition,
+        offset,
+        max_bytes=max_bytes,
+        read_committed=read_committed,
+        max_records=max_records,
+    )
+    text = _text_of if encoding == "utf8" else _base64_of
+    out: list[dict[str, Any]] = []
+    next_offset = fetched.next_offset
+    for payload in fetched.batches:
+        for record in recordbatch.records(payload):
+            record_offset = record.offset
+            if record_offset < offset:
+                continue
+            key, value = record.key, record.value
+            out.append(
+                {
+                    "offset": record_offset,
+                    "key": None if key is None else text(key, record_offset),
+                    "value": None if value is None else text(value, record_offset),
+                    "headers": {
+                        name: None if v is None else text(v, record_offset)
+                        for name, v in record.headers
+                    },
+                    "timestamp": record.timestamp,
+                }
             )
-        )
-        if high_watermark is None:
-            raise UnknownTopicOrPartition(f"{topic}-{partition} does not exist")
-        pinned = await session.scalar(
-            select(func.min(ProducerState.current_txn_first_offset)).where(
-                ProducerState.topic == topic, ProducerState.partition == partition
-            )
-        )
-        stable = stable_offset(high_watermark, pinned)
-        upper = stable if read_committed else high_watermark
-        records: list[dict[str, Any]] = []
-        next_offset = offset
-        text = _text_of if encoding == "utf8" else _base64_of
-        if offset < upper:
-            containing = await session.scalar(
-                select(func.max(Batch.base_offset)).where(
-                    Batch.topic == topic, Batch.partition == partition, Batch.base_offset <= offset
-                )
-            )
-            conditions = [
-                Batch.topic == topic,
-                Batch.partition == partition,
-                Batch.base_offset < upper,
-                Batch.control.is_(None),
-            ]
-            if read_committed:
-                conditions.append(Batch.aborted.is_(False))
-            start = offset if containing is None else containing
-            size = 0
-            async with aclosing(_records_from(session, start, conditions)) as stream:
-                async for record_offset, timestamp, (key, value, headers) in stream:
-                    if record_offset < offset:
-                        continue
-                    records.append(
-                        {
-                            "offset": record_offset,
-                            "key": None if key is None else text(key, record_offset),
-                            "value": None if value is None else text(value, record_offset),
-                            "headers": {k: text(v, record_offset) for k, v in headers},
-                            "timestamp": timestamp,
-                        }
-                    )
-                    size += len(key or b"") + len(value or b"")
-                    if len(records) >= max_records or size >= max_bytes:
-                        next_offset = record_offset + 1
-                        break
-                else:
-                    # Everything below `upper` was read: markers and aborted batches are skipped.
-                    next_offset = upper
+            if len(out) >= max_records:
+                next_offset = record_offset + 1
+                break
+        else:
+            continue
+        break
     return {
-        "records": records,
+        "records": out,
         "next_offset": next_offset,
-        "high_watermark": high_watermark,
-        "last_stable_offset": stable,
+        "high_watermark": fetched.high_watermark,
+        "last_stable_offset": fetched.last_stable_offset,
+        "log_start_offset": fetched.log_start_offset,
     }

@@ -16,6 +16,7 @@ from coordinator.core.schemas import (
     TopicName,
     TransactionalId,
 )
+from coordinator.groups.identity import MemberIdentity
 
 ProducerIdValue = Annotated[int, Field(ge=0, le=INT64_MAX)]
 EpochValue = Annotated[int, Field(ge=0, le=EPOCH_MAX)]
@@ -42,7 +43,7 @@ class AddPartitionsRequest(Caller):
     partitions: Annotated[list[TopicPartitionIn], Field(min_length=1, max_length=10_000)]
 
 
-class AddOffsetsRequest(Caller):
+class AddOffsetsRequest(Caller, MemberIdentity):
     group_id: GroupId
     offsets: Annotated[list[OffsetIn], Field(max_length=100_000)]
 

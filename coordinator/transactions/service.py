@@ -15,7 +15,7 @@ from functools import partial
 from typing import Any
 
 import orjson
-from sqlalchemy import and_, delete, or_, select, tuple_
+from sqlalchemy import and_, delete, insert, or_, select, tuple_
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -25,6 +25,7 @@ from coordinator.core.errors import CoordinatorError, InvalidRequest
 from coordinator.core.metrics import record_end
 from coordinator.core.schemas import EPOCH_MAX
 from coordinator.core.settings import Settings
+from coordinator.groups.fencing import check_offset_commit
 from coordinator.groups.models import GroupOffset
 from coordinator.log.errors import InvalidProducerEpoch, UnknownTopicOrPartition
 from coordinator.log.markers import lock_partitions, lock_transaction_partitions, write_markers
@@ -122,6 +123,78 @@ async def check_caller(
             f"epoch {epoch} of {txn.transactional_id!r} is newer than its current epoch "
             f"{current_epoch}"
         )
+
+
+@dataclass(slots=True)
+class Joining:
+    """The transaction a transactional batch joins, locked for the append's unit of work."""
+
+    locked: Locked
+    joined: bool  # the partition is in the transaction already
+
+
+async def lock_for_produce(
+    session: AsyncSession, transactional_id: str, topic: str, partition: int
+) -> Joining | None:
+    """Lock the transactional id a batch joins (before the partition: the fixed lock order), in
+    one statement that also says whether the partition is in its transaction; None if unknown.
+    The caller runs `check_produce` once it has found the partition."""
+    joined = (
+        select(TransactionPartition.producer_id)
+        .where(
+            TransactionPartition.transactional_id == Transaction.transactional_id,
+            TransactionPartition.topic == topic,
+            TransactionPartition.partition == partition,
+        )
+        .exists()
+    )
+    row = (
+        await session.execute(
+            select(Transaction, ProducerId.producer_epoch, joined)
+            .join(ProducerId, ProducerId.producer_id == Transaction.producer_id)
+            .where(Transaction.transactional_id == transactional_id)
+            .with_for_update()
+        )
+    ).first()
+    return None if row is None else Joining(Locked(row[0], row[1]), bool(row[2]))
+
+
+async def check_produce(
+    session: AsyncSession,
+    joining: Joining | None,
+    transactional_id: str,
+    producer_id: int,
+    epoch: int,
+) -> None:
+    """A transactional batch's checks, in API.md's order: the id, the caller, the state."""
+    if joining is None:
+        raise TransactionalIdNotFound(f"transactional id {transactional_id!r} is not known")
+    locked = joining.locked
+    await check_caller(session, locked.txn, locked.epoch, producer_id, epoch)
+    transition(locked.txn.state, Op.PRODUCE, transactional_id)
+
+
+async def join_from_produce(
+    session: AsyncSession, joining: Joining, topic: str, partition: int, now: int
+) -> None:
+    """Add the partition to the transaction, starting it when none is open at this epoch, in
+    the append's own unit of work (KIP-890 part 2: no AddPartitions call needed)."""
+    if joining.joined:
+        return
+    txn = joining.locked.txn
+    await session.execute(
+        insert(TransactionPartition).values(
+            transactional_id=txn.transactional_id,
+            topic=topic,
+            partition=partition,
+            producer_id=txn.producer_id,
+        )
+    )
+    if txn.state != State.ONGOING:
+        _begin(txn, now)
+    txn.state = transition(txn.state, Op.PRODUCE, txn.transactional_id)
+    txn.updated_ms = now
+    joining.joined = True
 
 
 async def _refuse_timed_out(
@@ -370,6 +443,9 @@ async def add_offsets(
         txn = locked.txn
         await check_caller(session, txn, locked.epoch, body.producer_id, body.producer_epoch)
         target = transition(txn.state, Op.ADD_OFFSETS, transactional_id)
+        # KIP-447: the group checks the member here, when the offsets join the transaction (the
+        # lock order: this transactional id, then the group, then partitions).
+        await check_offset_commit(session, body.group_id, body.member_id, body.member_epoch, keys)
         if keys:
             await require_partitions(session, keys)
         if txn.state != State.ONGOING:

@@ -43,7 +43,9 @@ TRANSITIONS: dict[Op, dict[State, State]] = {
     # Joining starts a transaction when none is open at this epoch; nothing joins a Prepared one.
     Op.ADD_PARTITIONS: {**_START, State.ONGOING: State.ONGOING},
     Op.ADD_OFFSETS: {**_START, State.ONGOING: State.ONGOING},
-    Op.PRODUCE: {State.ONGOING: State.ONGOING},
+    # A transactional batch joins (and starts) the transaction itself (Kafka 4's transaction
+    # version 2); a Prepared one takes no more records.
+    Op.PRODUCE: {**_START, State.ONGOING: State.ONGOING},
     # A task with no output prepares an empty transaction; preparing twice is a harmless retry.
     Op.PREPARE: {
         State.ONGOING: State.PREPARED,

@@ -1,7 +1,7 @@
 """side effects once per key
 
 Revision ID: 5e1f0a15e0c7
-Revises: 108d015ce4d8
+Revises: 2d5bf9bded28
 Create Date: 2026-11-24 15:00:00.000000
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "5e1f0a15e0c7"
-down_revision: str | None = "108d015ce4d8"
+down_revision: str | None = "2d5bf9bded28"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -5,7 +5,6 @@ Spark's Kafka source and sink (`coordinator.url` in place of `kafka.bootstrap.se
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import time
 import uuid
@@ -33,6 +32,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import Row, StructType
 
+from coordinator.log import recordbatch
 from sdk._errors import ConfigError, KafkaTimeoutError
 from sdk.spark._offsets import (
     EARLIEST,
@@ -59,7 +59,8 @@ SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, "
     "timestamp timestamp, headers array<struct<key: string, value: binary>>"
 )
-FETCH_MAX_RECORDS = 10_000
+FETCH_MAX_BYTES = 8 * 1024 * 1024
+RECORD_BATCH = "application/vnd.kafka.record-batch"
 # How long a read waits for records below its end offset to become readable (an end offset
 # given beyond the LSO, say) before it fails.
 FETCH_WAIT_S = 60.0
@@ -177,29 +178,30 @@ class _ReadSettings:
         return result
 
     def read(self, part: OffsetRange) -> Iterator[tuple[Any, ...]]:
-        """The records of [start, end) visible at this isolation level, in offset order."""
+        """The records of [start, end) visible at this isolation level, in offset order, fetched
+        as Kafka record batches."""
         http = client(self.url, self.token)
         path = f"/v1/topics/{quote(part.topic, safe='')}/partitions/{part.partition}/records"
         offset = part.start
         stalled_since: float | None = None
         try:
             while offset < part.end:
-                doc = http.call(
-                    "GET",
-                    path,
-                    params={
-                        "offset": offset,
-                        "max_records": FETCH_MAX_RECORDS,
-                        "isolation_level": self.isolation_level,
-                        "encoding": "base64",
-                    },
-                )
-                for record in doc["records"]:
-                    if record["offset"] >= part.end:
-                        return
-                    yield _row(part, record)
-                if doc["next_offset"] > offset:
-                    offset = doc["next_offset"]
+                params: dict[str, str | int] = {
+                    "offset": offset,
+                    "max_bytes": FETCH_MAX_BYTES,
+                    "isolation_level": self.isolation_level,
+                }
+                data, headers = http.call_binary(path, params, RECORD_BATCH)
+                for pos, header in recordbatch.iter_batches(data):
+                    for record in recordbatch.records(data, pos, header):
+                        if record.offset < offset:
+                            continue
+                        if record.offset >= part.end:
+                            return
+                        yield _row(part, record)
+                next_offset = int(headers["next-offset"])
+                if next_offset > offset:
+                    offset = next_offset
                     stalled_since = None
                     continue
                 # Nothing readable yet below `end` (an open transaction holds the LSO back).
@@ -215,20 +217,15 @@ class _ReadSettings:
             http.close()
 
 
-def _bytes(text: str | None) -> bytes | None:
-    return None if text is None else base64.b64decode(text)
-
-
-def _row(part: OffsetRange, record: dict[str, Any]) -> tuple[Any, ...]:
-    headers = [(k, base64.b64decode(v)) for k, v in (record.get("headers") or {}).items()]
+def _row(part: OffsetRange, record: recordbatch.Record) -> tuple[Any, ...]:
     return (
-        _bytes(record["key"]),
-        _bytes(record["value"]),
+        record.key,
+        record.value,
         part.topic,
         part.partition,
-        record["offset"],
-        datetime.fromtimestamp(record["timestamp"] / 1000, tz=UTC),
-        headers,
+        record.offset,
+        datetime.fromtimestamp(record.timestamp / 1000, tz=UTC),
+        record.headers,
     )
 
 

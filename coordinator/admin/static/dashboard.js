@@ -1,5 +1,5 @@
-// The operator's dashboard: reads the admin API every few seconds and renders it; Abort posts to
-// it. Plain script, no libraries. Page parameters: ?hanging_ms= (an open transaction older than
+// The operator's dashboard: reads the admin API every few seconds and renders it (transactions,
+// topics, consumer groups); Abort posts to it. Plain script, no libraries. Page parameters: ?hanging_ms= (an open transaction older than
 // this is hanging; default the service's largest transaction timeout), ?refresh_s=, ?minutes=.
 "use strict";
 
@@ -264,19 +264,87 @@
     $("#topics-empty").hidden = blocks.length > 0;
   }
 
+  const partitionName = (p) => `${p.topic}-${p.partition}`;
+
+  // Each group: its state and epoch, its members with their assignments, and every partition it
+  // owns or committed with the owner, committed offset, high watermark and lag.
+  function renderGroups(groups, now) {
+    const blocks = groups.map((group) => {
+      const members = group.members.map((m) =>
+        element(
+          "tr",
+          { "data-member": m.member_id },
+          element("td", { class: "tid" }, m.member_id),
+          element("td", {}, m.client_id || "—"),
+          element("td", { class: "num epoch" }, String(m.member_epoch)),
+          element("td", { class: "parts assignment" }, m.assignment.map(partitionName).join(", ") || "—"),
+          element("td", { class: "num" }, m.last_heartbeat_at ? `${duration(now - Date.parse(m.last_heartbeat_at))} ago` : "—"),
+        ),
+      );
+      // Committed offsets, and the partitions members own that have none committed yet.
+      const owner = new Map();
+      const rows = new Map(group.offsets.map((o) => [partitionName(o), o]));
+      for (const m of group.members) {
+        for (const p of m.assignment) {
+          owner.set(partitionName(p), m.member_id);
+          if (!rows.has(partitionName(p))) rows.set(partitionName(p), { ...p, offset: null, high_watermark: null, lag: null });
+        }
+      }
+      const partitions = [...rows.values()]
+        .sort((a, b) => a.topic.localeCompare(b.topic) || a.partition - b.partition)
+        .map((o) =>
+          element(
+            "tr",
+            { "data-tp": partitionName(o) },
+            element("td", {}, o.topic),
+            element("td", { class: "num" }, String(o.partition)),
+            element("td", { class: "tid owner" }, o.member_id || owner.get(partitionName(o)) || "—"),
+            element("td", { class: "num committed" }, o.offset === null ? "—" : String(o.offset)),
+            element("td", { class: "num" }, o.high_watermark === null ? "—" : String(o.high_watermark)),
+            element("td", { class: `num lag${o.lag > 0 ? " lagging" : ""}` }, o.lag === null ? "—" : String(o.lag)),
+          ),
+        );
+      // Column titles; a title ending in "#" heads a numeric column (shown without the "#").
+      const head = (...names) =>
+        element("thead", {}, element("tr", {}, ...names.map((n) =>
+          n.endsWith("#") ? element("th", { class: "num" }, n.slice(0, -1)) : element("th", {}, n))));
+      return element(
+        "div",
+        { class: "group", "data-group": group.group_id },
+        element(
+          "h3",
+          {},
+          group.group_id,
+          element("span", { class: `meta group-state ${group.state}` }, group.state),
+          element("span", { class: "meta" }, `epoch ${group.group_epoch} · ${group.members.length} member(s)`),
+        ),
+        members.length
+          ? element("table", { class: "grid members" }, head("Member", "Client", "Epoch#", "Assignment", "Heartbeat#"), element("tbody", {}, ...members))
+          : null,
+        partitions.length
+          ? element("table", { class: "grid partitions" }, head("Topic", "Partition#", "Owner", "Committed#", "High watermark#", "Lag#"), element("tbody", {}, ...partitions))
+          : null,
+      );
+    });
+    $("#groups").replaceChildren(...blocks);
+    $("#groups-empty").hidden = blocks.length > 0;
+  }
+
   async function refresh() {
     clearTimeout(timer);
     try {
-      const [stats, open, hanging] = await Promise.all([
+      const [stats, open, hanging, groups] = await Promise.all([
         api(`/v1/admin/stats?minutes=${minutes}`),
         api("/v1/admin/transactions?older_than_ms=0&limit=10000"),
         api(`/v1/admin/hanging?max_transaction_timeout_ms=${hangingMs}`),
+        api("/v1/admin/groups"),
       ]);
       const now = Date.parse(stats.now);
       renderStates(stats.states);
       renderOpen(open, hanging, now);
       renderChart(stats.per_minute);
       renderTopics(stats.topics);
+      renderGroups(groups.groups, now);
       renderEffects(stats.effects, now);
       setStatus(`Updated ${clock(stats.now)} UTC · refreshes every ${refreshMs / 1000} s`, false);
       document.body.dataset.updated = stats.now;

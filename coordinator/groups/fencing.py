@@ -1,0 +1,101 @@
+"""The one rule for who may commit a group's offsets (API.md; KIP-447 for the transactional
+commit), called by the plain commit, by the transactional one (AddOffsets/TxnOffsetCommit), and by
+any other front door that commits offsets.
+
+- With member identity: the member must be in the group (else UNKNOWN_MEMBER_ID), and must own
+  every partition committed, granted at or before the epoch it sends, which may not be newer than
+  its current epoch (else FENCED_MEMBER_EPOCH). An epoch older than the current one is accepted
+  for a partition the member already owned at that epoch (as KIP-1251 has it): a commit sent just
+  before a heartbeat raised the epoch is not a zombie's, since ownership only passes to another
+  member after this one gave the partition up or left.
+- Without identity (a consumer that `assign`s, a Spark job, an operator): accepted only while the
+  group has no members, else UNKNOWN_MEMBER_ID, as Kafka does.
+
+The check locks the group row (FOR SHARE: commits do not wait for each other, heartbeats wait for
+them), so ownership cannot change before the commit's unit of work ends. A transactional commit is
+checked when its offsets join the transaction, as Kafka checks TxnOffsetCommit: EndTxn then applies
+them without asking again. That is safe because a new owner reads committed offsets with
+`require_stable`, which waits while a transaction still holds pending offsets for its partitions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sqlalchemy import select, tuple_
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from coordinator.core.clock import now_ms
+from coordinator.groups.errors import FencedMemberEpoch, UnknownMemberId
+from coordinator.groups.membership import is_gone, lock_group
+from coordinator.groups.models import GroupMember, GroupOwnedPartition
+
+
+async def check_offset_commit(
+    session: AsyncSession,
+    group_id: str,
+    member_id: str | None,
+    member_epoch: int | None,
+    partitions: Iterable[tuple[str, int]],
+) -> None:
+    """Raise unless this caller may commit offsets of `partitions` for the group now. Locks the
+    group row (creating the group for a commit without identity); call it after the locks of a
+    transactional id and before any partition's."""
+    now = now_ms()
+    group = await lock_group(session, group_id, create=member_id is None, share=True)
+    if member_id is None or member_epoch is None:
+        assert group is not None
+        members = (
+            await session.scalars(select(GroupMember).where(GroupMember.group_id == group_id))
+        ).all()
+        live = sorted(m.member_id for m in members if not is_gone(m, now))
+        if live:
+            raise UnknownMemberId(
+                f"group {group_id!r} has {len(live)} member(s); only its members may commit its "
+                "offsets (send member_id and member_epoch), or stop them first"
+            )
+        return
+    member = (
+        None
+        if group is None
+        else await session.get(GroupMember, (group_id, member_id), populate_existing=True)
+    )
+    if member is None or is_gone(member, now):
+        raise UnknownMemberId(
+            f"group {group_id!r} has no member {member_id!r} (it left, or its session or "
+            "rebalance timeout passed); nothing was committed"
+        )
+    if not 0 < member_epoch <= member.member_epoch:
+        raise FencedMemberEpoch(
+            f"member {member_id!r} of group {group_id!r} sent epoch {member_epoch}; its epoch is "
+            f"{member.member_epoch}; nothing was committed"
+        )
+    wanted = sorted(set(partitions))
+    if not wanted:
+        return
+    granted = {
+        (t, p): epoch
+        for t, p, epoch in await session.execute(
+            select(
+                GroupOwnedPartition.topic,
+                GroupOwnedPartition.partition,
+                GroupOwnedPartition.granted_epoch,
+            ).where(
+                GroupOwnedPartition.group_id == group_id,
+                GroupOwnedPartition.member_id == member_id,
+                tuple_(GroupOwnedPartition.topic, GroupOwnedPartition.partition).in_(wanted),
+            )
+        )
+    }
+    for topic, partition in wanted:
+        epoch = granted.get((topic, partition))
+        if epoch is None:
+            raise FencedMemberEpoch(
+                f"member {member_id!r} of group {group_id!r} does not own {topic}-{partition}; "
+                "nothing was committed"
+            )
+        if epoch > member_epoch:
+            raise FencedMemberEpoch(
+                f"member {member_id!r} of group {group_id!r} was given {topic}-{partition} at "
+                f"epoch {epoch}, after the epoch {member_epoch} it sent; nothing was committed"
+            )

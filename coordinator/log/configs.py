@@ -1,0 +1,134 @@
+"""Topic configs (API.md, "Topic configs"): Kafka's names, validation and defaults.
+
+A topic stores only the configs set on it, as a JSON object of canonical string values (Kafka's
+AdminClient speaks strings); every other config takes its default, some from the service's
+settings. The produce path needs three of them on every append: `produce_settings` turns the
+stored JSON into them, parsed once per distinct JSON text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+
+import orjson
+
+from coordinator.core.schemas import INT32_MAX, INT64_MAX
+from coordinator.core.settings import Settings
+from coordinator.log.errors import InvalidConfig
+
+CREATE_TIME = "CreateTime"
+LOG_APPEND_TIME = "LogAppendTime"
+
+
+def _long(minimum: int, maximum: int = INT64_MAX) -> Callable[[object], str]:
+    def parse(value: object) -> str:
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            raise ValueError("expected a whole number")
+        text = str(value).strip()
+        if not text.lstrip("-").isdigit() or text.startswith("+"):
+            raise ValueError("expected a whole number")
+        number = int(text)
+        if not minimum <= number <= maximum:
+            raise ValueError(f"must be between {minimum} and {maximum}")
+        return str(number)
+
+    return parse
+
+
+def _choice(*choices: str) -> Callable[[object], str]:
+    def parse(value: object) -> str:
+        if value not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}")
+        return str(value)
+
+    return parse
+
+
+def _cleanup_policy(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError("must be delete, compact, or compact,delete")
+    parts = [p.strip() for p in value.split(",")]
+    if not parts or len(set(parts)) != len(parts) or not set(parts) <= {"compact", "delete"}:
+        raise ValueError("must be delete, compact, or compact,delete")
+    return ",".join(sorted(parts))
+
+
+@dataclass(frozen=True)
+class ConfigDef:
+    parse: Callable[[object], str]
+    default: Callable[[Settings], str]
+
+
+CONFIGS: dict[str, ConfigDef] = {
+    "cleanup.policy": ConfigDef(_cleanup_policy, lambda _: "delete"),
+    "delete.retention.ms": ConfigDef(_long(0), lambda _: "86400000"),
+    "max.message.bytes": ConfigDef(_long(0, INT32_MAX), lambda s: str(s.max_request_bytes)),
+    "message.timestamp.type": ConfigDef(
+        _choice(CREATE_TIME, LOG_APPEND_TIME), lambda _: CREATE_TIME
+    ),
+    "min.compaction.lag.ms": ConfigDef(_long(0), lambda _: "0"),
+    "retention.bytes": ConfigDef(_long(-1), lambda _: "-1"),
+    "retention.ms": ConfigDef(_long(-1), lambda s: str(s.log_retention_ms)),
+}
+
+
+def validated(values: Mapping[str, object]) -> dict[str, str]:
+    """`values` in canonical form; an unknown name or a bad value is INVALID_CONFIG naming it."""
+    result = {}
+    for name, value in values.items():
+        definition = CONFIGS.get(name)
+        if definition is None:
+            raise InvalidConfig(f"{name!r} is not a topic config; known: {', '.join(CONFIGS)}")
+        try:
+            result[name] = definition.parse(value)
+        except ValueError as exc:
+            raise InvalidConfig(f"{name}: {value!r} is not valid: {exc}") from None
+    return result
+
+
+def known(names: Iterable[str]) -> list[str]:
+    names = list(names)
+    for name in names:
+        if name not in CONFIGS:
+            raise InvalidConfig(f"{name!r} is not a topic config; known: {', '.join(CONFIGS)}")
+    return names
+
+
+def decode(stored: str) -> dict[str, str]:
+    loaded: dict[str, str] = orjson.loads(stored)
+    return loaded
+
+
+def encode(configs: Mapping[str, str]) -> str:
+    return orjson.dumps(dict(sorted(configs.items()))).decode()
+
+
+def describe(stored: Mapping[str, str], settings: Settings) -> list[dict[str, str]]:
+    """Every config, by name: its value and whether the topic sets it (`TOPIC`) or not."""
+    return [
+        {"name": name, "value": stored[name], "source": "TOPIC"}
+        if name in stored
+        else {"name": name, "value": definition.default(settings), "source": "DEFAULT"}
+        for name, definition in sorted(CONFIGS.items())
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceSettings:
+    """What an append needs from its topic's configs."""
+
+    log_append_time: bool
+    max_message_bytes: int
+    compacted: bool
+
+
+@lru_cache(maxsize=1024)
+def produce_settings(stored: str, default_max_message_bytes: int) -> ProduceSettings:
+    configs = decode(stored)
+    return ProduceSettings(
+        log_append_time=configs.get("message.timestamp.type") == LOG_APPEND_TIME,
+        max_message_bytes=int(configs.get("max.message.bytes", default_max_message_bytes)),
+        compacted="compact" in configs.get("cleanup.policy", "delete"),
+    )
