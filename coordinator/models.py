@@ -1,6 +1,7 @@
 """Every table, imported in one place so `Base.metadata` is complete (for Alembic and tests)."""
 
 from coordinator.core.database import Base
+from coordinator.effects.models import Effect
 from coordinator.groups.models import (
     ConsumerGroup,
     GroupMember,
@@ -21,6 +22,7 @@ __all__ = [
     "Base",
     "Batch",
     "ConsumerGroup",
+    "Effect",
     "GroupMember",
     "GroupOffset",
     "GroupOwnedPartition",

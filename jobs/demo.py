@@ -6,11 +6,17 @@ but Python, Java and pyspark: payments through a lossy network, settled by Spark
    service handled the request: the producer retries and the service answers `duplicate: true`.
 3. The settlement job (`jobs.settlement`, batch mode, once per wave of payments) on a standalone
    Spark mini cluster with speculation on, where one write task's first attempt dies after
-   writing part of its output and another's stalls until Spark runs a speculative copy.
-4. What happened, from the transport, Spark's event log and the coordinator's admin API, and the
-   settlements read back read_committed against totals computed here from what was generated.
+   writing part of its output and another's stalls until Spark runs a speculative copy. The
+   settlements go into a SQL table (an SQLite file, through txsql, the input offsets with
+   them; `--output topic`: the `settlements` topic through txlog).
+4. Each committed settlement paid out to its merchant at a stand-in bank (an HTTP endpoint in
+   this process that counts every call) through `EffectsClient.once`, in Spark tasks where one
+   attempt dies after a payout and another stalls.
+5. What happened, from the transport, Spark's event log, the coordinator's admin API and the
+   bank, and the settlements read back against totals computed here from what was generated.
 
-The last line printed is one JSON object of the figures; `mismatches` is 0 when exactly once held.
+The last line printed is one JSON object of the figures; `mismatches` is 0 when exactly once held
+(and the bank's calls equal the payouts).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +46,7 @@ from jobs.settlement import (
     Payment,
     Settlement,
     Source,
+    committed_settlements,
     format_minor,
     settle,
 )
@@ -267,6 +275,103 @@ class JobTransactions:
         return found
 
 
+@dataclass
+class SqlCommits:
+    """The settlement job's commits into the SQL table, from its `txsql_commits` records."""
+
+    commits: int = 0
+    attempts_committed: int = 0  # winning task attempts
+    rows_discarded: int = 0  # staged by losing attempts (killed, speculative), thrown away
+
+    @classmethod
+    def of(cls, sql_url: str, job_id: str) -> SqlCommits:
+        from sqlalchemy import text
+
+        from sdk.spark._sql import engine_for
+
+        engine = engine_for(sql_url)
+        try:
+            with engine.connect() as connection:
+                rows = connection.execute(
+                    text("SELECT winners, discarded_rows FROM txsql_commits WHERE job_id = :job"),
+                    {"job": job_id},
+                ).all()
+        finally:
+            engine.dispose()
+        return cls(
+            len(rows),
+            sum(len(json.loads(winners)) for winners, _ in rows),
+            sum(int(d) for _, d in rows),
+        )
+
+
+class StandInBank:
+    """The outside world: an HTTP endpoint (`url`, POST) that pays a merchant and counts every
+    call it gets. It refuses a call whose fencing token is lower than one it saw for the same
+    key (409), as a bank checking the token would; a repeated key is counted, never hidden."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.calls: list[dict[str, Any]] = []
+        self.refused = 0
+        self.highest: dict[str, int] = {}
+        bank = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                status, answer = bank.pay(body)
+                data = json.dumps(answer).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/pay"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def pay(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        with self.lock:
+            key, token = body["key"], body["fencing_token"]
+            if token < self.highest.get(key, -1):
+                self.refused += 1
+                return 409, {"error": f"stale fencing token {token} for {key}"}
+            self.highest[key] = token
+            self.calls.append(body)
+            return 200, {"transfer": f"tr-{len(self.calls):06d}", "paid": body["amount_minor"]}
+
+    def paid_per_merchant(self) -> dict[tuple[str, str], int]:
+        totals: dict[tuple[str, str], int] = {}
+        for call in self.calls:
+            where = (call["merchant"], call["currency"])
+            totals[where] = totals.get(where, 0) + call["amount_minor"]
+        return totals
+
+    def __enter__(self) -> StandInBank:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def payout_faults(straggler_seconds: float) -> tuple[dict[str, list[float]], list[str]]:
+    """The payout tasks' faults: task 0's first attempt dies after its first payout, task 1's
+    stalls after its first."""
+    faults: dict[str, list[float]] = {"kill": [0, 0, 1], "stall": [1, 0, 1, straggler_seconds]}
+    said = [
+        "payout task 0 attempt 0 dies after its first payout",
+        f"payout task 1 attempt 0 stalls {straggler_seconds:.0f} s after its first payout",
+    ]
+    return faults, said
+
+
 # -- the service -------------------------------------------------------------------------------
 
 
@@ -350,6 +455,7 @@ class Options:
     drop_rate: float = 0.15
     master: str | None = None  # None: the mini cluster with speculation
     keep: bool = False
+    output: str = "sql"  # settlements into a SQL table (txsql), or "topic" (txlog)
 
 
 def produce_payments(url: str, payments: Sequence[Payment], transport: DroppingTransport) -> None:
@@ -468,13 +574,14 @@ def run(options: Options) -> dict[str, Any]:
         return _run(options, workdir, started)
     finally:
         if options.keep:
-            say(f"kept: {workdir} (coordinator.db, coordinator.log, spark-events, cluster logs)")
+            kept = "coordinator.db, ledger.db, coordinator.log, spark-events, cluster logs"
+            say(f"kept: {workdir} ({kept})")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _run(options: Options, workdir: Path, started: float) -> dict[str, Any]:
-    from jobs.settlement import run_batch
+    from jobs.settlement import pay_settlements, run_batch
     from sdk import AdminClient, NewTopic
     from sdk.spark import register
 
@@ -492,11 +599,15 @@ def _run(options: Options, workdir: Path, started: float) -> dict[str, Any]:
         transport = DroppingTransport(options.drop_rate, options.seed)
         expected: list[Settlement] = []
         runs: list[BatchRun] = []
-        with spark_for(options, workdir) as (spark, where, speculates):
+        sql_url = f"sqlite:///{workdir / 'ledger.db'}" if options.output == "sql" else None
+        source = Source(url, PAYMENTS, SETTLEMENTS, JOB_ID, GROUP, sql_url=sql_url)
+        table = f"table settlements in {workdir / 'ledger.db'}, through txsql"
+        say(f"settlements  {table if sql_url else 'topic ' + SETTLEMENTS + ', through txlog'}")
+        with StandInBank() as bank, spark_for(options, workdir) as (spark, where, speculates):
             register(spark)
             say(f"spark        {where}")
+            say(f"bank         {bank.url} (a stand-in that counts every call)")
             straggle = STRAGGLER_SECONDS if speculates else LOCAL_STRAGGLER_SECONDS
-            source = Source(url, PAYMENTS, SETTLEMENTS, JOB_ID, GROUP)
             for number, wave in enumerate(waves(payments, options.rounds), start=1):
                 say()
                 say(
@@ -523,19 +634,43 @@ def _run(options: Options, workdir: Path, started: float) -> dict[str, Any]:
                 expected.extend(settle(wave, batch.batch))
                 say(
                     f"  settled {batch.batch} in {time.monotonic() - round_started:.1f} s; "
-                    f"offsets committed for group {GROUP!r}"
+                    f"offsets committed for group {GROUP!r}" + (" with the rows" if sql_url else "")
                 )
-        with httpx.Client(base_url=url, timeout=30) as http:
-            committed = http.get(f"/v1/groups/{GROUP}/offsets").json()["offsets"]
+                paying_faults, said = payout_faults(straggle)
+                for fault in said:
+                    say(f"  fault: {fault}")
+                paid_before = len(bank.calls)
+                payouts = pay_settlements(
+                    spark, source, bank.url, partitions=WRITE_TASKS, faults=paying_faults
+                )
+                say(
+                    f"  payouts: {payouts} settlements committed so far, bank calls this round "
+                    f"{len(bank.calls) - paid_before}"
+                )
+        if sql_url is None:
+            with httpx.Client(base_url=url, timeout=30) as http:
+                committed = http.get(f"/v1/groups/{GROUP}/offsets").json()["offsets"]
+        else:
+            from sdk.spark import sql_committed_offsets
+
+            stored = sql_committed_offsets(sql_url, GROUP).get(PAYMENTS, {})
+            committed = [
+                {"topic": PAYMENTS, "partition": p, "offset": o} for p, o in stored.items()
+            ]
         findings = Findings(
             payments=payments,
             in_log=[Payment.from_json(v) for v in read_topic(url, PAYMENTS)],
             transport=transport,
             tasks=SparkTasks.from_event_log(workdir / "spark-events"),
             txns=JobTransactions.of(url, JOB_ID),
+            sql=SqlCommits.of(sql_url, JOB_ID) if sql_url else None,
             check=reconcile(
-                expected, [Settlement.from_json(v) for v in read_topic(url, SETTLEMENTS)]
+                expected,
+                committed_settlements(None, source)
+                if sql_url
+                else [Settlement.from_json(v) for v in read_topic(url, SETTLEMENTS)],
             ),
+            bank=bank,
             runs=runs,
             expected=len(expected),
             committed={e["partition"]: e["offset"] for e in committed if e["topic"] == PAYMENTS},
@@ -552,7 +687,9 @@ class Findings:
     transport: DroppingTransport
     tasks: SparkTasks
     txns: JobTransactions
+    sql: SqlCommits | None  # the SQL output's commits (None: the topic output)
     check: Reconciliation
+    bank: StandInBank
     runs: list[BatchRun]
     expected: int  # settlement records the payments call for
     committed: dict[int, int]  # the group's committed offsets on the payments topic
@@ -569,6 +706,14 @@ class Findings:
         log_duplicates = sum(n - 1 for n in ids.values())
         end = dict(self.runs[-1].end.get(PAYMENTS, {})) if self.runs else {}
         offsets_ok = self.committed == end
+        bank, payouts = self.bank, self.expected
+        owed: dict[tuple[str, str], int] = {}
+        for line in check.lines:
+            owed[(line.merchant, line.currency)] = line.expected_minor
+        paid = bank.paid_per_merchant()
+        merchants_paid_wrong = sum(
+            1 for where in set(owed) | set(paid) if owed.get(where, 0) != paid.get(where, 0)
+        )
         mismatches = (
             check.mismatches
             + log_duplicates
@@ -576,6 +721,8 @@ class Findings:
             + altered
             + (0 if offsets_ok else 1)
             + txns.open
+            + abs(len(bank.calls) - payouts)
+            + merchants_paid_wrong
         )
 
         say()
@@ -595,15 +742,28 @@ class Findings:
         )
         for failure in tasks.failures:
             say(f"    {failure}")
+        if self.sql is None:
+            say(
+                f"  coordinator: {txns.committed} task transactions committed, {txns.aborted} "
+                f"aborted (failed, speculative losers), {txns.open} left open"
+            )
+            aborted = ", ".join(sorted(txns.aborted_attempts)) or "none"
+            say(f"    aborted (run/partition.attempt.task): {aborted}")
+            where = f"{SETTLEMENTS} (read_committed)"
+        else:
+            say(
+                f"  txsql: {self.sql.commits} commits of {self.sql.attempts_committed} winning "
+                f"attempts; {self.sql.rows_discarded} rows staged by failed and speculative "
+                "attempts discarded"
+            )
+            where = "the SQL table"
         say(
-            f"  coordinator: {txns.committed} task transactions committed, {txns.aborted} "
-            f"aborted (failed, speculative losers), {txns.open} left open"
+            f"  settlements: {check.records} records in {where} from {len(self.runs)} runs; "
+            f"input offsets committed = log end: {offsets_ok}"
         )
-        aborted = ", ".join(sorted(txns.aborted_attempts)) or "none"
-        say(f"    aborted (run/partition.attempt.task): {aborted}")
         say(
-            f"  settlements: {check.records} records in {SETTLEMENTS} (read_committed) from "
-            f"{len(self.runs)} runs; input offsets committed = log end: {offsets_ok}"
+            f"  bank: {len(bank.calls)} calls for {payouts} payouts, {bank.refused} refused "
+            f"(stale fencing token), merchants paid a wrong total {merchants_paid_wrong}"
         )
         say()
         say(f"  {'merchant':<9} {'cur':<4} {'expected':>12} {'n':>5}   {'settled':>12} {'n':>5}")
@@ -637,8 +797,14 @@ class Findings:
             "task_attempts_speculated": tasks.speculative,
             "speculative_wins": tasks.speculative_won,
             "task_attempts_killed": tasks.killed,
+            "output": options.output,
             "transactions_committed": txns.committed,
             "transactions_aborted": txns.aborted,
+            "sql_commits": self.sql.commits if self.sql else 0,
+            "staged_rows_discarded": self.sql.rows_discarded if self.sql else 0,
+            "payouts": payouts,
+            "bank_calls": len(bank.calls),
+            "bank_refused": bank.refused,
             "settlements_written": check.records,
             "settlements_expected": self.expected,
             "mismatches": mismatches,
@@ -652,8 +818,9 @@ class Findings:
 DESCRIPTION = (
     "Start an embedded coordinator (SQLite, temporary), produce payments through an idempotent "
     "producer whose answers are sometimes lost, settle them per merchant with a Spark job "
-    "(speculation on, one task attempt killed mid-output, one straggler), and check the "
-    "settlements against the payments. Prints a report; the last line is one JSON object with "
+    "(speculation on, one task attempt killed mid-output, one straggler) into a SQL table, pay "
+    "each settlement out once at a stand-in bank, and check the settlements and the payouts "
+    "against the payments. Prints a report; the last line is one JSON object with "
     "the figures, `mismatches` 0 when exactly once held (exit status 1 otherwise). Needs "
     "`pip install '.[spark]'` and Java 17."
 )
@@ -694,6 +861,14 @@ def add_demo_options(demo: argparse.ArgumentParser) -> None:
         "speculation: Spark never speculates in local mode)",
     )
     demo.add_argument(
+        "--output",
+        choices=["sql", "topic"],
+        default="sql",
+        help="where the settlements go: a SQL table in an SQLite file through txsql, the input "
+        "offsets committed with them (sql, the default), or the settlements topic through txlog "
+        "(topic)",
+    )
+    demo.add_argument(
         "--keep",
         action="store_true",
         help="keep the working folder (the SQLite store, service and Spark logs) and say where",
@@ -727,6 +902,7 @@ def _demo(args: argparse.Namespace) -> int:
         drop_rate=args.drop_rate,
         master=args.master,
         keep=args.keep,
+        output=args.output,
     )
     # SIGTERM unwinds like Ctrl-C: Spark, the cluster and the service are stopped on the way out.
     previous = signal.signal(signal.SIGTERM, _interrupt)

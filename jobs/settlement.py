@@ -9,12 +9,21 @@ keyed by merchant. A malformed payment goes, unchanged, to a dead-letter topic
 record that appears twice is a duplicate, and the sum of a merchant's records is what it is
 owed.
 
+With `--sql-url` the settlements go into a SQL table instead (`--sql-table`, created when
+missing) through the `txsql` writer: one row per settlement, one per malformed payment (its raw
+text in `rejected`), and the input offsets in the same database transaction of that database,
+where the next run reads them. With `--bank-url` every committed settlement is then paid out to
+the merchant through `EffectsClient.once` (key `{job_id}/payout/...`): once per settlement,
+whatever Spark retries, speculates or reruns.
+
 Batch mode settles what arrived since the group's committed offsets up to the payments' last
 stable offsets, pinned before reading, and commits those same offsets with the output: a rerun
 settles only new payments, and a failed run settles nothing. Streaming mode settles each
 micro-batch (`foreachBatch`) with its batch id, so a replayed batch is not settled twice.
 
     python -m jobs.settlement --coordinator-url http://127.0.0.1:8080              # batch
+    python -m jobs.settlement --coordinator-url http://127.0.0.1:8080 \
+        --sql-url sqlite:///ledger.db --bank-url http://127.0.0.1:9000/pay       # SQL, payouts
     python -m jobs.settlement --coordinator-url http://127.0.0.1:8080 --mode stream \\
         --checkpoint /tmp/settlement-checkpoint
     spark-submit jobs/settlement.py --coordinator-url http://127.0.0.1:8080
@@ -23,6 +32,7 @@ micro-batch (`foreachBatch`) with its batch id, so a replayed batch is not settl
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -159,19 +169,11 @@ def pending(start: Offsets, end: Offsets) -> int:
 # -- the Spark job ---------------------------------------------------------------------------------
 
 
-def settlement_records(
-    payments: DataFrame,
-    batch: str,
-    partitions: int = 4,
-    *,
-    output_topic: str = "settlements",
-    rejected_topic: str = "payments-rejected",
-) -> DataFrame:
-    """Payments as the txlog source reads them -> records (`topic`, `key`, `value`) for the
-    txlog writer: one settlement per merchant and currency to `output_topic`, in `partitions`
-    tasks (hashed by merchant: one shuffle, not coalesced by AQE, so a task's output is known in
-    advance), and every malformed payment, as it was, to `rejected_topic` (a dead letter: money
-    is never dropped silently). Both commit in the same transaction."""
+def _totals_and_rejected(payments: DataFrame, partitions: int) -> tuple[DataFrame, DataFrame]:
+    """Payments as the txlog source reads them -> per-merchant-and-currency totals (`merchant`,
+    `currency`, `total` decimal, `count`) in `partitions` tasks (hashed by merchant: one shuffle,
+    not coalesced by AQE, so a task's output is known in advance), and the malformed payments
+    as they were (`key`, `value`)."""
     from pyspark.sql import functions as F
 
     parsed = payments.select(
@@ -190,12 +192,29 @@ def settlement_records(
         F.col("p.currency").alias("currency"),
         F.col("p.amount").cast("decimal(18,2)").alias("amount"),
     )
-    rejected = parsed.where(~good).select(F.lit(rejected_topic).alias("topic"), "key", "value")
     totals = (
         valid.repartition(partitions, "merchant")
         .groupBy("merchant", "currency")
         .agg(F.sum("amount").alias("total"), F.count(F.lit(1)).alias("count"))
     )
+    return totals, parsed.where(~good).select("key", "value")
+
+
+def settlement_records(
+    payments: DataFrame,
+    batch: str,
+    partitions: int = 4,
+    *,
+    output_topic: str = "settlements",
+    rejected_topic: str = "payments-rejected",
+) -> DataFrame:
+    """Payments -> records (`topic`, `key`, `value`) for the txlog writer: one settlement per
+    merchant and currency to `output_topic`, and every malformed payment, as it was, to
+    `rejected_topic` (a dead letter: money is never dropped silently). Both commit in the same
+    transaction."""
+    from pyspark.sql import functions as F
+
+    totals, rejected = _totals_and_rejected(payments, partitions)
     settlements = totals.select(
         F.lit(output_topic).alias("topic"),
         F.col("merchant").cast("binary").alias("key"),
@@ -212,7 +231,32 @@ def settlement_records(
         .cast("binary")
         .alias("value"),
     )
-    return settlements.unionByName(rejected)
+    return settlements.unionByName(rejected.select(F.lit(rejected_topic).alias("topic"), "*"))
+
+
+def settlement_rows(payments: DataFrame, batch: str, partitions: int = 4) -> DataFrame:
+    """Payments -> rows for a SQL table (the txsql writer): `batch`, `merchant`, `currency`,
+    `total` (a decimal string), `total_minor`, `count` per settlement, and one row per
+    malformed payment with its raw text in `rejected` (the rest null), in the same commit."""
+    from pyspark.sql import functions as F
+
+    totals, rejected = _totals_and_rejected(payments, partitions)
+    settlements = totals.select(
+        F.lit(batch).alias("batch"),
+        "merchant",
+        "currency",
+        F.col("total").cast("decimal(38,2)").cast("string").alias("total"),
+        (F.col("total") * 100).cast("long").alias("total_minor"),
+        F.col("count").cast("long").alias("count"),
+        F.lit(None).cast("string").alias("rejected"),
+    )
+    dead = rejected.select(
+        F.lit(batch).alias("batch"),
+        *(F.lit(None).cast("string").alias(c) for c in ("merchant", "currency", "total")),
+        *(F.lit(None).cast("long").alias(c) for c in ("total_minor", "count")),
+        F.col("value").cast("string").alias("rejected"),
+    )
+    return settlements.unionByName(dead)
 
 
 @dataclass(frozen=True)
@@ -226,6 +270,9 @@ class Source:
     group: str = "settlement"
     token: str | None = None
     rejected_topic: str = "payments-rejected"
+    # Settlements into this SQL database (any SQLAlchemy URL) through txsql, not the topic.
+    sql_url: str | None = None
+    sql_table: str = "settlements"
 
     def reader_options(self) -> dict[str, str]:
         options = {"coordinator.url": self.url, "subscribe": self.input_topic}
@@ -234,10 +281,25 @@ class Source:
         return options
 
     def writer_options(self) -> dict[str, str]:
+        if self.sql_url is not None:
+            return {"url": self.sql_url, "dbtable": self.sql_table, "jobId": self.job_id}
         options = {"coordinator.url": self.url, "topic": self.output_topic, "jobId": self.job_id}
         if self.token:
             options["coordinator.token"] = self.token
         return options
+
+    def committed(self, end: Offsets | None = None) -> Offsets:
+        """Where the last committed run ended: the group's offsets at the coordinator, or, for
+        SQL output, the offsets committed with the rows in that database (every partition of
+        `end` without one from the earliest)."""
+        from sdk.spark import committed_offsets, sql_committed_offsets
+
+        if self.sql_url is None:
+            return committed_offsets(self.url, self.group, [self.input_topic], token=self.token)
+        stored = sql_committed_offsets(self.sql_url, self.group)
+        partitions = (end or {}).get(self.input_topic, {})
+        known = stored.get(self.input_topic, {})
+        return {self.input_topic: {p: known.get(p, EARLIEST) for p in partitions} | known}
 
 
 @dataclass(frozen=True)
@@ -260,16 +322,21 @@ def _settlement_writer(
     partitions: int,
     writer_options: Mapping[str, str] | None,
 ) -> DataFrameWriter:
-    """The settlement of `payments` as a txlog write, options set but for the offsets."""
-    return (
-        settlement_records(
+    """The settlement of `payments` as a txlog write (or txsql, for SQL output), options set but
+    for the offsets."""
+    if source.sql_url is not None:
+        frame, output = settlement_rows(payments, batch, partitions), "txsql"
+    else:
+        frame = settlement_records(
             payments,
             batch,
             partitions,
             output_topic=source.output_topic,
             rejected_topic=source.rejected_topic,
         )
-        .write.format("txlog")
+        output = "txlog"
+    return (
+        frame.write.format(output)
         .mode("append")
         .options(**source.writer_options())
         .options(**dict(writer_options or {}))
@@ -289,11 +356,12 @@ def run_batch(
     `delivery_guarantee="at_least_once"` writes plain appends instead and commits the offsets
     afterwards, outside the output's transaction (Spark's Kafka sink: for comparison only).
     `writer_options` go to the txlog writer as they are (e.g. `testing.kill`)."""
-    from sdk.spark import committed_offsets, latest_offsets, offsets_json
+    from sdk.spark import latest_offsets, offsets_json
 
-    topics = [source.input_topic]
-    start = committed_offsets(source.url, source.group, topics, token=source.token)
-    end = latest_offsets(source.url, topics, token=source.token)
+    if source.sql_url is not None and delivery_guarantee != "exactly_once":
+        raise ValueError("SQL output is written exactly once (txsql) only")
+    end = latest_offsets(source.url, [source.input_topic], token=source.token)
+    start = source.committed(end)
     run = BatchRun(batch_label(start, end), start, end, pending(start, end))
     if run.offsets == 0:
         return run
@@ -348,9 +416,9 @@ def run_stream(
     group's committed offsets. Returns the number of micro-batches this call settled."""
     from pyspark.sql import functions as F
 
-    from sdk.spark import committed_offsets, offsets_json
+    from sdk.spark import latest_offsets, offsets_json
 
-    start = committed_offsets(source.url, source.group, [source.input_topic], token=source.token)
+    start = source.committed(latest_offsets(source.url, [source.input_topic], token=source.token))
     stream = (
         spark.readStream.format("txlog")
         .options(**source.reader_options())
@@ -384,6 +452,108 @@ def run_stream(
     return len(settled)
 
 
+# -- payouts --------------------------------------------------------------------------------------
+
+
+def payout_key(job_id: str, settlement: Settlement) -> str:
+    """The side-effect key of a settlement's payout: under the job's prefix (a token for the job
+    covers it), one per batch, merchant and currency."""
+    batch = hashlib.sha1(settlement.batch.encode()).hexdigest()[:12]
+    return f"{job_id}/payout/{batch}/{settlement.merchant}/{settlement.currency}"
+
+
+def committed_settlements(spark: SparkSession | None, source: Source) -> list[Settlement]:
+    """Every settlement committed so far: from the SQL table (no Spark needed), or read_committed
+    from the topic through `spark`'s txlog source."""
+    if source.sql_url is not None:
+        from sqlalchemy import text
+
+        from sdk.spark._sql import engine_for
+
+        engine = engine_for(source.sql_url)
+        try:
+            with engine.connect() as connection:
+                rows = connection.execute(
+                    text(
+                        "SELECT batch, merchant, currency, total_minor, count "
+                        f"FROM {source.sql_table} WHERE rejected IS NULL"
+                    )
+                ).all()
+        finally:
+            engine.dispose()
+        return [Settlement(b, m, c, int(t), int(n)) for b, m, c, t, n in rows]
+    if spark is None:
+        raise ValueError("reading settlements from the topic needs a SparkSession")
+    records = (
+        spark.read.format("txlog")
+        .options(**{**source.reader_options(), "subscribe": source.output_topic})
+        .load()
+        .select("value")
+        .collect()
+    )
+    return [Settlement.from_json(bytes(r.value)) for r in records]
+
+
+def pay_settlements(
+    spark: SparkSession,
+    source: Source,
+    bank_url: str,
+    *,
+    partitions: int = 4,
+    faults: Mapping[str, Sequence[float]] | None = None,
+) -> int:
+    """Pay every committed settlement to its merchant at `bank_url`, in `partitions` Spark tasks,
+    each payout through `EffectsClient.once` (key: `payout_key`): a payout done before, by an
+    earlier run, a failed attempt or a speculative copy, is not made again. The bank gets
+    `{"key", "merchant", "currency", "amount_minor", "fencing_token"}` (the key is its
+    idempotency key; it may refuse a token lower than one it saw). Returns the number of
+    settlements. `faults` (demo and tests): `{"kill": [partition, attempt, n]}` ends that
+    attempt after its n-th payout, `{"stall": [partition, attempt, n, seconds]}` stalls it."""
+    settlements = committed_settlements(spark, source)
+    if not settlements:
+        return 0
+    url, token, job_id = source.url, source.token, source.job_id
+    kill = list((faults or {}).get("kill", [])) or None
+    stall = list((faults or {}).get("stall", [])) or None
+    rows = [(payout_key(job_id, s), s.merchant, s.currency, s.total_minor) for s in settlements]
+
+    def pay(partition: Iterable[Any]) -> None:
+        import os
+        import time
+
+        import httpx
+        from pyspark import TaskContext
+
+        from sdk import EffectsClient
+
+        context = TaskContext.get()
+        where = [context.partitionId(), context.attemptNumber()] if context else [0, 0]
+        config: dict[str, object] = {"coordinator.url": url}
+        if token:
+            config["coordinator.token"] = token
+        with EffectsClient(config) as effects, httpx.Client(timeout=30) as bank:
+            for n, (key, merchant, currency, amount) in enumerate(partition, start=1):
+                payout = {"key": key, "merchant": merchant, "currency": currency}
+                payout["amount_minor"] = amount
+
+                def transfer(fencing_token: int, payout: dict[str, Any] = payout) -> Any:
+                    body = {**payout, "fencing_token": fencing_token}
+                    answer = bank.post(bank_url, json=body)
+                    answer.raise_for_status()
+                    return answer.json()
+
+                effects.once(key, transfer, lease_ms=60_000, timeout=180)
+                if kill is not None and [*where, n] == kill:
+                    os._exit(1)  # a lost executor, after its n-th payout was stored
+                if stall is not None and [*where, n] == stall[:3]:
+                    time.sleep(stall[3])  # a straggler, between two payouts
+
+    schema = "key string, merchant string, currency string, amount long"
+    frame = spark.createDataFrame(rows, schema).repartition(partitions)
+    frame.foreachPartition(pay)
+    return len(settlements)
+
+
 # -- the command line ------------------------------------------------------------------------------
 
 
@@ -413,6 +583,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--group", default="settlement", help="consumer group of the input")
     parser.add_argument("--partitions", type=int, default=4, help="write tasks (4)")
+    parser.add_argument(
+        "--sql-url",
+        help="write the settlements into this SQL database (a SQLAlchemy URL, e.g. "
+        "postgresql://etl@db/ledger or sqlite:///ledger.db) through txsql, the input offsets "
+        "with them, instead of the output topic",
+    )
+    parser.add_argument("--sql-table", default="settlements", help="table of --sql-url")
+    parser.add_argument(
+        "--bank-url",
+        help="after the commit, pay every committed settlement out at this URL (POST), once "
+        "per settlement through the coordinator's side effects",
+    )
     add_spark_arguments(parser, "settle")
     return parser
 
@@ -431,6 +613,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         job_id=args.job_id or default_job,
         group=args.group,
         token=args.token,
+        sql_url=args.sql_url,
+        sql_table=args.sql_table,
     )
     if args.mode == "stream" and not args.checkpoint:
         print("--mode stream needs --checkpoint", file=sys.stderr)
@@ -442,7 +626,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             run = run_batch(spark, source, partitions=args.partitions)
             what = "nothing new to settle" if run.offsets == 0 else f"settled {run.batch}"
             print(what, file=sys.stderr)
-            print(json.dumps({"mode": "batch", **run.to_dict()}))
+            paid = pay_settlements(spark, source, args.bank_url) if args.bank_url else 0
+            print(json.dumps({"mode": "batch", **run.to_dict(), "payouts": paid}))
         else:
             batches = run_stream(
                 spark,
@@ -452,7 +637,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 processing_time=args.processing_time,
                 run_seconds=args.run_seconds,
             )
-            print(json.dumps({"mode": "stream", "batches": batches}))
+            paid = pay_settlements(spark, source, args.bank_url) if args.bank_url else 0
+            print(json.dumps({"mode": "stream", "batches": batches, "payouts": paid}))
     finally:
         spark.stop()
     return 0

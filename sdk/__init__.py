@@ -1,5 +1,6 @@
 """Python SDK of the exactly-once transaction coordinator: Kafka's Producer, Consumer and
-AdminClient (confluent-kafka's surface) over the coordinator's HTTP API.
+AdminClient (confluent-kafka's surface) over the coordinator's HTTP API, and the EffectsClient
+whose `once(key, fn)` makes a call to the outside world once per key.
 
     from sdk import Consumer, Producer, TopicPartition
 
@@ -26,17 +27,23 @@ from sdk._config import (
     AdminOptions,
     ConsumerConfig,
     ConsumerOptions,
+    EffectsConfig,
+    EffectsOptions,
     ProducerConfig,
     ProducerOptions,
 )
 from sdk._consumer import Consumer
+from sdk._effects import Claim, Effect, EffectsClient
 from sdk._errors import (
     AuthenticationFailed,
     AuthorizationFailed,
     ConcurrentTransactions,
     ConfigError,
     CoordinatorNotAvailable,
+    EffectClaimed,
+    EffectNotFound,
     FatalError,
+    FencedClaim,
     FencedMemberEpoch,
     GroupIdNotFound,
     IllegalStateError,
@@ -102,6 +109,7 @@ __all__ = [
     "AdminOptions",
     "AuthenticationFailed",
     "AuthorizationFailed",
+    "Claim",
     "ClusterMetadata",
     "CommitCallback",
     "ConcurrentTransactions",
@@ -112,7 +120,14 @@ __all__ = [
     "ConsumerOptions",
     "CoordinatorNotAvailable",
     "DeliveryCallback",
+    "Effect",
+    "EffectClaimed",
+    "EffectNotFound",
+    "EffectsClient",
+    "EffectsConfig",
+    "EffectsOptions",
     "FatalError",
+    "FencedClaim",
     "FencedMemberEpoch",
     "GroupIdNotFound",
     "HangingPartition",

@@ -26,6 +26,8 @@ __all__ = [
     "ClientConfig",
     "ConsumerConfig",
     "ConsumerOptions",
+    "EffectsConfig",
+    "EffectsOptions",
     "ProducerConfig",
     "ProducerOptions",
     "build_config",
@@ -329,6 +331,11 @@ class AdminConfig(ClientConfig):
     pass
 
 
+@dataclass(frozen=True, kw_only=True)
+class EffectsConfig(ClientConfig):
+    pass
+
+
 class ClientOptions(TypedDict, total=False):
     coordinator_url: str
     coordinator_token: str | None
@@ -385,6 +392,10 @@ class ConsumerOptions(ClientOptions, total=False):
 
 class AdminOptions(ClientOptions, total=False):
     """Typed keyword arguments of `AdminClient(...)`: the fields of `AdminConfig`."""
+
+
+class EffectsOptions(ClientOptions, total=False):
+    """Typed keyword arguments of `EffectsClient(...)`: the fields of `EffectsConfig`."""
 
 
 # Kafka keys that have a different spelling here: say which, instead of "unknown key".

@@ -16,7 +16,8 @@ code ported from confluent-kafka, `exc.args[0]` is a `KafkaError` with the same 
      └── ServiceError                    the service answered with a problem document
           ├── RetriableError             retriable: send the same request again
           │    ├── CoordinatorNotAvailable, ConcurrentTransactions,
-          │    └── UnstableOffsetCommit, InternalError
+          │    ├── UnstableOffsetCommit, InternalError
+          │    └── EffectClaimed         another owner holds the side effect's lease
           ├── FatalError                 fatal: close the producer; a new one may start over
           │    ├── ProducerFenced, InvalidProducerEpoch, InvalidProducerIdMapping
           │    └── TransactionalIdAuthorizationFailed
@@ -24,6 +25,8 @@ code ported from confluent-kafka, `exc.args[0]` is a `KafkaError` with the same 
           ├── UnknownProducerId          producer state gone (KIP-360): abort, or a new pid
           ├── OutOfOrderSequenceNumber   a gap in sequence numbers: abort, or a new pid
           ├── InvalidTxnState, TransactionalIdNotFound, InvalidTransactionTimeout
+          ├── FencedClaim                the side effect's claim was lost to another owner
+          ├── EffectNotFound             no claim and no result for the key
           ├── UnknownMemberId, FencedMemberEpoch   a group member fenced: rejoin (KIP-447)
           ├── GroupIdNotFound, NonEmptyGroup
           ├── UnknownTopicOrPartition, TopicAlreadyExists, RecordListTooLarge
@@ -45,7 +48,10 @@ __all__ = [
     "ConcurrentTransactions",
     "ConfigError",
     "CoordinatorNotAvailable",
+    "EffectClaimed",
+    "EffectNotFound",
     "FatalError",
+    "FencedClaim",
     "FencedMemberEpoch",
     "GroupIdNotFound",
     "IllegalStateError",
@@ -121,6 +127,9 @@ class KafkaError:
     GROUP_ID_NOT_FOUND: ClassVar[str] = "GROUP_ID_NOT_FOUND"
     NON_EMPTY_GROUP: ClassVar[str] = "NON_EMPTY_GROUP"
     RECORD_LIST_TOO_LARGE: ClassVar[str] = "RECORD_LIST_TOO_LARGE"
+    EFFECT_CLAIMED: ClassVar[str] = "EFFECT_CLAIMED"
+    FENCED_CLAIM: ClassVar[str] = "FENCED_CLAIM"
+    EFFECT_NOT_FOUND: ClassVar[str] = "EFFECT_NOT_FOUND"
     CORRUPT_MESSAGE: ClassVar[str] = "CORRUPT_MESSAGE"
     INVALID_RECORD: ClassVar[str] = "INVALID_RECORD"
     INVALID_CONFIG: ClassVar[str] = "INVALID_CONFIG"
@@ -346,6 +355,13 @@ class UnstableOffsetCommit(RetriableError):
     default_code = KafkaError.UNSTABLE_OFFSET_COMMIT
 
 
+class EffectClaimed(RetriableError):
+    """Another owner holds the side effect's lease (its `detail` names the owner and when the
+    lease ends): wait until it completes (then its result is yours) or its lease runs out."""
+
+    default_code = KafkaError.EFFECT_CLAIMED
+
+
 class InternalError(RetriableError):
     """A bug in the service; nothing was changed."""
 
@@ -434,6 +450,20 @@ class InvalidTransactionTimeout(ServiceError):
     default_code = KafkaError.INVALID_TRANSACTION_TIMEOUT
 
 
+class FencedClaim(ServiceError):
+    """The fencing token is no longer the key's current one: the lease ran out and another owner
+    claimed the key (or it was released). Nothing was stored; the effect may have happened
+    twice unless the outside system checked the fencing token."""
+
+    default_code = KafkaError.FENCED_CLAIM
+
+
+class EffectNotFound(ServiceError):
+    """The key has no claim and no result (never claimed, released, or expired)."""
+
+    default_code = KafkaError.EFFECT_NOT_FOUND
+
+
 class UnknownTopicOrPartition(ServiceError):
     default_code = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
 
@@ -482,6 +512,9 @@ _BY_CODE: dict[str, type[KafkaException]] = {
         ConcurrentTransactions,
         UnstableOffsetCommit,
         InternalError,
+        EffectClaimed,
+        FencedClaim,
+        EffectNotFound,
         ProducerFenced,
         InvalidProducerEpoch,
         InvalidProducerIdMapping,

@@ -3,9 +3,11 @@
 SparkContext must not meet the test session's). A rerun in the test process calls the same
 functions, so it is the same job.
 
-Spec: `{"master": ..., "speculation": false, "conf": {...}, "job": "batch" or "stream", ...}`
-with, for "batch", `rows`, `partitions` and `options` (the txlog writer's), and for "stream",
-`source`, `checkpoint` and `options`.
+Spec: `{"master": ..., "speculation": false, "conf": {...}, "job": "batch", "stream" or "steps",
+...}` with, for "batch", `rows`, `partitions` and `options` (the txlog writer's), for "stream",
+`source`, `checkpoint` and `options`, and for "steps" a list of `steps`, run in order, each a
+write into a SQL table (`format` "txsql" or "jdbc", `options`, `rows`, `partitions`, `fault`:
+see `ledger_rows`) or `format` "effects" (see `pay_each`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,93 @@ def start_stream(
     )
 
 
+# A fault the JVM itself raises or sits out at one row, so that a JVM writer (Spark's JDBC) has
+# written the rows before it when the attempt fails or stalls; a Python UDF decides (only it
+# knows the attempt number) and the JVM acts, row by row, in the write task.
+JVM_FAULT = (
+    "CASE fault WHEN 'fail' THEN reflect('java.lang.Integer', 'parseInt', 'injected failure') "
+    "WHEN 'stall' THEN reflect('java.lang.Thread', 'sleep', cast({ms} as bigint)) END"
+)
+
+
+def ledger_rows(
+    spark: SparkSession, rows: int, partitions: int, fault: dict[str, Any] | None = None
+) -> DataFrame:
+    """Rows (id, value) 0..rows-1 in `partitions` Spark partitions of consecutive ids. `fault`
+    `{"kind": "fail" or "stall", "at": id, "attempts": [0], "seconds": 120}`: the attempts
+    listed fail (or stall) when they reach row `id`, after writing the rows before it."""
+    df = spark.range(rows, numPartitions=partitions)
+    if fault is None:
+        return df.selectExpr("id", "cast(id as string) as value")
+    from pyspark.sql import functions as F
+
+    kind, at, attempts = fault["kind"], fault["at"], tuple(fault.get("attempts", [0]))
+
+    @F.udf("string", useArrow=False)  # pandas is not installed; plain rows will do
+    def decide(value: int) -> str | None:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        hit = value == at and context is not None and context.attemptNumber() in attempts
+        return kind if hit else None
+
+    action = JVM_FAULT.format(ms=int(fault.get("seconds", 120) * 1000))
+    return df.withColumn("fault", decide("id")).selectExpr(
+        "id", f"concat(cast(id as string), coalesce({action}, '')) as value"
+    )
+
+
+def write_sql(df: DataFrame, fmt: str, options: dict[str, str]) -> None:
+    df.write.format(fmt).options(**options).mode("append").save()
+
+
+def pay_each(spark: SparkSession, step: dict[str, Any]) -> None:
+    """A job that pays each of `rows` records once at a stand-in bank (`bank` URL) through
+    `EffectsClient.once`, keys `{prefix}/{id}`; `kill` [partition, attempt, n] ends that attempt
+    (os._exit) after its n-th payment, `stall` [partition, attempt, n, seconds] makes it sleep."""
+    bank, url, prefix = step["bank"], step["coordinator"], step["prefix"]
+    kill, stall = step.get("kill"), step.get("stall")
+
+    def pay(rows: Any) -> None:
+        import os
+        import time
+
+        import httpx
+        from pyspark import TaskContext
+
+        from sdk import EffectsClient
+
+        context = TaskContext.get()
+        where = [context.partitionId(), context.attemptNumber()]
+        with EffectsClient({"coordinator.url": url}) as effects, httpx.Client() as http:
+            for n, row in enumerate(rows, start=1):
+                key = f"{prefix}/{row.id}"
+
+                def call(token: int, key: str = key) -> Any:
+                    answer = http.post(bank, json={"key": key, "token": token}, timeout=30)
+                    answer.raise_for_status()
+                    return answer.json()
+
+                effects.once(key, call, lease_ms=30_000, timeout=120)
+                if kill is not None and [*where, n] == kill:
+                    os._exit(1)
+                if stall is not None and [*where, n] == stall[:3]:
+                    time.sleep(stall[3])
+
+    spark.range(step["rows"], numPartitions=step["partitions"]).foreachPartition(pay)
+
+
+def run_steps(spark: SparkSession, steps: list[dict[str, Any]]) -> None:
+    for step in steps:
+        spark.sparkContext.setJobDescription(step.get("description", step["format"]))
+        if step["format"] == "effects":
+            pay_each(spark, step)
+        else:
+            df = ledger_rows(spark, step["rows"], step["partitions"], step.get("fault"))
+            write_sql(df, step["format"], step["options"])
+        print(f"step done: {step.get('description', step['format'])}", flush=True)
+
+
 def main(spec: dict[str, Any]) -> None:
     from jobs.cluster import session
     from sdk.spark import register
@@ -61,6 +150,8 @@ def main(spec: dict[str, Any]) -> None:
     try:
         if spec["job"] == "batch":
             write_batch(numbers(spark, spec["rows"], spec["partitions"]), spec["options"])
+        elif spec["job"] == "steps":
+            run_steps(spark, spec["steps"])
         else:
             query = start_stream(spark, spec["source"], spec["checkpoint"], spec["options"])
             query.awaitTermination()

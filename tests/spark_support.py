@@ -30,7 +30,22 @@ DRIVER_SCRIPT = Path(__file__).resolve().parent / "spark_driver.py"
 # Local mode with 2 cores and up to 3 attempts per task: a task whose Python worker dies is
 # retried, as on a cluster.
 LOCAL_MASTER = "local[2,3]"
-SPARK_CONF = {"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"}
+# Spark's own JDBC writer, the txsql tests' baseline, with Debian's drivers (the README's test
+# command installs libpostgresql-jdbc-java and libxerial-sqlite-jdbc-java).
+JDBC_JARS = ("/usr/share/java/postgresql.jar", "/usr/share/java/sqlite-jdbc.jar")
+SPARK_CONF = {
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.jars": ",".join(JDBC_JARS),
+}
+
+
+def require_jdbc_jars() -> None:
+    """Fail, never skip, without the JDBC drivers: a comparison that cannot run proves nothing."""
+    missing = [jar for jar in JDBC_JARS if not Path(jar).is_file()]
+    assert not missing, (
+        f"{missing} missing: apt-get install -y libpostgresql-jdbc-java libxerial-sqlite-jdbc-java"
+    )
 
 
 def unique(stem: str) -> str:

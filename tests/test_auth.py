@@ -220,6 +220,30 @@ def calls(ids: dict[str, int]) -> list[tuple[str, str, str, dict[str, Any] | Non
         ("admin hanging", "GET", "/v1/admin/hanging", None, admin),
         ("admin abort", "POST", "/v1/admin/transactions/b-1/abort", None, admin),
         ("metrics", "GET", "/metrics", None, admin),
+        (
+            "claim effect a-",
+            "POST",
+            "/v1/effects/a-pay/claim",
+            {"owner": "o", "lease_ms": 1000},
+            admin | {"producer"},
+        ),
+        (
+            "claim effect b-",
+            "POST",
+            "/v1/effects/b-pay/claim",
+            {"owner": "o", "lease_ms": 1000},
+            admin,
+        ),
+        (
+            "complete effect b-",
+            "POST",
+            "/v1/effects/b-pay/complete",
+            {"fencing_token": 1, "result": 1},
+            admin,
+        ),
+        ("release effect b-", "POST", "/v1/effects/b-pay/release", {"fencing_token": 1}, admin),
+        ("describe effect a-", "GET", "/v1/effects/a-pay", None, admin | {"producer"}),
+        ("describe effect b-", "GET", "/v1/effects/b-pay", None, admin),
     ]
 
 

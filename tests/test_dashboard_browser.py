@@ -144,12 +144,27 @@ def build_world(live: Live) -> None:
             },
         )
         assert committed.status_code == 200, committed.text
+        # Side effects: one done, one held, one whose owner stalled past its lease.
+        for key in ("bank/pay-1", "bank/pay-2", "bank/pay-3"):
+            body = {"owner": f"task-{key[-1]}", "lease_ms": 900_000}
+            claimed = http.post(f"/v1/effects/{key}/claim", json=body)
+            assert claimed.status_code == 200, claimed.text
+            if key == "bank/pay-1":
+                token = claimed.json()["fencing_token"]
+                done = http.post(
+                    f"/v1/effects/{key}/complete", json={"fencing_token": token, "result": "ok"}
+                )
+                assert done.status_code == 200, done.text
     # Age `stuck` by two hours, as if its producer had vanished long ago. Its deadline stays, so
     # the sweeper leaves it alone: only an operator's Abort ends it here.
     with sqlite3.connect(live.database, timeout=30) as connection:
         connection.execute(
             "UPDATE transactions SET started_ms = started_ms - ? WHERE transactional_id = 'stuck'",
             (2 * HOUR_MS,),
+        )
+        connection.execute(
+            "UPDATE effects SET lease_expires_ms = ? WHERE key = 'bank/pay-3'",
+            (int(time.time() * 1000) - HOUR_MS,),
         )
     connection.close()
 
@@ -254,6 +269,11 @@ def test_dashboard_shows_the_hanging_transaction_and_its_abort_ends_it(
         )
         expect(group.locator("tr[data-tp='payments-0'] .lag")).to_have_text("2")
         expect(group.locator("tr[data-tp='payments-1'] .owner")).to_have_text("m-1")
+        for name, count in (("claimed", 1), ("done", 1), ("lapsed", 1)):
+            expect(page.locator(f"#effects-{name} .count")).to_have_text(str(count))
+        lapsed = page.locator("#lapsed tr[data-key='bank/pay-3']")
+        expect(lapsed).to_be_visible()
+        expect(lapsed.locator(".age")).to_have_text(re.compile(r"^1h 0[01]m$"))
         page.screenshot(path=str(ARTIFACTS / f"dashboard{suffix}.png"), full_page=True)
 
         asked: list[str] = []

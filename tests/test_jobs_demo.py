@@ -14,6 +14,7 @@ from jobs.demo import (
     DroppingTransport,
     JobTransactions,
     SparkTasks,
+    StandInBank,
     faults_for,
     generate_payments,
     produce_payments,
@@ -232,3 +233,13 @@ def test_admin_listing_counts_task_transactions_not_the_drivers() -> None:
     txns = JobTransactions.from_listing(listing, "settlement")
     assert (txns.committed, txns.aborted, txns.open) == (2, 1, 1)
     assert txns.aborted_attempts == ["r1/1.0.12"]
+
+
+def test_the_stand_in_bank_counts_every_call_and_refuses_stale_fencing_tokens() -> None:
+    with StandInBank() as bank:
+        pay = {"key": "k", "merchant": "m-1", "currency": "EUR", "amount_minor": 150}
+        assert httpx.post(bank.url, json={**pay, "fencing_token": 5}).status_code == 200
+        assert httpx.post(bank.url, json={**pay, "fencing_token": 4}).status_code == 409
+        assert httpx.post(bank.url, json={**pay, "fencing_token": 5}).status_code == 200
+    assert (len(bank.calls), bank.refused) == (2, 1)  # a repeat is counted, never hidden
+    assert bank.paid_per_merchant() == {("m-1", "EUR"): 300}

@@ -37,6 +37,7 @@ EXPECTED_ALL = [
     "AdminOptions",
     "AuthenticationFailed",
     "AuthorizationFailed",
+    "Claim",
     "ClusterMetadata",
     "CommitCallback",
     "ConcurrentTransactions",
@@ -47,7 +48,14 @@ EXPECTED_ALL = [
     "ConsumerOptions",
     "CoordinatorNotAvailable",
     "DeliveryCallback",
+    "Effect",
+    "EffectClaimed",
+    "EffectNotFound",
+    "EffectsClient",
+    "EffectsConfig",
+    "EffectsOptions",
     "FatalError",
+    "FencedClaim",
     "FencedMemberEpoch",
     "GroupIdNotFound",
     "HangingPartition",
@@ -118,6 +126,9 @@ API_CODES = [
     ("GROUP_ID_NOT_FOUND", 404, False),
     ("NON_EMPTY_GROUP", 409, False),
     ("RECORD_LIST_TOO_LARGE", 413, False),
+    ("EFFECT_CLAIMED", 409, True),
+    ("FENCED_CLAIM", 409, False),
+    ("EFFECT_NOT_FOUND", 404, False),
     ("COORDINATOR_NOT_AVAILABLE", 503, True),
     ("TRANSACTIONAL_ID_AUTHORIZATION_FAILED", 403, False),
     ("TOPIC_AUTHORIZATION_FAILED", 403, False),
@@ -282,13 +293,14 @@ def test_typed_keyword_options_match_the_config_fields() -> None:
         (sdk.ProducerConfig, sdk.ProducerOptions),
         (sdk.ConsumerConfig, sdk.ConsumerOptions),
         (sdk.AdminConfig, sdk.AdminOptions),
+        (sdk.EffectsConfig, sdk.EffectsOptions),
     ]:
         fields = {f.name for f in dataclasses.fields(config)}
         assert set(options.__annotations__) == fields, config.__name__
 
 
 def test_every_public_method_says_what_to_do_in_its_docstring() -> None:
-    for cls in (Producer, Consumer, sdk.AdminClient):
+    for cls in (Producer, Consumer, sdk.AdminClient, sdk.EffectsClient):
         for name, member in inspect.getmembers(cls, inspect.isfunction):
             if name.startswith("_") or name in ("close", "unassign", "assignment"):
                 continue
@@ -314,8 +326,10 @@ def test_the_spark_subpackage_exports_its_own_few_names() -> None:
         "TaskWriter",
         "TransactionalJob",
         "TxlogDataSource",
+        "TxsqlDataSource",
         "committed_offsets",
         "latest_offsets",
         "offsets_json",
         "register",
+        "sql_committed_offsets",
     ]

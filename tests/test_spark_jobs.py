@@ -18,7 +18,18 @@ import pytest
 from pyspark.sql import SparkSession
 
 from jobs import mirror
-from jobs.settlement import Payment, Settlement, Source, run_batch, run_stream, settle
+from jobs.demo import StandInBank
+from jobs.settlement import (
+    Payment,
+    Settlement,
+    Source,
+    committed_settlements,
+    pay_settlements,
+    run_batch,
+    run_stream,
+    settle,
+)
+from sdk.spark import sql_committed_offsets
 from tests.spark_support import Log, unique
 
 pytestmark = pytest.mark.slow
@@ -94,6 +105,43 @@ def test_batch_settlement_settles_each_payment_once_across_reruns_and_rejects_ba
     assert totals(found) == truth(first + second)
     assert all(n == 1 for n in Counter(s.key for s in found).values())
     assert log.group_offsets(src.group, src.input_topic) == {0: 27, 1: 25}
+
+
+def test_settlement_into_a_sql_table_pays_each_settlement_once_across_reruns(
+    spark: SparkSession, log: Log, tmp_path: Path
+) -> None:
+    """SQL output (txsql, SQLite) with the offsets in the same database, and payouts through
+    `once`: a rerun settles only new payments, and pays only the new settlements."""
+    name = unique("settle-sql")
+    src = Source(
+        log.url,
+        input_topic=log.create_topic(f"{name}-payments", 2),
+        job_id=name,
+        group=name,
+        sql_url=f"sqlite:///{tmp_path / 'ledger.db'}",
+    )
+    first = payments(0, 20)
+    append_payments(log, src.input_topic, first)
+    log.append(src.input_topic, 1, ["not json"])
+    with StandInBank() as bank:
+        run_batch(spark, src, partitions=2)
+        assert pay_settlements(spark, src, bank.url, partitions=2) == 4
+        assert sql_committed_offsets(str(src.sql_url), src.group) == {
+            src.input_topic: {0: 10, 1: 11}
+        }
+
+        second = payments(20, 8)
+        append_payments(log, src.input_topic, second)
+        assert run_batch(spark, src, partitions=2).offsets == 8  # only the new payments
+        assert pay_settlements(spark, src, bank.url, partitions=2) == 8
+        assert run_batch(spark, src, partitions=2).offsets == 0
+
+    found = committed_settlements(None, src)
+    assert totals(found) == truth(first + second)
+    assert len(bank.calls) == len(found) == 8  # each settlement paid once, none twice
+    assert bank.paid_per_merchant() == {
+        (m, "EUR"): total for m, (total, _) in truth(first + second).items()
+    }
 
 
 def test_streaming_settlement_resumes_from_its_checkpoint_without_settling_twice(

@@ -74,6 +74,6 @@ async def describe_groups(db: DB) -> Response:
 
 @router.get("/stats", response_model=Stats)
 async def stats(db: DB, minutes: Annotated[int, Digits, Query(ge=1, le=1440)] = 60) -> Response:
-    """Transactions by state, commits and aborts per minute, and every partition's LSO lag: the
-    numbers the dashboard shows besides its lists."""
+    """Transactions by state, commits and aborts per minute, every partition's LSO lag and the
+    side-effect keys by state: the numbers the dashboard shows besides its lists."""
     return json_response(await service.stats(db, minutes))

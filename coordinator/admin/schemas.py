@@ -53,6 +53,23 @@ class TopicLag(BaseModel):
     partitions: list[PartitionLag]
 
 
+class LapsedClaim(BaseModel):
+    key: str
+    owner: str | None
+    fencing_token: int
+    lease_expires_at: str | None
+
+
+class EffectStats(BaseModel):
+    """Side-effect keys: held under a live lease, done, and held under a lease that ran out
+    (the owner died or stalled), with the longest-lapsed of those."""
+
+    claimed: int
+    done: int
+    lapsed: int
+    lapsed_claims: list[LapsedClaim]
+
+
 class Stats(BaseModel):
     """What the dashboard shows besides the lists: `now` is the server's clock, so ages are not
     skewed by the browser's."""
@@ -61,3 +78,4 @@ class Stats(BaseModel):
     states: dict[str, int]
     per_minute: list[MinuteCount]
     topics: list[TopicLag]
+    effects: EffectStats

@@ -8,7 +8,9 @@ from typing import Any
 from sqlalchemy import Select, and_, exists, func, select
 
 from coordinator.admin.schemas import (
+    EffectStats,
     Hanging,
+    LapsedClaim,
     MinuteCount,
     PartitionLag,
     PinnedPartition,
@@ -20,6 +22,8 @@ from coordinator.admin.schemas import (
 )
 from coordinator.core.clock import now_ms, rfc3339
 from coordinator.core.database import Database
+from coordinator.effects.service import counts as effect_counts
+from coordinator.effects.service import lapsed_claims
 from coordinator.log.errors import UnknownTopicOrPartition
 from coordinator.log.models import CONTROL_COMMIT, Batch, Partition, ProducerState
 from coordinator.log.service import stable_offset
@@ -124,6 +128,7 @@ async def find_hanging(db: Database, max_transaction_timeout_ms: int) -> Hanging
 
 
 MINUTE_MS = 60_000
+LAPSED_SHOWN = 20  # lapsed side-effect claims listed by the stats
 
 
 def transaction_ends_query(since_ms: int) -> Select[Any]:
@@ -154,7 +159,8 @@ def transaction_ends_query(since_ms: int) -> Select[Any]:
 
 async def stats(db: Database, minutes: int) -> Stats:
     """Transactions by state, commits and aborts in each of the last `minutes` minutes (the
-    current one last, empty minutes included), and every partition's LSO lag."""
+    current one last, empty minutes included), every partition's LSO lag, and side-effect keys
+    by state."""
     now = now_ms()
     first_minute = now // MINUTE_MS - minutes + 1
     async with db.read() as session:
@@ -184,6 +190,16 @@ async def stats(db: Database, minutes: int) -> Stats:
                 .group_by(ProducerState.topic, ProducerState.partition)
             )
         }
+        effects = await effect_counts(session, now)
+        lapsed = [
+            LapsedClaim(
+                key=e.key,
+                owner=e.owner,
+                fencing_token=e.fencing_token,
+                lease_expires_at=rfc3339(e.lease_expires_ms),
+            )
+            for e in await lapsed_claims(session, now, LAPSED_SHOWN)
+        ]
     counts: dict[tuple[int, bool], int] = {
         (int(minute), control == CONTROL_COMMIT): count for minute, control, count in ends
     }
@@ -210,4 +226,5 @@ async def stats(db: Database, minutes: int) -> Stats:
             for minute in range(first_minute, first_minute + minutes)
         ],
         topics=[TopicLag(name=name, partitions=lags) for name, lags in topics.items()],
+        effects=EffectStats(**effects, lapsed_claims=lapsed),
     )

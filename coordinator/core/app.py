@@ -22,6 +22,8 @@ from coordinator.core.limits import BodySizeLimit
 from coordinator.core.metrics import MetricsMiddleware
 from coordinator.core.openapi import install_openapi
 from coordinator.core.settings import Settings, get_settings
+from coordinator.effects.routes import router as effects_router
+from coordinator.effects.tasks import run_expiry
 from coordinator.groups.routes import router as groups_router
 from coordinator.groups.tasks import run_group_sweeper
 from coordinator.log.routes import router as log_router
@@ -41,18 +43,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # rescanning it on every collection (a measurable share of a produce's CPU).
         gc.collect()
         gc.freeze()
-        sweepers = [
+        background = [
             asyncio.create_task(run_sweeper(db, settings), name="coordinator-sweeper"),
             asyncio.create_task(run_group_sweeper(db, settings), name="group-sweeper"),
+            asyncio.create_task(run_expiry(db, settings), name="coordinator-effect-expiry"),
         ]
         try:
             yield
         finally:
-            for sweeper in sweepers:
-                sweeper.cancel()
-            for sweeper in sweepers:
+            for task in background:
+                task.cancel()
+            for task in background:
                 with contextlib.suppress(asyncio.CancelledError):
-                    await sweeper
+                    await task
             await db.dispose()
 
     app = FastAPI(
@@ -75,6 +78,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(producers_router)
     app.include_router(transactions_router)
     app.include_router(groups_router)
+    app.include_router(effects_router)
     app.include_router(admin_router)
     app.include_router(dashboard_router)
     app.include_router(metrics_router)

@@ -137,6 +137,10 @@ class Access:
                 f"principal {p.name!r} may not use transactional id {transactional_id!r}"
             )
 
+    def effect(self, key: str) -> None:
+        """A side-effect key: the producer role, the key under a transactional-id prefix."""
+        self.transactional_id(key)
+
     def transactional_prefix(self, prefix: str) -> None:
         """Acting on every id that starts with `prefix` needs a granted prefix covering it."""
         self.transactional_id(prefix)

@@ -32,9 +32,11 @@ class CoordinatorError(Exception):
     retriable: ClassVar[bool] = False
     title: ClassVar[str] = "Internal error"
 
-    def __init__(self, detail: str) -> None:
+    def __init__(self, detail: str, extensions: dict[str, Any] | None = None) -> None:
         super().__init__(detail)
         self.detail = detail
+        # RFC 9457 extension members the problem document carries besides the standard ones.
+        self.extensions = extensions or {}
 
 
 class InvalidRequest(CoordinatorError):
@@ -116,6 +118,7 @@ def problem_response(
         "detail": error.detail,
         "code": error.code,
         "retriable": error.retriable,
+        **error.extensions,
     }
     return Response(orjson.dumps(body), status, headers, media_type=PROBLEM_JSON)
 

@@ -2,11 +2,11 @@
 
 Two kinds, so several service processes on one store stay truthful:
 - per process: request counts and latency per route and answer code, transaction commits and
-  aborts by reason, consumer group rebalances. Each process serves its own; scrape every process
-  (Prometheus labels each target with its `instance`) and sum.
+  aborts by reason, consumer group rebalances, side-effect calls by outcome. Each process serves
+  its own; scrape every process (Prometheus labels each target with its `instance`) and sum.
 - per store: open transactions by state, LSO lag per partition, producer-state rows, members and
-  epoch of each consumer group and its lag per partition. Read from the database at scrape time,
-  so every process answers the same figures.
+  epoch of each consumer group and its lag per partition, side-effect keys by state. Read from
+  the database at scrape time, so every process answers the same figures.
 """
 
 from __future__ import annotations
@@ -67,6 +67,18 @@ REBALANCES = Counter(
     "expired, a subscription or a subscribed topic changed).",
     registry=PROCESS,
 )
+
+EFFECTS = Counter(
+    "coordinator_effect_calls",
+    "Side-effect calls by outcome: claims that were granted (claimed, renewed by their owner), "
+    "answered with a stored result (done) or refused (busy); completed; released.",
+    ["outcome"],
+    registry=PROCESS,
+)
+
+
+def record_effect(outcome: str) -> None:
+    EFFECTS.labels(outcome=outcome).inc()
 
 
 def record_end(committed: bool, reason: str) -> None:
@@ -171,7 +183,28 @@ async def _store_families(session: AsyncSession) -> list[Metric]:
     producers.add_metric(
         [], await session.scalar(select(func.count()).select_from(ProducerState)) or 0
     )
-    return [open_txns, lag, high, producers, *await _group_families(session)]
+    return [
+        open_txns,
+        lag,
+        high,
+        producers,
+        *await _group_families(session),
+        await _effect_family(session),
+    ]
+
+
+async def _effect_family(session: AsyncSession) -> Metric:
+    # Imported here: the effects service counts its calls through this module.
+    from coordinator.effects.service import counts as effect_counts
+
+    effects = GaugeMetricFamily(
+        "coordinator_effects",
+        "Side-effect keys: claimed (lease live), done, lapsed (claimed, lease ran out).",
+        labels=["state"],
+    )
+    for state, count in (await effect_counts(session, now_ms())).items():
+        effects.add_metric([state], count)
+    return effects
 
 
 async def _group_families(session: AsyncSession) -> list[Metric]:

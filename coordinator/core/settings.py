@@ -41,6 +41,9 @@ class Settings(BaseSettings):
     transactional_id_expiration_ms: int = Field(default=604_800_000, ge=1)
     # `retention.ms` of topics that do not set it (-1 keeps forever).
     log_retention_ms: int = Field(default=604_800_000, ge=-1)
+    # Completed side-effect keys are kept this long; the sweep looks for older ones this often.
+    effect_retention_ms: int = Field(default=604_800_000, ge=1)
+    effect_retention_check_interval_ms: int = Field(default=300_000, ge=1)
     auth_tokens_file: Path | None = None
     # Largest request body accepted, in bytes; a produce over it is 413 RECORD_LIST_TOO_LARGE.
     max_request_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)

@@ -6,10 +6,10 @@ there being one sweeper, so any number of processes may share a store.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from coordinator.core.database import Database
+from coordinator.core.periodic import run_periodically
 from coordinator.core.settings import Settings
 from coordinator.transactions import service
 
@@ -27,12 +27,4 @@ async def sweep_once(db: Database, settings: Settings) -> None:
 
 async def run_sweeper(db: Database, settings: Settings) -> None:
     interval = settings.timeout_check_interval_ms / 1000
-    while True:
-        await asyncio.sleep(interval)
-        try:
-            await sweep_once(db, settings)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            # The store may be down for a while; the next round tries again.
-            log.exception("timeout sweep failed")
+    await run_periodically(interval, lambda: sweep_once(db, settings), log)

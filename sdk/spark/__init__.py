@@ -22,12 +22,24 @@ committed with the output; `batchId`: an idempotent commit for `foreachBatch`;
 `transaction.timeout.ms` of the task transactions (default 60000). `testing.kill`,
 `testing.delay`, `testing.pauseBeforeCommit`, `testing.pauseAfterCommit` inject faults, for demos
 and tests only (see README).
+
+`txsql` writes into a SQL table exactly once (see `sdk.spark._sql` for how), with Spark's JDBC
+option names: `url` (any SQLAlchemy URL; a plain postgresql:// gets psycopg), `dbtable`,
+`batchsize` (rows per staging transaction, 100000); `jobId` (required); `offsets.group` +
+`offsets`: input offsets committed in the same database transaction as the rows, read back with
+`sql_committed_offsets(url, group)`; `batchId` for `foreachBatch`; `testing.kill`,
+`testing.delay`, `testing.pauseBeforeCommit` as for txlog.
+
+    out.write.format("txsql").option("url", "postgresql://etl@db/ledger")
+        .option("dbtable", "settlements").option("jobId", "settlement").mode("append").save()
 """
 
 from sdk.spark._job import TransactionalJob
 from sdk.spark._offsets import committed_offsets, latest_offsets, offsets_json
 from sdk.spark._protocol import CommitResult, TaskOutcome, TaskWriter
 from sdk.spark._source import TxlogDataSource
+from sdk.spark._sql import committed_offsets as sql_committed_offsets
+from sdk.spark._txsql import TxsqlDataSource
 
 __all__ = [
     "CommitResult",
@@ -35,13 +47,16 @@ __all__ = [
     "TaskWriter",
     "TransactionalJob",
     "TxlogDataSource",
+    "TxsqlDataSource",
     "committed_offsets",
     "latest_offsets",
     "offsets_json",
     "register",
+    "sql_committed_offsets",
 ]
 
 
 def register(spark: object) -> None:
-    """Make `format("txlog")` available in this Spark session."""
+    """Make `format("txlog")` and `format("txsql")` available in this Spark session."""
     spark.dataSource.register(TxlogDataSource)  # type: ignore[attr-defined]
+    spark.dataSource.register(TxsqlDataSource)  # type: ignore[attr-defined]

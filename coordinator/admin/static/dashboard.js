@@ -209,6 +209,30 @@
     $("#chart-window").textContent = `in the last ${perMinute.length} min, UTC (transactions with partitions)`;
   }
 
+  function renderEffects(effects, now) {
+    const cards = [["claimed", "Claimed"], ["done", "Done"], ["lapsed", "Lease ran out"]].map(([name, label]) =>
+      element(
+        "div",
+        { class: `state${name === "lapsed" && effects[name] > 0 ? " open" : ""}`, id: `effects-${name}`, "data-count": String(effects[name]) },
+        element("div", { class: "label" }, label),
+        element("div", { class: "count" }, String(effects[name])),
+      ),
+    );
+    $("#effects").replaceChildren(...cards);
+    const rows = effects.lapsed_claims.map((e) =>
+      element(
+        "tr",
+        { "data-key": e.key },
+        element("td", { class: "tid" }, e.key),
+        element("td", {}, e.owner || "—"),
+        element("td", { class: "num" }, String(e.fencing_token)),
+        element("td", { class: "num age" }, duration(now - Date.parse(e.lease_expires_at))),
+      ),
+    );
+    $("#lapsed tbody").replaceChildren(...rows);
+    $("#lapsed").hidden = rows.length === 0;
+  }
+
   function renderTopics(topics) {
     const blocks = topics.map((topic) => {
       const rows = topic.partitions.map((p) =>
@@ -321,6 +345,7 @@
       renderChart(stats.per_minute);
       renderTopics(stats.topics);
       renderGroups(groups.groups, now);
+      renderEffects(stats.effects, now);
       setStatus(`Updated ${clock(stats.now)} UTC · refreshes every ${refreshMs / 1000} s`, false);
       document.body.dataset.updated = stats.now;
     } catch (error) {
