@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
+import orjson
+
 from sdk._errors import ConfigError, KafkaError, KafkaException, TransactionalIdNotFound
 from sdk._http import HttpClient
 from sdk._producer import Producer
@@ -64,6 +66,17 @@ class Fault:
     partitions: frozenset[int] | None = None
     attempts: frozenset[int] | None = None
     seconds: float = 0.0
+
+    @classmethod
+    def from_option(cls, options: Any, option: str) -> Fault | None:
+        """The fault a data source option (JSON) names, or None when the option is not set."""
+        text = options.get(option)
+        if text is None:
+            return None
+        try:
+            return cls.parse(orjson.loads(text), option)
+        except orjson.JSONDecodeError as exc:
+            raise ConfigError(f"{option}: not JSON ({exc})") from None
 
     @classmethod
     def parse(cls, doc: Any, option: str) -> Fault:

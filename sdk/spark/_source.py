@@ -14,7 +14,6 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-import orjson
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -371,15 +370,6 @@ def _write_settings(options: Any, schema: StructType) -> WriteSettings:
         raise ConfigError("topic: set the `topic` option or give the DataFrame a `topic` column")
     job_id = check_job_id(options.get("jobId")) if guarantee == "exactly_once" else None
 
-    def fault(name: str) -> Fault | None:
-        text = options.get(name)
-        if text is None:
-            return None
-        try:
-            return Fault.parse(orjson.loads(text), name)
-        except orjson.JSONDecodeError as exc:
-            raise ConfigError(f"{name}: not JSON ({exc})") from None
-
     return WriteSettings(
         url=_required(options, "coordinator.url"),
         token=options.get("coordinator.token"),
@@ -387,8 +377,8 @@ def _write_settings(options: Any, schema: StructType) -> WriteSettings:
         job_id=job_id,
         run=uuid.uuid4().hex[:12],
         transaction_timeout_ms=_int_option(options, "transaction.timeout.ms", 60_000),
-        kill=fault("testing.kill"),
-        delay=fault("testing.delay"),
+        kill=Fault.from_option(options, "testing.kill"),
+        delay=Fault.from_option(options, "testing.delay"),
     )
 
 

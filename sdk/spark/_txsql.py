@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
@@ -83,16 +82,6 @@ class TxsqlMessage(WriterCommitMessage):
     outcome: AttemptOutcome
 
 
-def _fault(options: Any, name: str) -> Fault | None:
-    text = options.get(name)
-    if text is None:
-        return None
-    try:
-        return Fault.parse(orjson.loads(text), name)
-    except orjson.JSONDecodeError as exc:
-        raise ConfigError(f"{name}: not JSON ({exc})") from None
-
-
 @dataclass(frozen=True)
 class _Faults:
     """The demo's and tests' faults: the staged rows so far are committed, then the attempt dies
@@ -131,7 +120,9 @@ class TxsqlWriter(DataSourceArrowWriter):
             raise ConfigError("offsets, offsets.group: give both or neither")
         batch_id = options.get("batchId")
         self.batch_id = _int_option(options, "batchId", 0) if batch_id is not None else None
-        self.faults = _Faults(_fault(options, "testing.kill"), _fault(options, "testing.delay"))
+        self.faults = _Faults(
+            Fault.from_option(options, "testing.kill"), Fault.from_option(options, "testing.delay")
+        )
         self.pause_before_commit = _seconds_option(options, "testing.pauseBeforeCommit")
         create = [(f.name, _sql_type(f.dataType, f.name)) for f in schema.fields]
         self.target = SqlTarget.prepare(
