@@ -10,9 +10,21 @@ releases the partition's LSO by clearing the producer's open-transaction offset.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import cast
+from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, insert, select, tuple_, update
+from sqlalchemy import (
+    BigInteger,
+    Integer,
+    String,
+    Table,
+    bindparam,
+    column,
+    insert,
+    select,
+    tuple_,
+    update,
+    values,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from coordinator.log import recordbatch
@@ -77,34 +89,78 @@ async def write_markers(
     locked: dict[tuple[str, int], tuple[int, int, int | None]],
     commit: bool,
     timestamp: int,
-) -> None:
+    also: Sequence[Any] = (),
+    returning: Any | None = None,
+) -> Sequence[Any]:
     """Append a commit or abort marker (a Kafka control batch) to every locked partition:
     (topic, partition) -> (high watermark, producer id, first offset), as
     `lock_transaction_partitions` answers. Each marker row keeps the first offset of the
-    transaction it ends there; an abort flags the transaction's batches aborted."""
-    if not locked:
-        return
-    states = cast(Table, ProducerState.__table__)
-    batches = cast(Table, Batch.__table__)
-    partitions_table = cast(Table, Partition.__table__)
+    transaction it ends there; an abort flags the transaction's batches aborted.
+
+    `also` (the caller's own writes ending the transaction, on Core tables) and `returning` (one
+    more, with RETURNING, whose rows are answered) join those writes: on Postgres all of them
+    travel as one statement of data-modifying CTEs, one round trip whatever the number of
+    partitions; SQLite, in process, runs them one by one."""
+    writes: list[Any] = []
+    postgres = (await session.connection()).dialect.name == "postgresql"
+    if locked:
+        writes.extend(_marker_writes(producer_epoch, locked, commit, timestamp, postgres))
+    writes.extend(also)
+    if returning is not None:
+        writes.append(returning)
+    if postgres and len(writes) > 1:
+        *ctes, last = writes
+        statement = last.add_cte(*(w.cte(f"w{i}") for i, w in enumerate(ctes)))
+        result = await session.execute(statement)
+        return result.all() if returning is not None else ()
+    rows: Sequence[Any] = ()
+    for write in writes:
+        if isinstance(write, tuple):
+            await session.execute(*write)
+            continue
+        result = await session.execute(write)
+        if write is returning:
+            rows = result.all()
+    return rows
+
+
+def _marker_writes(
+    producer_epoch: int,
+    locked: dict[tuple[str, int], tuple[int, int, int | None]],
+    commit: bool,
+    timestamp: int,
+    postgres: bool,
+) -> list[Any]:
+    """The writes of the markers: on Postgres single statements over VALUES lists (they become
+    CTEs); elsewhere (statement, parameter list) pairs run as executemany."""
     owners = {key: pid for key, (_, pid, _) in locked.items()}
     first_offsets = {key: first for key, (_, _, first) in locked.items() if first is not None}
+    writes: list[Any] = []
     if not commit and first_offsets:
-        await session.execute(
-            update(batches)
-            .where(
-                batches.c.topic == bindparam("t"),
-                batches.c.partition == bindparam("p"),
-                batches.c.base_offset >= bindparam("first"),
-                batches.c.producer_id == bindparam("pid"),
-                batches.c.control.is_(None),
+        flagged = [(t, p, first, owners[(t, p)]) for (t, p), first in first_offsets.items()]
+        if postgres:
+            v = values(
+                column("t", String), column("p", Integer), column("first", BigInteger),
+                column("pid", BigInteger), name="aborting",
+            ).data(flagged)  # fmt: skip
+            writes.append(
+                update(_batches)
+                .where(
+                    _batches.c.topic == v.c.t,
+                    _batches.c.partition == v.c.p,
+                    _batches.c.base_offset >= v.c.first,
+                    _batches.c.producer_id == v.c.pid,
+                    _batches.c.control.is_(None),
+                )
+                .values(aborted=True)
             )
-            .values(aborted=True),
-            [
-                {"t": t, "p": p, "first": first, "pid": owners[(t, p)]}
-                for (t, p), first in first_offsets.items()
-            ],
-        )
+        else:
+            writes.append(
+                (
+                    _ABORT_BATCHES,
+                    [dict(zip(("t", "p", "first", "pid"), f, strict=True)) for f in flagged],
+                )
+            )
     markers = []
     for (topic, partition), (hw, producer_id, _) in locked.items():
         payload = recordbatch.build_control(
@@ -131,25 +187,66 @@ async def write_markers(
                 "payload": payload,
             }
         )
-    await session.execute(insert(Batch), markers)
-    await session.execute(
-        # The Core table, not the ORM entity: an executemany with its own WHERE.
-        update(partitions_table)
-        .where(
-            partitions_table.c.topic == bindparam("t"),
-            partitions_table.c.partition == bindparam("p"),
+    advanced = [(t, p, hw + 1) for (t, p), (hw, _, _) in locked.items()]
+    released = [(t, p, owners[(t, p)]) for (t, p) in first_offsets]
+    if postgres:
+        writes.append(insert(_batches).values(markers))
+        v = values(
+            column("t", String), column("p", Integer), column("hw", BigInteger), name="advancing"
+        ).data(advanced)
+        writes.append(
+            update(_partitions)
+            .where(_partitions.c.topic == v.c.t, _partitions.c.partition == v.c.p)
+            .values(high_watermark=v.c.hw)
         )
-        .values(high_watermark=bindparam("hw")),
-        [{"t": t, "p": p, "hw": hw + 1} for (t, p), (hw, _, _) in locked.items()],
-    )
-    if first_offsets:
-        await session.execute(
-            update(states)
-            .where(
-                states.c.topic == bindparam("t"),
-                states.c.partition == bindparam("p"),
-                states.c.producer_id == bindparam("pid"),
+        if released:
+            v = values(
+                column("t", String), column("p", Integer), column("pid", BigInteger),
+                name="releasing",
+            ).data(released)  # fmt: skip
+            writes.append(
+                update(_states)
+                .where(
+                    _states.c.topic == v.c.t,
+                    _states.c.partition == v.c.p,
+                    _states.c.producer_id == v.c.pid,
+                )
+                .values(current_txn_first_offset=None)
             )
-            .values(current_txn_first_offset=None),
-            [{"t": t, "p": p, "pid": owners[(t, p)]} for (t, p) in first_offsets],
-        )
+        return writes
+    writes.append((insert(_batches), markers))
+    writes.append((_ADVANCE, [{"t": t, "p": p, "hw": hw} for t, p, hw in advanced]))
+    if released:
+        writes.append((_RELEASE, [{"t": t, "p": p, "pid": pid} for t, p, pid in released]))
+    return writes
+
+
+_states = cast(Table, ProducerState.__table__)
+_batches = cast(Table, Batch.__table__)
+_partitions = cast(Table, Partition.__table__)
+# SQLite's statements, run as executemany (Core tables: an executemany with its own WHERE).
+_ABORT_BATCHES = (
+    update(_batches)
+    .where(
+        _batches.c.topic == bindparam("t"),
+        _batches.c.partition == bindparam("p"),
+        _batches.c.base_offset >= bindparam("first"),
+        _batches.c.producer_id == bindparam("pid"),
+        _batches.c.control.is_(None),
+    )
+    .values(aborted=True)
+)
+_ADVANCE = (
+    update(_partitions)
+    .where(_partitions.c.topic == bindparam("t"), _partitions.c.partition == bindparam("p"))
+    .values(high_watermark=bindparam("hw"))
+)
+_RELEASE = (
+    update(_states)
+    .where(
+        _states.c.topic == bindparam("t"),
+        _states.c.partition == bindparam("p"),
+        _states.c.producer_id == bindparam("pid"),
+    )
+    .values(current_txn_first_offset=None)
+)

@@ -12,10 +12,10 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import orjson
-from sqlalchemy import and_, delete, insert, or_, select, tuple_
+from sqlalchemy import Table, and_, delete, insert, or_, select, tuple_
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -65,6 +65,10 @@ BY_GROUP = "group"  # committed by commit-group
 FENCED = "fenced"  # a newer epoch took over: InitPid, or commit-group aborting the losers
 TIMED_OUT = "timeout"  # outlived its timeout
 BY_ADMIN = "admin"  # an operator aborted it
+
+
+_txn_partitions = cast(Table, TransactionPartition.__table__)
+_txn_offsets = cast(Table, TransactionOffset.__table__)
 
 
 @dataclass(slots=True)
@@ -276,26 +280,27 @@ async def _finish(
     target = transition(txn.state, op, tid)
     commit = target is State.COMPLETE_COMMIT
     high_watermarks = await lock_transaction_partitions(session, tid)
-    await write_markers(session, locked.epoch, high_watermarks, commit, now)
-    if high_watermarks:
-        await session.execute(
-            delete(TransactionPartition).where(TransactionPartition.transactional_id == tid)
-        )
-    pending = (
-        await session.execute(
-            select(
-                TransactionOffset.group_id,
-                TransactionOffset.topic,
-                TransactionOffset.partition,
-                TransactionOffset.offset,
-                TransactionOffset.metadata_,
-            ).where(TransactionOffset.transactional_id == tid)
-        )
-    ).all()
-    if pending:
-        await session.execute(
-            delete(TransactionOffset).where(TransactionOffset.transactional_id == tid)
-        )
+    # The markers, the transaction's partitions and its pending offsets (answered, to apply on
+    # commit) go in one statement on Postgres.
+    pending = await write_markers(
+        session,
+        locked.epoch,
+        high_watermarks,
+        commit,
+        now,
+        also=[delete(_txn_partitions).where(_txn_partitions.c.transactional_id == tid)]
+        if high_watermarks
+        else [],
+        returning=delete(_txn_offsets)
+        .where(_txn_offsets.c.transactional_id == tid)
+        .returning(
+            _txn_offsets.c.group_id,
+            _txn_offsets.c.topic,
+            _txn_offsets.c.partition,
+            _txn_offsets.c.offset,
+            _txn_offsets.c.metadata,
+        ),
+    )
     for group_id, topic, partition, offset, metadata in pending if commit else ():
         await upsert(
             session,
