@@ -7,6 +7,7 @@ three. SQLite, in-process, runs them one by one.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, func, insert, select, update
@@ -130,10 +131,14 @@ APPEND_PLAIN_POSTGRES = ADVANCE.add_cte(_BATCH_CTE)
 
 
 async def append(
-    connection: AsyncConnection, batch: dict[str, Any], state: dict[str, Any] | None
+    connection: AsyncConnection,
+    batch: dict[str, Any],
+    state: dict[str, Any] | None,
+    also: Sequence[Any] = (),
 ) -> None:
     """Write a batch row, advance the high watermark past it and, for a producer with an id,
-    record its state; the caller holds the partition's lock."""
+    record its state; the caller holds the partition's lock. `also`: the caller's own writes of
+    the same unit (a transaction joined), in the same statement on Postgres."""
     batch_params = {f"b_{k}": v for k, v in batch.items()}
     advance_params = {
         "at_topic": batch["topic"],
@@ -143,8 +148,12 @@ async def append(
     state_params = {} if state is None else {f"s_{k}": v for k, v in state.items()}
     if connection.dialect.name == "postgresql":
         statement = APPEND_PLAIN_POSTGRES if state is None else APPEND_IDEMPOTENT_POSTGRES
+        if also:
+            statement = statement.add_cte(*(w.cte(f"also{i}") for i, w in enumerate(also)))
         await connection.execute(statement, {**batch_params, **advance_params, **state_params})
         return
+    for write in also:
+        await connection.execute(write)
     await connection.execute(INSERT_BATCH, batch_params)
     await connection.execute(ADVANCE, advance_params)
     if state is not None:

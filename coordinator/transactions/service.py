@@ -15,9 +15,10 @@ from functools import partial
 from typing import Any, cast
 
 import orjson
-from sqlalchemy import Table, and_, delete, insert, or_, select, tuple_
+from sqlalchemy import Table, and_, delete, insert, or_, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm.attributes import set_committed_value
 
 from coordinator.core.clock import now_ms, rfc3339
 from coordinator.core.database import Database, insert_ignore, upsert
@@ -67,6 +68,7 @@ TIMED_OUT = "timeout"  # outlived its timeout
 BY_ADMIN = "admin"  # an operator aborted it
 
 
+_transactions = cast(Table, Transaction.__table__)
 _txn_partitions = cast(Table, TransactionPartition.__table__)
 _txn_offsets = cast(Table, TransactionOffset.__table__)
 
@@ -178,27 +180,29 @@ async def check_produce(
     transition(locked.txn.state, Op.PRODUCE, transactional_id)
 
 
-async def join_from_produce(
-    session: AsyncSession, joining: Joining, topic: str, partition: int, now: int
-) -> None:
+def join_from_produce(joining: Joining, topic: str, partition: int, now: int) -> list[Any]:
     """Add the partition to the transaction, starting it when none is open at this epoch, in
-    the append's own unit of work (KIP-890 part 2: no AddPartitions call needed)."""
+    the append's own unit of work (KIP-890 part 2: no AddPartitions call needed). Answers the
+    writes (Core statements) for the append to send with its own: on Postgres they join its
+    one statement. The locked row object is brought up to date as if they had run."""
     if joining.joined:
-        return
+        return []
     txn = joining.locked.txn
-    await session.execute(
-        insert(TransactionPartition).values(
-            transactional_id=txn.transactional_id,
-            topic=topic,
-            partition=partition,
-            producer_id=txn.producer_id,
-        )
-    )
+    tid = txn.transactional_id
+    started, deadline = txn.started_ms, txn.deadline_ms
     if txn.state != State.ONGOING:
-        _begin(txn, now)
-    txn.state = transition(txn.state, Op.PRODUCE, txn.transactional_id)
-    txn.updated_ms = now
+        started, deadline = now, now + txn.timeout_ms
+    state = transition(txn.state, Op.PRODUCE, tid)
+    changes = {"state": state, "started_ms": started, "deadline_ms": deadline, "updated_ms": now}
+    for name, value in changes.items():
+        set_committed_value(txn, name, value)
     joining.joined = True
+    return [
+        insert(_txn_partitions).values(
+            transactional_id=tid, topic=topic, partition=partition, producer_id=txn.producer_id
+        ),
+        update(_transactions).where(_transactions.c.transactional_id == tid).values(changes),
+    ]
 
 
 async def _refuse_timed_out(
