@@ -244,6 +244,14 @@ def calls(ids: dict[str, int]) -> list[tuple[str, str, str, dict[str, Any] | Non
         ("release effect b-", "POST", "/v1/effects/b-pay/release", {"fencing_token": 1}, admin),
         ("describe effect a-", "GET", "/v1/effects/a-pay", None, admin | {"producer"}),
         ("describe effect b-", "GET", "/v1/effects/b-pay", None, admin),
+        (
+            "delete records",
+            "POST",
+            "/v1/topics/payments/delete-records",
+            {"partitions": [{"partition": 0, "offset": 0}]},
+            admin,
+        ),
+        ("delete topic", "DELETE", "/v1/topics/new", None, admin),
     ]
 
 

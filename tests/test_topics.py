@@ -202,13 +202,13 @@ WRONG_METHODS = [
     ("DELETE", "/v1/topics"),
     ("PUT", "/v1/topics"),
     ("PATCH", "/v1/topics"),
-    ("DELETE", "/v1/topics/t"),
     ("POST", "/v1/topics/t"),
     ("PUT", "/v1/topics/t"),
     ("GET", "/v1/init-pid"),
     ("PUT", "/v1/init-pid"),
     ("DELETE", "/v1/init-pid"),
     ("DELETE", "/v1/topics/t/partitions/0/records"),
+    ("GET", "/v1/topics/t/delete-records"),
     ("PUT", "/v1/topics/t/partitions/0/records"),
     ("PATCH", "/v1/topics/t/partitions/0/records"),
     ("POST", "/healthz"),
@@ -230,7 +230,7 @@ async def test_wrong_method_is_405_method_not_allowed_problem_and_changes_nothin
 
 ALLOWED_METHODS = {
     "/v1/topics": {"GET", "POST"},
-    "/v1/topics/t": {"GET"},
+    "/v1/topics/t/delete-records": {"POST"},
     "/v1/init-pid": {"POST"},
     "/v1/topics/t/partitions/0/records": {"GET", "POST"},
     "/healthz": {"GET"},

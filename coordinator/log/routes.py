@@ -32,6 +32,9 @@ from coordinator.log.schemas import (
     AlterConfigs,
     ConfigList,
     CreateTopic,
+    DeletedRecords,
+    DeletedTopic,
+    DeleteRecords,
     FetchResponse,
     ProduceRequest,
     ProduceResponse,
@@ -66,6 +69,23 @@ async def list_topics(db: DB, access: AccessDep) -> Response:
 async def describe_topic(topic: TopicPath, db: DB, access: AccessDep) -> Response:
     access.topic(topic, "producer", "consumer")
     return json_response(await service.describe_topic(db, topic))
+
+
+@router.delete("/{topic}", response_model=DeletedTopic)
+async def delete_topic(topic: TopicPath, db: DB, access: AccessDep) -> Response:
+    """Delete the topic, aborting (and fencing) open transactions that include it."""
+    access.cluster()
+    return json_response(await service.delete_topic(db, topic))
+
+
+@router.post("/{topic}/delete-records", response_model=DeletedRecords)
+async def delete_records(
+    topic: TopicPath, body: DeleteRecords, db: DB, access: AccessDep
+) -> Response:
+    """Move partitions' log start offsets up (Kafka's DeleteRecords; offset -1: the high
+    watermark)."""
+    access.cluster()
+    return json_response(await service.delete_records(db, topic, body))
 
 
 @router.get("/{topic}/configs", response_model=ConfigList)

@@ -46,6 +46,31 @@ class ConfigList(BaseModel):
     configs: list[ConfigEntry]
 
 
+class DeleteRecordsPartition(RequestModel):
+    partition: Annotated[int, Field(ge=0, lt=MAX_PARTITIONS)]
+    # The new log start offset; -1: the high watermark (Kafka's DeleteRecords).
+    offset: Annotated[int, Field(ge=-1, le=INT64_MAX)]
+
+
+class DeleteRecords(RequestModel):
+    partitions: Annotated[
+        list[DeleteRecordsPartition], Field(min_length=1, max_length=MAX_PARTITIONS)
+    ]
+
+
+class LogStart(BaseModel):
+    partition: int
+    log_start_offset: int
+
+
+class DeletedRecords(BaseModel):
+    partitions: list[LogStart]
+
+
+class DeletedTopic(BaseModel):
+    name: str
+
+
 class TopicSummary(BaseModel):
     name: str
     partitions: int

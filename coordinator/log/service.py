@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, func, insert, select, update
+from sqlalchemy import Table, bindparam, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -33,6 +33,7 @@ from coordinator.core.database import Database
 from coordinator.core.errors import InvalidRequest
 from coordinator.core.schemas import INT32_MAX
 from coordinator.core.settings import Settings
+from coordinator.groups.models import GroupOffset
 from coordinator.log import appends, configs, recordbatch
 from coordinator.log.errors import (
     CorruptMessage,
@@ -46,24 +47,34 @@ from coordinator.log.errors import (
     UnknownProducerId,
     UnknownTopicOrPartition,
 )
+from coordinator.log.markers import lock_partitions
 from coordinator.log.models import CONTROL_ABORT, Batch, Partition, ProducerState, Topic
 from coordinator.log.schemas import (
     AlterConfigs,
     ConfigEntry,
     ConfigList,
     CreateTopic,
+    DeletedRecords,
+    DeletedTopic,
+    DeleteRecords,
+    LogStart,
     PartitionInfo,
     ProduceRequest,
     TopicDescription,
     TopicList,
     TopicSummary,
 )
-from coordinator.transactions.errors import InvalidTxnState
+from coordinator.transactions.errors import ConcurrentTransactions, InvalidTxnState
+from coordinator.transactions.models import TransactionOffset
 from coordinator.transactions.service import (
+    BY_ADMIN,
     Joining,
+    abort_and_fence,
     check_produce,
     join_from_produce,
     lock_for_produce,
+    lock_including,
+    partitions_of,
 )
 
 # Most batches read per query while filling a fetch; the first query reads FIRST_CHUNK, later
@@ -201,6 +212,103 @@ async def alter_configs(
         updated = configs.encode(current)
         await session.execute(update(Topic).where(Topic.name == name).values(configs=updated))
     return _config_list(updated, settings)
+
+
+async def delete_records(db: Database, name: str, body: DeleteRecords) -> DeletedRecords:
+    """Kafka's DeleteRecords: move each partition's log start offset up to the offset asked
+    (-1: the high watermark), deleting the batches wholly below it; all or nothing."""
+    wanted: dict[int, int] = {}
+    for entry in body.partitions:
+        if entry.partition in wanted:
+            raise InvalidRequest(f"body.partitions: partition {entry.partition} is named twice")
+        wanted[entry.partition] = entry.offset
+    async with db.write() as session:
+        rows = (
+            await session.execute(
+                select(Partition.partition, Partition.log_start_offset, Partition.high_watermark)
+                .where(Partition.topic == name, Partition.partition.in_(sorted(wanted)))
+                .order_by(Partition.partition)
+                .with_for_update()
+            )
+        ).all()
+        found = {p: (start, hw) for p, start, hw in rows}
+        missing = sorted(set(wanted) - set(found))
+        if missing:
+            exists = await session.scalar(select(Topic.name).where(Topic.name == name))
+            if exists is None:
+                raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
+            raise UnknownTopicOrPartition(f"{name}-{missing[0]} does not exist")
+        starts: dict[int, int] = {}
+        for p, offset in wanted.items():
+            start, hw = found[p]
+            target = hw if offset == -1 else offset
+            if target > hw:
+                raise OffsetOutOfRange(
+                    f"{name}-{p}: offset {offset} is above the high watermark {hw}"
+                )
+            # The log start never moves down.
+            starts[p] = max(start, target)
+        for p, start in starts.items():
+            if start == found[p][0]:
+                continue
+            await session.execute(
+                delete(Batch).where(
+                    Batch.topic == name, Batch.partition == p, Batch.last_offset < start
+                )
+            )
+            await session.execute(
+                update(Partition)
+                .where(Partition.topic == name, Partition.partition == p)
+                .values(log_start_offset=start)
+            )
+    return DeletedRecords(
+        partitions=[LogStart(partition=p, log_start_offset=starts[p]) for p in sorted(starts)]
+    )
+
+
+class _TransactionJoined(Exception):
+    """A transaction took a partition of the topic being deleted before its locks were held."""
+
+
+async def delete_topic(db: Database, name: str) -> DeletedTopic:
+    """Delete a topic with its partitions, records, producer state and group offsets, in one
+    step; an open transaction including one of its partitions is aborted first, in the same
+    step, and its producer fenced (the operator's abort). Pending transactional offsets of the
+    topic are dropped with it."""
+    for _ in range(_DELETE_ATTEMPTS):
+        try:
+            async with db.write() as session:
+                exists = await session.scalar(select(Topic.name).where(Topic.name == name))
+                if exists is None:
+                    raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
+                now = now_ms()
+                # The fixed lock order: transactional ids, then partitions in order.
+                including = await lock_including(session, name)
+                own = await session.execute(
+                    select(Partition.topic, Partition.partition).where(Partition.topic == name)
+                )
+                keys = [(t, p) for t, p in own] + await partitions_of(session, including)
+                await lock_partitions(session, keys)
+                joined = {
+                    locked.txn.transactional_id for locked in await lock_including(session, name)
+                }
+                if joined - {locked.txn.transactional_id for locked in including}:
+                    raise _TransactionJoined
+                for locked in including:
+                    await abort_and_fence(session, locked, BY_ADMIN, now)
+                for model in (GroupOffset, TransactionOffset, Batch, ProducerState, Partition):
+                    await session.execute(delete(model).where(model.topic == name))
+                await session.execute(delete(Topic).where(Topic.name == name))
+            return DeletedTopic(name=name)
+        except _TransactionJoined:
+            continue
+    raise ConcurrentTransactions(
+        f"transactions kept joining {name!r} while it was being deleted; try again"
+    )
+
+
+# A deletion retries when a transaction joins the topic between its lookup and its locks.
+_DELETE_ATTEMPTS = 5
 
 
 # -- produce ------------------------------------------------------------------------------------

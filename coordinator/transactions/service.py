@@ -688,6 +688,34 @@ async def abort_by_coordinator(
     return EndTxnResponse(state=state, producer_id=producer_id, producer_epoch=epoch)
 
 
+async def lock_including(session: AsyncSession, topic: str) -> list[Locked]:
+    """Lock, in the fixed order, the transactional ids whose open transaction includes a
+    partition of `topic` (a topic's deletion aborts them)."""
+    tids = (
+        await session.scalars(
+            select(TransactionPartition.transactional_id)
+            .where(TransactionPartition.topic == topic)
+            .distinct()
+            .order_by(TransactionPartition.transactional_id)
+        )
+    ).all()
+    return [await _lock_existing(session, tid) for tid in tids]
+
+
+async def partitions_of(session: AsyncSession, locked: list[Locked]) -> list[tuple[str, int]]:
+    """The partitions the locked transactions include."""
+    rows = await _partitions_of(session, [entry.txn.transactional_id for entry in locked])
+    return [(topic, partition) for _, topic, partition, _ in rows]
+
+
+async def abort_and_fence(session: AsyncSession, locked: Locked, reason: str, now: int) -> None:
+    """The operator's abort, in the caller's unit of work: abort the open transaction (if it
+    still is) and fence its producer. The caller holds the partition locks it needs, in order."""
+    if locked.txn.state in OPEN:
+        await _finish(session, locked, Op.ADMIN_ABORT, reason, now)
+        await _raise_epoch(session, locked)
+
+
 async def abort_timed_out(db: Database, now: int | None = None) -> list[str]:
     """Abort every open transaction past its deadline, raising its epoch; returns their ids.
 
