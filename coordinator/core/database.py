@@ -9,7 +9,7 @@ serialises appends with row locks taken inside the unit (see `coordinator.log.se
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -135,3 +135,18 @@ def insert_ignore(
         return session.execute(pg_stmt, rows)
     lite_stmt = sqlite.insert(table).on_conflict_do_nothing(index_elements=keys)
     return session.execute(lite_stmt, rows)
+
+
+_COMPOSED: dict[tuple[int, ...], Any] = {}
+
+
+def one_statement(writes: Sequence[Any], last: Any) -> Any:
+    """`last` with `writes` as its data-modifying CTEs (Postgres): several writes in one round
+    trip. The statements must be built once (module constants with bind parameters): the
+    composition is cached by their identity, so it is built and compiled once."""
+    key = (*map(id, writes), id(last))
+    statement = _COMPOSED.get(key)
+    if statement is None:
+        statement = last.add_cte(*(w.cte(f"w{i}") for i, w in enumerate(writes)))
+        _COMPOSED[key] = statement
+    return statement

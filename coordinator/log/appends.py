@@ -14,6 +14,7 @@ from sqlalchemy import Table, bindparam, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from coordinator.core.database import one_statement
 from coordinator.log.models import Batch, Partition, ProducerState, Topic
 from coordinator.producers.models import ProducerId
 
@@ -135,10 +136,12 @@ async def append(
     batch: dict[str, Any],
     state: dict[str, Any] | None,
     also: Sequence[Any] = (),
+    also_params: dict[str, Any] | None = None,
 ) -> None:
     """Write a batch row, advance the high watermark past it and, for a producer with an id,
     record its state; the caller holds the partition's lock. `also`: the caller's own writes of
-    the same unit (a transaction joined), in the same statement on Postgres."""
+    the same unit (a transaction joined; statements built once, taking `also_params`), in the same
+    statement on Postgres."""
     batch_params = {f"b_{k}": v for k, v in batch.items()}
     advance_params = {
         "at_topic": batch["topic"],
@@ -149,11 +152,12 @@ async def append(
     if connection.dialect.name == "postgresql":
         statement = APPEND_PLAIN_POSTGRES if state is None else APPEND_IDEMPOTENT_POSTGRES
         if also:
-            statement = statement.add_cte(*(w.cte(f"also{i}") for i, w in enumerate(also)))
-        await connection.execute(statement, {**batch_params, **advance_params, **state_params})
+            statement = one_statement(also, statement)
+        params = {**batch_params, **advance_params, **state_params, **(also_params or {})}
+        await connection.execute(statement, params)
         return
     for write in also:
-        await connection.execute(write)
+        await connection.execute(write, also_params or {})
     await connection.execute(INSERT_BATCH, batch_params)
     await connection.execute(ADVANCE, advance_params)
     if state is not None:

@@ -18,15 +18,16 @@ from sqlalchemy import (
     String,
     Table,
     bindparam,
-    column,
+    func,
     insert,
     select,
     tuple_,
     update,
-    values,
 )
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from coordinator.core.database import one_statement
 from coordinator.log import recordbatch
 from coordinator.log.models import CONTROL_ABORT, CONTROL_COMMIT, Batch, Partition, ProducerState
 from coordinator.transactions.models import TransactionPartition
@@ -91,78 +92,45 @@ async def write_markers(
     timestamp: int,
     also: Sequence[Any] = (),
     returning: Any | None = None,
+    params: dict[str, Any] | None = None,
 ) -> Sequence[Any]:
     """Append a commit or abort marker (a Kafka control batch) to every locked partition:
     (topic, partition) -> (high watermark, producer id, first offset), as
     `lock_transaction_partitions` answers. Each marker row keeps the first offset of the
     transaction it ends there; an abort flags the transaction's batches aborted.
 
-    `also` (the caller's own writes ending the transaction, on Core tables) and `returning` (one
-    more, with RETURNING, whose rows are answered) join those writes: on Postgres all of them
-    travel as one statement of data-modifying CTEs, one round trip whatever the number of
-    partitions; SQLite, in process, runs them one by one."""
-    writes: list[Any] = []
-    postgres = (await session.connection()).dialect.name == "postgresql"
-    if locked:
-        writes.extend(_marker_writes(producer_epoch, locked, commit, timestamp, postgres))
-    writes.extend(also)
-    if returning is not None:
-        writes.append(returning)
-    if postgres and len(writes) > 1:
-        *ctes, last = writes
-        statement = last.add_cte(*(w.cte(f"w{i}") for i, w in enumerate(ctes)))
-        result = await session.execute(statement)
+    `also` (the caller's own writes ending the transaction) and `returning` (one more, with
+    RETURNING, whose rows are answered) run with them, with `params`; they must be statements
+    built once (module constants with bind parameters). On Postgres all of it travels as one
+    statement of data-modifying CTEs over array parameters, one round trip whatever the number
+    of partitions, compiled once; SQLite, in process, runs them one by one."""
+    rows = _marker_rows(producer_epoch, locked, commit, timestamp)
+    extra = params or {}
+    if (await session.connection()).dialect.name == "postgresql":
+        writes = [*_POSTGRES_WRITES, *also]
+        statement = one_statement(writes, returning if returning is not None else writes.pop())
+        arrays = {f"{name}_{c}": [row[c] for row in rows[name]] for name, c in _ARRAY_COLUMNS}
+        result = await session.execute(statement, {**arrays, **extra})
         return result.all() if returning is not None else ()
-    rows: Sequence[Any] = ()
-    for write in writes:
-        if isinstance(write, tuple):
-            await session.execute(*write)
-            continue
-        result = await session.execute(write)
-        if write is returning:
-            rows = result.all()
-    return rows
+    for statement, name in _SQLITE_WRITES:
+        if rows[name]:
+            await session.execute(statement, rows[name])
+    for write in also:
+        await session.execute(write, extra)
+    if returning is None:
+        return ()
+    return (await session.execute(returning, extra)).all()
 
 
-def _marker_writes(
+def _marker_rows(
     producer_epoch: int,
     locked: dict[tuple[str, int], tuple[int, int, int | None]],
     commit: bool,
     timestamp: int,
-    postgres: bool,
-) -> list[Any]:
-    """The writes of the markers: on Postgres single statements over VALUES lists (they become
-    CTEs); elsewhere (statement, parameter list) pairs run as executemany."""
-    owners = {key: pid for key, (_, pid, _) in locked.items()}
-    first_offsets = {key: first for key, (_, _, first) in locked.items() if first is not None}
-    writes: list[Any] = []
-    if not commit and first_offsets:
-        flagged = [(t, p, first, owners[(t, p)]) for (t, p), first in first_offsets.items()]
-        if postgres:
-            v = values(
-                column("t", String), column("p", Integer), column("first", BigInteger),
-                column("pid", BigInteger), name="aborting",
-            ).data(flagged)  # fmt: skip
-            writes.append(
-                update(_batches)
-                .where(
-                    _batches.c.topic == v.c.t,
-                    _batches.c.partition == v.c.p,
-                    _batches.c.base_offset >= v.c.first,
-                    _batches.c.producer_id == v.c.pid,
-                    _batches.c.control.is_(None),
-                )
-                .values(aborted=True)
-            )
-        else:
-            writes.append(
-                (
-                    _ABORT_BATCHES,
-                    [dict(zip(("t", "p", "first", "pid"), f, strict=True)) for f in flagged],
-                )
-            )
-    markers = []
-    for (topic, partition), (hw, producer_id, _) in locked.items():
+) -> dict[str, list[dict[str, Any]]]:
+    """The rows each write of the markers takes, by write."""
+    markers, advancing, releasing, aborting = [], [], [], []
+    for (topic, partition), (hw, producer_id, first) in locked.items():
         payload = recordbatch.build_control(
             commit, producer_id, producer_epoch, timestamp, base_offset=hw
         )
@@ -182,71 +150,102 @@ def _marker_writes(
                 "is_transactional": True,
                 "control": CONTROL_COMMIT if commit else CONTROL_ABORT,
                 "aborted": not commit,
-                "first_offset": first_offsets.get((topic, partition)),
+                "first_offset": first,
                 "record_count": 1,
                 "payload": payload,
             }
         )
-    advanced = [(t, p, hw + 1) for (t, p), (hw, _, _) in locked.items()]
-    released = [(t, p, owners[(t, p)]) for (t, p) in first_offsets]
-    if postgres:
-        writes.append(insert(_batches).values(markers))
-        v = values(
-            column("t", String), column("p", Integer), column("hw", BigInteger), name="advancing"
-        ).data(advanced)
-        writes.append(
-            update(_partitions)
-            .where(_partitions.c.topic == v.c.t, _partitions.c.partition == v.c.p)
-            .values(high_watermark=v.c.hw)
-        )
-        if released:
-            v = values(
-                column("t", String), column("p", Integer), column("pid", BigInteger),
-                name="releasing",
-            ).data(released)  # fmt: skip
-            writes.append(
-                update(_states)
-                .where(
-                    _states.c.topic == v.c.t,
-                    _states.c.partition == v.c.p,
-                    _states.c.producer_id == v.c.pid,
-                )
-                .values(current_txn_first_offset=None)
-            )
-        return writes
-    writes.append((insert(_batches), markers))
-    writes.append((_ADVANCE, [{"t": t, "p": p, "hw": hw} for t, p, hw in advanced]))
-    if released:
-        writes.append((_RELEASE, [{"t": t, "p": p, "pid": pid} for t, p, pid in released]))
-    return writes
+        advancing.append({"t": topic, "p": partition, "hw": hw + 1})
+        if first is not None:
+            releasing.append({"t": topic, "p": partition, "pid": producer_id})
+            if not commit:
+                aborting.append({"t": topic, "p": partition, "first": first, "pid": producer_id})
+    return {
+        "marking": markers,
+        "advancing": advancing,
+        "releasing": releasing,
+        "aborting": aborting,
+    }
 
 
 _states = cast(Table, ProducerState.__table__)
 _batches = cast(Table, Batch.__table__)
 _partitions = cast(Table, Partition.__table__)
+
 # SQLite's statements, run as executemany (Core tables: an executemany with its own WHERE).
-_ABORT_BATCHES = (
+_SQLITE_WRITES = [
+    (
+        update(_batches)
+        .where(
+            _batches.c.topic == bindparam("t"),
+            _batches.c.partition == bindparam("p"),
+            _batches.c.base_offset >= bindparam("first"),
+            _batches.c.producer_id == bindparam("pid"),
+            _batches.c.control.is_(None),
+        )
+        .values(aborted=True),
+        "aborting",
+    ),
+    (insert(_batches), "marking"),
+    (
+        update(_partitions)
+        .where(_partitions.c.topic == bindparam("t"), _partitions.c.partition == bindparam("p"))
+        .values(high_watermark=bindparam("hw")),
+        "advancing",
+    ),
+    (
+        update(_states)
+        .where(
+            _states.c.topic == bindparam("t"),
+            _states.c.partition == bindparam("p"),
+            _states.c.producer_id == bindparam("pid"),
+        )
+        .values(current_txn_first_offset=None),
+        "releasing",
+    ),
+]
+
+
+def _rows(name: str, columns: Sequence[tuple[str, Any]]) -> Any:
+    """Rows as a Postgres subquery of `unnest` over one array parameter per column
+    (`{name}_{column}`): one statement text whatever the number of rows, so it compiles once."""
+    return select(
+        *(func.unnest(bindparam(f"{name}_{c}", type_=ARRAY(t))).label(c) for c, t in columns)
+    ).subquery(name)
+
+
+_MARKER_COLUMNS = [(c.name, c.type) for c in _batches.columns]
+_ROW_COLUMNS: dict[str, list[tuple[str, Any]]] = {
+    "marking": _MARKER_COLUMNS,
+    "advancing": [("t", String()), ("p", Integer()), ("hw", BigInteger())],
+    "releasing": [("t", String()), ("p", Integer()), ("pid", BigInteger())],
+    "aborting": [("t", String()), ("p", Integer()), ("first", BigInteger()), ("pid", BigInteger())],
+}
+_ARRAY_COLUMNS = [(name, c) for name, columns in _ROW_COLUMNS.items() for c, _ in columns]
+_aborting = _rows("aborting", _ROW_COLUMNS["aborting"])
+_marking = _rows("marking", _ROW_COLUMNS["marking"])
+_advancing = _rows("advancing", _ROW_COLUMNS["advancing"])
+_releasing = _rows("releasing", _ROW_COLUMNS["releasing"])
+# Postgres: every write of the markers, for any number of partitions (empty arrays: no rows).
+_POSTGRES_WRITES = [
     update(_batches)
     .where(
-        _batches.c.topic == bindparam("t"),
-        _batches.c.partition == bindparam("p"),
-        _batches.c.base_offset >= bindparam("first"),
-        _batches.c.producer_id == bindparam("pid"),
+        _batches.c.topic == _aborting.c.t,
+        _batches.c.partition == _aborting.c.p,
+        _batches.c.base_offset >= _aborting.c.first,
+        _batches.c.producer_id == _aborting.c.pid,
         _batches.c.control.is_(None),
     )
-    .values(aborted=True)
-)
-_ADVANCE = (
+    .values(aborted=True),
+    insert(_batches).from_select([c for c, _ in _MARKER_COLUMNS], select(_marking)),
     update(_partitions)
-    .where(_partitions.c.topic == bindparam("t"), _partitions.c.partition == bindparam("p"))
-    .values(high_watermark=bindparam("hw"))
-)
-_RELEASE = (
+    .where(_partitions.c.topic == _advancing.c.t, _partitions.c.partition == _advancing.c.p)
+    .values(high_watermark=_advancing.c.hw),
     update(_states)
     .where(
-        _states.c.topic == bindparam("t"),
-        _states.c.partition == bindparam("p"),
-        _states.c.producer_id == bindparam("pid"),
+        _states.c.topic == _releasing.c.t,
+        _states.c.partition == _releasing.c.p,
+        _states.c.producer_id == _releasing.c.pid,
     )
-    .values(current_txn_first_offset=None)
-)
+    .values(current_txn_first_offset=None),
+]

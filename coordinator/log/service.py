@@ -462,7 +462,9 @@ async def _append(
             if original is not None:
                 return Appended(original[0], original[1], True, -1, log_start)
         now = now_ms()
-        joins = [] if joining is None else join_from_produce(joining, topic, partition, now)
+        joins, join_params = (
+            ([], {}) if joining is None else join_from_produce(joining, topic, partition, now)
+        )
         base_offset = high_watermark
         last_offset = high_watermark + count - 1
         payload = recordbatch.with_base_offset(data, base_offset)
@@ -504,7 +506,7 @@ async def _append(
                 # Pins the LSO from the transaction's first batch here until its marker.
                 "current_txn_first_offset": (base_offset if transactional_id is not None else None),
             }
-        await appends.append(connection, batch, state, joins)
+        await appends.append(connection, batch, state, joins, join_params)
     return Appended(base_offset, last_offset, False, append_time, log_start)
 
 

@@ -15,7 +15,7 @@ from functools import partial
 from typing import Any, cast
 
 import orjson
-from sqlalchemy import Table, and_, delete, insert, or_, select, tuple_, update
+from sqlalchemy import Table, and_, bindparam, delete, insert, or_, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
@@ -71,6 +71,42 @@ BY_ADMIN = "admin"  # an operator aborted it
 _transactions = cast(Table, Transaction.__table__)
 _txn_partitions = cast(Table, TransactionPartition.__table__)
 _txn_offsets = cast(Table, TransactionOffset.__table__)
+
+
+# Ending a transaction, with its markers: its partitions dropped, its pending offsets taken.
+_DROP_PARTITIONS = delete(_txn_partitions).where(
+    _txn_partitions.c.transactional_id == bindparam("tid")
+)
+_TAKE_OFFSETS = (
+    delete(_txn_offsets)
+    .where(_txn_offsets.c.transactional_id == bindparam("tid"))
+    .returning(
+        _txn_offsets.c.group_id,
+        _txn_offsets.c.topic,
+        _txn_offsets.c.partition,
+        _txn_offsets.c.offset,
+        _txn_offsets.c.metadata,
+    )
+)
+
+
+# A transactional batch joining its transaction: the partition added, the state changed.
+_JOIN = [
+    insert(_txn_partitions).values(
+        transactional_id=bindparam("j_tid"),
+        topic=bindparam("j_topic"),
+        partition=bindparam("j_partition"),
+        producer_id=bindparam("j_producer_id"),
+    ),
+    update(_transactions)
+    .where(_transactions.c.transactional_id == bindparam("j_tid"))
+    .values(
+        state=bindparam("j_state"),
+        started_ms=bindparam("j_started_ms"),
+        deadline_ms=bindparam("j_deadline_ms"),
+        updated_ms=bindparam("j_updated_ms"),
+    ),
+]
 
 
 @dataclass(slots=True)
@@ -180,29 +216,28 @@ async def check_produce(
     transition(locked.txn.state, Op.PRODUCE, transactional_id)
 
 
-def join_from_produce(joining: Joining, topic: str, partition: int, now: int) -> list[Any]:
+def join_from_produce(
+    joining: Joining, topic: str, partition: int, now: int
+) -> tuple[list[Any], dict[str, Any]]:
     """Add the partition to the transaction, starting it when none is open at this epoch, in
     the append's own unit of work (KIP-890 part 2: no AddPartitions call needed). Answers the
-    writes (Core statements) for the append to send with its own: on Postgres they join its
-    one statement. The locked row object is brought up to date as if they had run."""
+    writes (statements built once, and their parameters) for the append to send with its own:
+    on Postgres they join its one statement. The locked row object is brought up to date as if
+    they had run."""
     if joining.joined:
-        return []
+        return [], {}
     txn = joining.locked.txn
-    tid = txn.transactional_id
     started, deadline = txn.started_ms, txn.deadline_ms
     if txn.state != State.ONGOING:
         started, deadline = now, now + txn.timeout_ms
-    state = transition(txn.state, Op.PRODUCE, tid)
+    state = transition(txn.state, Op.PRODUCE, txn.transactional_id)
     changes = {"state": state, "started_ms": started, "deadline_ms": deadline, "updated_ms": now}
     for name, value in changes.items():
         set_committed_value(txn, name, value)
     joining.joined = True
-    return [
-        insert(_txn_partitions).values(
-            transactional_id=tid, topic=topic, partition=partition, producer_id=txn.producer_id
-        ),
-        update(_transactions).where(_transactions.c.transactional_id == tid).values(changes),
-    ]
+    params: dict[str, Any] = {f"j_{name}": value for name, value in changes.items()}
+    params.update(j_tid=txn.transactional_id, j_topic=topic, j_partition=partition)
+    return _JOIN, {**params, "j_producer_id": txn.producer_id}
 
 
 async def _refuse_timed_out(
@@ -292,18 +327,9 @@ async def _finish(
         high_watermarks,
         commit,
         now,
-        also=[delete(_txn_partitions).where(_txn_partitions.c.transactional_id == tid)]
-        if high_watermarks
-        else [],
-        returning=delete(_txn_offsets)
-        .where(_txn_offsets.c.transactional_id == tid)
-        .returning(
-            _txn_offsets.c.group_id,
-            _txn_offsets.c.topic,
-            _txn_offsets.c.partition,
-            _txn_offsets.c.offset,
-            _txn_offsets.c.metadata,
-        ),
+        also=[_DROP_PARTITIONS],
+        returning=_TAKE_OFFSETS,
+        params={"tid": tid},
     )
     for group_id, topic, partition, offset, metadata in pending if commit else ():
         await upsert(
