@@ -26,6 +26,7 @@ from coordinator.effects.routes import router as effects_router
 from coordinator.effects.tasks import run_expiry
 from coordinator.groups.routes import router as groups_router
 from coordinator.groups.tasks import run_group_sweeper
+from coordinator.log.cleaner import run_cleaner
 from coordinator.log.routes import router as log_router
 from coordinator.producers.routes import router as producers_router
 from coordinator.transactions.routes import router as transactions_router
@@ -47,6 +48,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             asyncio.create_task(run_sweeper(db, settings), name="coordinator-sweeper"),
             asyncio.create_task(run_group_sweeper(db, settings), name="group-sweeper"),
             asyncio.create_task(run_expiry(db, settings), name="coordinator-effect-expiry"),
+            asyncio.create_task(run_cleaner(db, settings), name="coordinator-log-cleaner"),
         ]
         try:
             yield

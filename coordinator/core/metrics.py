@@ -76,6 +76,24 @@ EFFECTS = Counter(
     registry=PROCESS,
 )
 
+REMOVED_BYTES = Counter(
+    "coordinator_log_removed_bytes",
+    "Bytes of record batches removed from the logs, by cause (retention, compaction).",
+    ["cause"],
+    registry=PROCESS,
+)
+REMOVED_BATCHES = Counter(
+    "coordinator_log_removed_batches",
+    "Record batches removed from the logs, by cause (retention, compaction: whole batches only).",
+    ["cause"],
+    registry=PROCESS,
+)
+
+
+def record_removed(cause: str, batches: int, size: int) -> None:
+    REMOVED_BATCHES.labels(cause=cause).inc(batches)
+    REMOVED_BYTES.labels(cause=cause).inc(size)
+
 
 def record_effect(outcome: str) -> None:
     EFFECTS.labels(outcome=outcome).inc()

@@ -41,6 +41,11 @@ class Settings(BaseSettings):
     transactional_id_expiration_ms: int = Field(default=604_800_000, ge=1)
     # `retention.ms` of topics that do not set it (-1 keeps forever).
     log_retention_ms: int = Field(default=604_800_000, ge=-1)
+    # How often each process runs retention, compaction and producer-state expiry.
+    log_retention_check_interval_ms: int = Field(default=300_000, ge=1)
+    # Idle producer state (no append on a partition, no open transaction there) is removed after
+    # this, and idempotent producer ids with no state left with it.
+    producer_id_expiration_ms: int = Field(default=86_400_000, ge=1)
     # Completed side-effect keys are kept this long; the sweep looks for older ones this often.
     effect_retention_ms: int = Field(default=604_800_000, ge=1)
     effect_retention_check_interval_ms: int = Field(default=300_000, ge=1)

@@ -69,15 +69,20 @@ _STATE_KEY = ["topic", "partition", "producer_id"]
 # would grow SET clauses for those columns.
 _producers = cast(Table, ProducerId.__table__)
 
-# The producer's current epoch and its state on the partition. Run after LOCK_PARTITION, as a
-# statement of its own, so it sees what the previous append committed (joined to the lock, it
-# would read the snapshot taken before the lock wait).
+# The producer's current epoch, its state on the partition, and its batch of this epoch at
+# sequence 0 if the log holds one (what a first batch after the state expired must be told
+# from). Run after LOCK_PARTITION, as a statement of its own, so it sees what the previous
+# append committed (joined to the lock, it would read the snapshot taken before the lock wait).
+_first = batches.alias("first_batch")
 PRODUCER_STATE = (
     select(
         _producers.c.producer_epoch,
         states.c.producer_epoch,
         states.c.last_sequence,
         states.c.current_txn_first_offset,
+        _first.c.base_offset,
+        _first.c.last_offset,
+        _first.c.last_sequence,
     )
     .select_from(
         _producers.outerjoin(
@@ -85,6 +90,15 @@ PRODUCER_STATE = (
             (states.c.topic == bindparam("topic"))
             & (states.c.partition == bindparam("partition"))
             & (states.c.producer_id == _producers.c.producer_id),
+        ).outerjoin(
+            _first,
+            (_first.c.topic == bindparam("topic"))
+            & (_first.c.partition == bindparam("partition"))
+            & (_first.c.producer_id == _producers.c.producer_id)
+            & (_first.c.producer_epoch == bindparam("producer_epoch"))
+            & (_first.c.base_sequence == 0)
+            & (_first.c.producer_id >= 0)
+            & _first.c.control.is_(None),
         )
     )
     .where(_producers.c.producer_id == bindparam("producer_id"))

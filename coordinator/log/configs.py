@@ -132,3 +132,38 @@ def produce_settings(stored: str, default_max_message_bytes: int) -> ProduceSett
         max_message_bytes=int(configs.get("max.message.bytes", default_max_message_bytes)),
         compacted="compact" in configs.get("cleanup.policy", "delete"),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class CleanupSettings:
+    """What the log cleaner needs from a topic's configs (-1: no limit)."""
+
+    retention_ms: int
+    retention_bytes: int
+    delete: bool
+    compact: bool
+    min_compaction_lag_ms: int
+    delete_retention_ms: int
+
+    @property
+    def has_work(self) -> bool:
+        return self.compact or (
+            self.delete and (self.retention_ms >= 0 or self.retention_bytes >= 0)
+        )
+
+
+def cleanup_settings(stored: str, settings: Settings) -> CleanupSettings:
+    configs = decode(stored)
+
+    def value(name: str) -> str:
+        return configs.get(name) or CONFIGS[name].default(settings)
+
+    policy = value("cleanup.policy").split(",")
+    return CleanupSettings(
+        retention_ms=int(value("retention.ms")),
+        retention_bytes=int(value("retention.bytes")),
+        delete="delete" in policy,
+        compact="compact" in policy,
+        min_compaction_lag_ms=int(value("min.compaction.lag.ms")),
+        delete_retention_ms=int(value("delete.retention.ms")),
+    )

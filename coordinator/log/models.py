@@ -50,6 +50,11 @@ class Partition(Base):
     log_start_offset: Mapped[int] = mapped_column(BigInteger, default=0)
     # The offset the next appended record gets; advanced only under this row's lock.
     high_watermark: Mapped[int] = mapped_column(BigInteger, default=0)
+    # Compaction's checkpoint (`coordinator.log.cleaner`): the end of the range it last cleaned,
+    # and when a tombstone it kept may go (null: none kept). Nothing new below the first and
+    # not yet the second: the partition is skipped.
+    cleaned_offset: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    clean_again_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class Batch(Base):
@@ -143,4 +148,7 @@ class ProducerState(Base):
             ["partitions.topic", "partitions.partition"],
             ondelete="CASCADE",
         ),
+        # Producer-id expiry asks whether a producer id has state left anywhere. An unchanging
+        # column, so appends' updates of a state row stay HOT on Postgres.
+        Index("ix_producer_states_producer_id", "producer_id"),
     )

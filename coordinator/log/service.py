@@ -249,21 +249,36 @@ async def delete_records(db: Database, name: str, body: DeleteRecords) -> Delete
             # The log start never moves down.
             starts[p] = max(start, target)
         for p, start in starts.items():
-            if start == found[p][0]:
-                continue
-            await session.execute(
-                delete(Batch).where(
-                    Batch.topic == name, Batch.partition == p, Batch.last_offset < start
-                )
-            )
-            await session.execute(
-                update(Partition)
-                .where(Partition.topic == name, Partition.partition == p)
-                .values(log_start_offset=start)
-            )
+            if start > found[p][0]:
+                await move_log_start(session, name, p, start)
     return DeletedRecords(
         partitions=[LogStart(partition=p, log_start_offset=starts[p]) for p in sorted(starts)]
     )
+
+
+async def move_log_start(
+    session: AsyncSession, topic: str, partition: int, start: int
+) -> tuple[int, int]:
+    """Delete the batches wholly below `start` and move the log start offset up to it (never
+    down); the caller holds the partition's lock. Returns the batches and bytes removed."""
+    where = (Batch.topic == topic, Batch.partition == partition, Batch.last_offset < start)
+    batches, size = (
+        await session.execute(
+            select(func.count(), func.coalesce(func.sum(Batch.size), 0)).where(*where)
+        )
+    ).one()
+    if batches:
+        await session.execute(delete(Batch).where(*where))
+    await session.execute(
+        update(Partition)
+        .where(
+            Partition.topic == topic,
+            Partition.partition == partition,
+            Partition.log_start_offset < start,
+        )
+        .values(log_start_offset=start)
+    )
+    return batches, size
 
 
 class _TransactionJoined(Exception):
@@ -457,7 +472,14 @@ async def _append(
             await check_produce(session, joining, transactional_id, pid, epoch)
         if pid >= 0:
             original = await _check_sequence(
-                session, topic, partition, pid, epoch, base_seq, count, transactional_id
+                session,
+                topic,
+                partition,
+                pid,
+                epoch,
+                base_seq,
+                count,
+                transactional_id,
             )
             if original is not None:
                 return Appended(original[0], original[1], True, -1, log_start)
@@ -524,12 +546,13 @@ async def _check_sequence(
     connection = await session.connection()
     row = (
         await connection.execute(
-            appends.PRODUCER_STATE, {"topic": topic, "partition": partition, "producer_id": pid}
+            appends.PRODUCER_STATE,
+            {"topic": topic, "partition": partition, "producer_id": pid, "producer_epoch": epoch},
         )
     ).first()
     if row is None:
         raise UnknownProducerId(f"producer id {pid} was never issued; call init-pid")
-    current_epoch, state_epoch, last_seq, open_txn_offset = row
+    current_epoch, state_epoch, last_seq, open_txn_offset, *first = row
     if epoch < current_epoch:
         raise InvalidProducerEpoch(
             f"producer {pid} epoch {epoch} is older than its current epoch {current_epoch}"
@@ -548,6 +571,16 @@ async def _check_sequence(
             raise UnknownProducerId(
                 f"producer {pid} has no state on {topic}-{partition}, so its first batch must "
                 f"start at sequence 0, not {base_seq}; re-initialise the producer"
+            )
+        if first[0] is not None:
+            # The state expired while the log still holds this epoch's batch 0: a retry of it
+            # is a duplicate; another batch 0 cannot be told from one (the producer must
+            # re-initialise, as KIP-360 says).
+            if first[2] == last_sequence_of(0, count):
+                return first[0], first[1]
+            raise UnknownProducerId(
+                f"producer {pid}'s state on {topic}-{partition} expired and epoch {epoch} "
+                "already used sequence 0 there; re-initialise the producer"
             )
         return None
     if state_epoch < epoch:
@@ -585,8 +618,9 @@ _batches = cast(Table, Batch.__table__)
 _partitions = cast(Table, Partition.__table__)
 _states = cast(Table, ProducerState.__table__)
 
-# The partition's bounds in one statement: high watermark, log start, first open offset.
-_BOUNDS = select(
+# The partition's bounds in one statement: high watermark, log start, first open offset
+# (fetch, and the log cleaner).
+BOUNDS = select(
     _partitions.c.high_watermark,
     _partitions.c.log_start_offset,
     select(func.min(_states.c.current_txn_first_offset))
@@ -598,7 +632,8 @@ _BOUNDS = select(
 ).where(
     _partitions.c.topic == bindparam("topic"), _partitions.c.partition == bindparam("partition")
 )
-# Where a fetch from `offset` starts: the batch holding it (possibly a marker).
+# Where a fetch from `offset` starts: the batch holding it (possibly a marker). In a gap that
+# compaction left, the batch before it, which the first chunk's `last_offset` bound drops.
 _CONTAINING = (
     select(func.max(_batches.c.base_offset))
     .where(
@@ -619,6 +654,8 @@ def _chunk_query(include_control: bool, include_aborted: bool, first: bool) -> A
         >= (func.coalesce(_CONTAINING, bindparam("offset")) if first else bindparam("cursor")),
         _batches.c.base_offset < bindparam("upper"),
     )
+    if first:
+        query = query.where(_batches.c.last_offset >= bindparam("offset"))
     if not include_control:
         query = query.where(_batches.c.control.is_(None))
     if not include_aborted:
@@ -669,7 +706,7 @@ async def fetch_batches(
     params: dict[str, Any] = {"topic": topic, "partition": partition}
     async with db.read() as session:
         connection = await session.connection()
-        bounds = (await connection.execute(_BOUNDS, params)).first()
+        bounds = (await connection.execute(BOUNDS, params)).first()
         if bounds is None:
             raise UnknownTopicOrPartition(f"{topic}-{partition} does not exist")
         high_watermark, log_start, first_open = bounds
