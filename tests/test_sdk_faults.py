@@ -4,6 +4,9 @@ partition keeps produce order, on SQLite and on Postgres. Seeds make a failing r
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 import orjson
 import pytest
 
@@ -124,6 +127,36 @@ def test_unknown_producer_id_is_recovered_with_a_new_producer_id(service: Coordi
     assert_exactly_once_in_order(service, 120)
     init_pids = [r for r in transport.sent if r.url.path == "/v1/init-pid"]
     assert len(init_pids) == 2
+
+
+def test_a_producer_carries_on_across_a_real_producer_state_expiry(
+    service: Coordinator, start_service: Callable[..., Coordinator]
+) -> None:
+    """The service's own expiry (COORDINATOR_PRODUCER_ID_EXPIRATION_MS) removes the idle
+    producer's state; its next batches get UNKNOWN_PRODUCER_ID and KIP-360's recovery takes a
+    new id, losing and duplicating nothing."""
+    expiring = start_service(producer_id_expiration_ms=200, log_retention_check_interval_ms=20)
+    expiring.create_topic("t", PARTITIONS)
+    transport = FaultyTransport(Faults(), seed=0)
+    reports = Reports()
+    with Producer(coordinator_url=expiring.url, transport=transport, **FAST_RETRIES) as producer:
+        for i in range(30):
+            key, value = record(i)
+            producer.produce("t", value, key=key, on_delivery=reports)
+        producer.flush(30)
+        deadline = time.monotonic() + 30
+        while expiring.http.get(
+            "/v1/admin/producers", params={"topic": "t", "partition": 0}
+        ).json()["producers"]:
+            assert time.monotonic() < deadline, "the producer's state never expired"
+            time.sleep(0.05)
+        for i in range(30, 60):
+            key, value = record(i)
+            producer.produce("t", value, key=key, on_delivery=reports)
+        producer.flush(30)
+    assert reports.errors() == []
+    assert_exactly_once_in_order(expiring, 60)
+    assert len([r for r in transport.sent if r.url.path == "/v1/init-pid"]) == 2
 
 
 def test_a_commit_whose_answer_was_lost_is_retried_and_answered_by_the_idempotent_end_txn(
