@@ -84,6 +84,46 @@ async def test_stats_counts_states_each_end_once_and_the_lso_lag(client: httpx.A
     }
 
 
+async def test_stats_show_each_partitions_log_start_and_bytes_and_each_topics_cleanup(
+    client: httpx.AsyncClient, app: Any
+) -> None:
+    created = await client.post(
+        "/v1/topics",
+        json={"name": "kept", "partitions": 2, "configs": {"retention.bytes": "1000000"}},
+    )
+    assert created.status_code == 201
+    await create_topic(client, "changelog")
+    patched = await client.patch(
+        "/v1/topics/changelog/configs", json={"set": {"cleanup.policy": "compact"}}
+    )
+    assert patched.status_code == 200
+    for _ in range(3):
+        produced = await client.post(
+            "/v1/topics/kept/partitions/0/records", json={"records": [{"value": "v" * 100}]}
+        )
+        assert produced.status_code == 200
+    deleted = await client.post(
+        "/v1/topics/kept/delete-records", json={"partitions": [{"partition": 0, "offset": 1}]}
+    )
+    assert deleted.status_code == 200
+
+    topics = {t["name"]: t for t in (await get_stats(client))["topics"]}
+
+    kept = topics["kept"]
+    assert (kept["cleanup_policy"], kept["retention_ms"], kept["retention_bytes"]) == (
+        "delete",
+        app.state.settings.log_retention_ms,
+        1_000_000,
+    )
+    first, second = kept["partitions"]
+    assert (first["log_start_offset"], first["high_watermark"]) == (1, 3)
+    async with app.state.db.read() as session:
+        sizes = (await session.execute(text("SELECT sum(size) FROM batches"))).scalar_one()
+    assert first["bytes"] == sizes > 0  # the two batches kept
+    assert (second["log_start_offset"], second["bytes"]) == (0, 0)
+    assert topics["changelog"]["cleanup_policy"] == "compact"
+
+
 async def test_stats_buckets_ends_by_minute_and_leaves_older_ones_out(
     client: httpx.AsyncClient, app: Any
 ) -> None:

@@ -215,6 +215,10 @@ def expect_partition(page: Page, partition: int, hw: int, lso: int, lag: int) ->
     expect(row.locator(".hw")).to_have_text(str(hw), timeout=WAIT_MS)
     expect(row.locator(".lso")).to_have_text(str(lso))
     expect(row.locator(".lag")).to_have_text(str(lag))
+    expect(row.locator(".log-start")).to_have_text("0")
+    expect(row.locator(".bytes")).to_have_text(re.compile(r"^\d+(\.\d)? (B|KiB)$"))
+    cleanup = page.locator("div.topic[data-topic='payments'] .cleanup")
+    expect(cleanup).to_have_text("delete, retention 7d 00h, no size limit")
 
 
 def watch_for_problems(page: Page) -> list[str]:

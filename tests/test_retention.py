@@ -133,9 +133,14 @@ async def test_a_partition_another_process_is_cleaning_is_skipped(postgres_store
 async def test_removals_are_counted_in_the_metrics(client: httpx.AsyncClient, app: Any) -> None:
     await topic_with(client, "t", **{"retention.ms": "1000"})
     await append(client, "t", ["a"], now_ms() - DAY)
+    await append(client, "t", ["b"], now_ms())
     before = await removed_batches(client)
     await clean_once(app.state.db, app.state.settings)
     assert await removed_batches(client) == before + 1
+    text = (await client.get("/metrics")).text
+    assert 'coordinator_log_start_offset{partition="0",topic="t"} 1.0' in text
+    [size] = await batch_sizes(app.state.db, "t")
+    assert f'coordinator_log_bytes{{partition="0",topic="t"}} {float(size)}' in text
 
 
 # -- producer-state expiry ----------------------------------------------------------------------

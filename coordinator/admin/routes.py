@@ -10,7 +10,7 @@ from starlette.responses import Response
 from coordinator.admin import service
 from coordinator.admin.schemas import Hanging, ProducerList, Stats, TransactionList
 from coordinator.core.auth import Access, access
-from coordinator.core.dependencies import DB
+from coordinator.core.dependencies import DB, AppSettings
 from coordinator.core.responses import json_response
 from coordinator.core.schemas import INT32_MAX, INT64_MAX, TOPIC_PATTERN, Digits, IdPath
 from coordinator.groups import service as groups
@@ -73,7 +73,9 @@ async def describe_groups(db: DB) -> Response:
 
 
 @router.get("/stats", response_model=Stats)
-async def stats(db: DB, minutes: Annotated[int, Digits, Query(ge=1, le=1440)] = 60) -> Response:
+async def stats(
+    db: DB, settings: AppSettings, minutes: Annotated[int, Digits, Query(ge=1, le=1440)] = 60
+) -> Response:
     """Transactions by state, commits and aborts per minute, every partition's LSO lag and the
     side-effect keys by state: the numbers the dashboard shows besides its lists."""
-    return json_response(await service.stats(db, minutes))
+    return json_response(await service.stats(db, settings, minutes))

@@ -43,13 +43,20 @@ class MinuteCount(BaseModel):
 
 class PartitionLag(BaseModel):
     partition: int
+    log_start_offset: int
     high_watermark: int
     last_stable_offset: int
     lso_lag: int
+    # Bytes of the record batches the partition keeps (markers included).
+    bytes: int
 
 
 class TopicLag(BaseModel):
     name: str
+    # The topic's `retention.ms`, `retention.bytes` and `cleanup.policy`, defaults applied.
+    retention_ms: int
+    retention_bytes: int
+    cleanup_policy: str
     partitions: list[PartitionLag]
 
 

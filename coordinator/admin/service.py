@@ -22,10 +22,13 @@ from coordinator.admin.schemas import (
 )
 from coordinator.core.clock import now_ms, rfc3339
 from coordinator.core.database import Database
+from coordinator.core.metrics import bytes_kept
+from coordinator.core.settings import Settings
 from coordinator.effects.service import counts as effect_counts
 from coordinator.effects.service import lapsed_claims
+from coordinator.log import configs
 from coordinator.log.errors import UnknownTopicOrPartition
-from coordinator.log.models import CONTROL_COMMIT, Batch, Partition, ProducerState
+from coordinator.log.models import CONTROL_COMMIT, Batch, Partition, ProducerState, Topic
 from coordinator.log.service import stable_offset
 from coordinator.producers.models import ProducerId
 from coordinator.transactions.models import Transaction, TransactionPartition
@@ -157,7 +160,7 @@ def transaction_ends_query(since_ms: int) -> Select[Any]:
     )
 
 
-async def stats(db: Database, minutes: int) -> Stats:
+async def stats(db: Database, settings: Settings, minutes: int) -> Stats:
     """Transactions by state, commits and aborts in each of the last `minutes` minutes (the
     current one last, empty minutes included), every partition's LSO lag, and side-effect keys
     by state."""
@@ -173,11 +176,19 @@ async def stats(db: Database, minutes: int) -> Stats:
         ends = (await session.execute(transaction_ends_query(first_minute * MINUTE_MS))).all()
         partitions = (
             await session.execute(
-                select(Partition.topic, Partition.partition, Partition.high_watermark).order_by(
-                    Partition.topic, Partition.partition
-                )
+                select(
+                    Partition.topic,
+                    Partition.partition,
+                    Partition.log_start_offset,
+                    Partition.high_watermark,
+                ).order_by(Partition.topic, Partition.partition)
             )
         ).all()
+        kept = await bytes_kept(session)
+        cleanup = {
+            name: configs.cleanup_settings(stored, settings)
+            for name, stored in await session.execute(select(Topic.name, Topic.configs))
+        }
         pinned: dict[tuple[str, int], int | None] = {
             (topic, partition): first
             for topic, partition, first in await session.execute(
@@ -204,14 +215,16 @@ async def stats(db: Database, minutes: int) -> Stats:
         (int(minute), control == CONTROL_COMMIT): count for minute, control, count in ends
     }
     topics: defaultdict[str, list[PartitionLag]] = defaultdict(list)
-    for topic, partition, high_watermark in partitions:
+    for topic, partition, log_start, high_watermark in partitions:
         stable = stable_offset(high_watermark, pinned.get((topic, partition)))
         topics[topic].append(
             PartitionLag(
                 partition=partition,
+                log_start_offset=log_start,
                 high_watermark=high_watermark,
                 last_stable_offset=stable,
                 lso_lag=high_watermark - stable,
+                bytes=kept.get((topic, partition), 0),
             )
         )
     return Stats(
@@ -225,6 +238,23 @@ async def stats(db: Database, minutes: int) -> Stats:
             )
             for minute in range(first_minute, first_minute + minutes)
         ],
-        topics=[TopicLag(name=name, partitions=lags) for name, lags in topics.items()],
+        topics=[
+            TopicLag(
+                name=name,
+                retention_ms=cleanup[name].retention_ms,
+                retention_bytes=cleanup[name].retention_bytes,
+                cleanup_policy=",".join(
+                    p
+                    for p, on in (
+                        ("compact", cleanup[name].compact),
+                        ("delete", cleanup[name].delete),
+                    )
+                    if on
+                ),
+                partitions=lags,
+            )
+            for name, lags in topics.items()
+            if name in cleanup
+        ],
         effects=EffectStats(**effects, lapsed_claims=lapsed),
     )

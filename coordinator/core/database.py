@@ -107,6 +107,16 @@ class Database:
         async with self._reads() as session, session.begin():
             yield session
 
+    async def vacuum(self, *tables: str) -> None:
+        """Postgres: `VACUUM (SKIP_LOCKED)` the tables, outside any transaction, so the space of
+        deleted rows is reused even where autovacuum is off or slow; a table another process is
+        vacuuming is skipped. SQLite reuses freed pages by itself."""
+        if self.is_sqlite:
+            return
+        async with self.engine.connect() as connection:
+            autocommit = await connection.execution_options(isolation_level="AUTOCOMMIT")
+            await autocommit.exec_driver_sql(f"VACUUM (SKIP_LOCKED) {', '.join(tables)}")
+
     async def dispose(self) -> None:
         await self.engine.dispose()
         if self.read_engine is not self.engine:

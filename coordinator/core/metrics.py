@@ -29,7 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from coordinator.core.clock import now_ms
 from coordinator.groups.models import ConsumerGroup, GroupMember, GroupOffset
-from coordinator.log.models import Partition, ProducerState
+from coordinator.log.models import Batch, Partition, ProducerState
 from coordinator.transactions.models import Transaction
 
 PROCESS = CollectorRegistry()
@@ -195,6 +195,25 @@ async def _store_families(session: AsyncSession) -> list[Metric]:
         lag.add_metric([topic, str(partition)], hw - stable)
         high.add_metric([topic, str(partition)], hw)
 
+    kept = GaugeMetricFamily(
+        "coordinator_log_bytes",
+        "Bytes of record batches each partition keeps (what retention.bytes counts).",
+        labels=["topic", "partition"],
+    )
+    for (topic, partition), size in sorted((await bytes_kept(session)).items()):
+        kept.add_metric([topic, str(partition)], size)
+    start = GaugeMetricFamily(
+        "coordinator_log_start_offset",
+        "First offset each partition keeps (moved by retention and delete-records).",
+        labels=["topic", "partition"],
+    )
+    for topic, partition, offset in await session.execute(
+        select(Partition.topic, Partition.partition, Partition.log_start_offset).order_by(
+            Partition.topic, Partition.partition
+        )
+    ):
+        start.add_metric([topic, str(partition)], offset)
+
     producers = GaugeMetricFamily(
         "coordinator_producer_states", "Producer-state rows (one per producer and partition)."
     )
@@ -205,10 +224,22 @@ async def _store_families(session: AsyncSession) -> list[Metric]:
         open_txns,
         lag,
         high,
+        kept,
+        start,
         producers,
         *await _group_families(session),
         await _effect_family(session),
     ]
+
+
+async def bytes_kept(session: AsyncSession) -> dict[tuple[str, int], int]:
+    """Bytes of the record batches each partition keeps (partitions with none are absent)."""
+    rows = await session.execute(
+        select(Batch.topic, Batch.partition, func.sum(Batch.size)).group_by(
+            Batch.topic, Batch.partition
+        )
+    )
+    return {(topic, partition): int(size) for topic, partition, size in rows}
 
 
 async def _effect_family(session: AsyncSession) -> Metric:

@@ -43,6 +43,9 @@ class Settings(BaseSettings):
     log_retention_ms: int = Field(default=604_800_000, ge=-1)
     # How often each process runs retention, compaction and producer-state expiry.
     log_retention_check_interval_ms: int = Field(default=300_000, ge=1)
+    # After a round that removed batches, the cleaner vacuums the log tables itself (Postgres),
+    # so their space is reused even where autovacuum is off or runs too seldom.
+    log_cleaner_vacuum: bool = True
     # Idle producer state (no append on a partition, no open transaction there) is removed after
     # this, and idempotent producer ids with no state left with it.
     producer_id_expiration_ms: int = Field(default=86_400_000, ge=1)

@@ -39,6 +39,9 @@ log = logging.getLogger("coordinator.log.cleaner")
 
 # Rows read per query while compacting, and deleted per statement.
 _CHUNK = 256
+# What the cleaner vacuums after removing batches: the table and its TOAST table (the payloads)
+# take nearly all the space; the producer states shrink with expiry.
+_VACUUMED = ("batches", "producer_states")
 # The advisory locks' first key: the cleaner's namespace among the store's advisory locks.
 _CLAIM_CLASS = 0x4C4F47  # "LOG"
 
@@ -85,6 +88,8 @@ async def clean_once(db: Database, settings: Settings, now: int | None = None) -
     done.producer_states, done.producer_ids = await expire_producers(
         db, now, settings.producer_id_expiration_ms
     )
+    if settings.log_cleaner_vacuum and (done.retention.batches or done.compaction.bytes):
+        await db.vacuum(*_VACUUMED)
     return done
 
 

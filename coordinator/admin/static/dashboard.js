@@ -233,6 +233,28 @@
     $("#lapsed").hidden = rows.length === 0;
   }
 
+  function bytes(n) {
+    if (n < 1024) return `${n} B`;
+    const units = ["KiB", "MiB", "GiB", "TiB"];
+    let value = n;
+    let unit = -1;
+    while (value >= 1024 && unit < units.length - 1) {
+      value /= 1024;
+      unit += 1;
+    }
+    return `${value.toFixed(1)} ${units[unit]}`;
+  }
+
+  // A topic's cleanup policy with what limits it: "delete, retention 7d, no size limit".
+  function cleanupText(topic) {
+    const parts = [topic.cleanup_policy];
+    if (topic.cleanup_policy.includes("delete")) {
+      parts.push(topic.retention_ms < 0 ? "kept forever" : `retention ${duration(topic.retention_ms)}`);
+      parts.push(topic.retention_bytes < 0 ? "no size limit" : `at most ${bytes(topic.retention_bytes)} per partition`);
+    }
+    return parts.join(", ");
+  }
+
   function renderTopics(topics) {
     const blocks = topics.map((topic) => {
       const rows = topic.partitions.map((p) =>
@@ -240,23 +262,28 @@
           "tr",
           { "data-topic": topic.name, "data-partition": String(p.partition) },
           element("td", { class: "num" }, String(p.partition)),
+          element("td", { class: "num log-start" }, String(p.log_start_offset)),
           element("td", { class: "num hw" }, String(p.high_watermark)),
           element("td", { class: "num lso" }, String(p.last_stable_offset)),
           element("td", { class: `num lag${p.lso_lag > 0 ? " lagging" : ""}` }, String(p.lso_lag)),
+          element("td", { class: "num bytes" }, bytes(p.bytes)),
         ),
       );
       const head = element(
         "tr",
         {},
         element("th", { class: "num" }, "Partition"),
+        element("th", { class: "num" }, "Log start"),
         element("th", { class: "num" }, "High watermark"),
         element("th", { class: "num" }, "LSO"),
         element("th", { class: "num" }, "LSO lag"),
+        element("th", { class: "num" }, "Bytes kept"),
       );
       return element(
         "div",
         { class: "topic", "data-topic": topic.name },
         element("h3", {}, topic.name),
+        element("p", { class: "cleanup" }, cleanupText(topic)),
         element("table", { class: "grid" }, element("thead", {}, head), element("tbody", {}, ...rows)),
       );
     });
