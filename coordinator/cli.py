@@ -6,6 +6,9 @@ coordinator transactions list|describe|...           inspect and abort transacti
                                                      like kafka-transactions.sh (admin/cli.py)
 coordinator groups list|describe|delete|reset-offsets  consumer groups over HTTP, like
                                                      kafka-consumer-groups.sh (admin/groups_cli.py)
+coordinator topics list|describe|create|delete|alter-configs|delete-records  topics over HTTP,
+                                                     like kafka-topics.sh, kafka-configs.sh and
+                                                     kafka-delete-records.sh (admin/topics_cli.py)
 coordinator demo [--events N] [--master M] ...       the main job end to end: payments settled
                                                      by Spark exactly once (jobs/demo.py, pyspark)
 """
@@ -21,6 +24,7 @@ from collections.abc import Sequence
 
 from coordinator.admin.cli import add_transactions_parser
 from coordinator.admin.groups_cli import add_groups_parser
+from coordinator.admin.topics_cli import add_topics_parser
 from coordinator.core.settings import Settings
 from jobs.demo import add_demo_parser
 
@@ -137,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_transactions_parser(commands)
     add_groups_parser(commands)
+    add_topics_parser(commands)
     add_demo_parser(commands)
     return parser
 
