@@ -1,5 +1,6 @@
-"""The AdminClient: topics (confluent-kafka's shapes: futures from `create_topics` and
-`describe_topics`, `ClusterMetadata` from `list_topics`) and, like `kafka-transactions.sh`,
+"""The AdminClient: topics (confluent-kafka's shapes: futures from `create_topics`,
+`delete_topics`, `describe_topics`, `describe_configs`, `incremental_alter_configs` and
+`delete_records`, `ClusterMetadata` from `list_topics`) and, like `kafka-transactions.sh`,
 transactions: list, describe, abort, describe producers, find hanging ones.
 """
 
@@ -9,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import Enum
 from types import TracebackType
 from typing import Any, TypeVar, Unpack
 from urllib.parse import quote
@@ -20,13 +22,19 @@ from sdk._types import TopicPartition
 
 __all__ = [
     "AdminClient",
+    "AlterConfigOpType",
     "ClusterMetadata",
+    "ConfigEntry",
+    "ConfigResource",
+    "ConfigSource",
+    "DeletedRecords",
     "HangingPartition",
     "HangingTransactions",
     "NewTopic",
     "PartitionDescription",
     "PartitionMetadata",
     "ProducerState",
+    "ResourceType",
     "TopicDescription",
     "TopicMetadata",
     "TransactionDescription",
@@ -38,16 +46,114 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class NewTopic:
     """A topic for `create_topics`. `num_partitions` -1 takes the service's default (1);
-    `replication_factor` is accepted for compatibility and ignored (the store is the replica)."""
+    `replication_factor` is accepted for compatibility and ignored (the store is the replica);
+    `config`: topic configs by Kafka's names (`retention.ms`, `cleanup.policy`, ...)."""
 
     topic: str
     num_partitions: int = -1
     replication_factor: int = -1
     config: Mapping[str, str] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        if self.config:
-            raise ValueError("NewTopic.config: topics take no configuration here")
+
+class ResourceType(Enum):
+    """What a `ConfigResource` names; the coordinator has topic configs only."""
+
+    UNKNOWN = 0
+    ANY = 1
+    TOPIC = 2
+    GROUP = 3
+    BROKER = 4
+
+
+class ConfigSource(Enum):
+    """Where a config's value comes from: set on the topic, or the default."""
+
+    UNKNOWN_CONFIG = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+
+
+class AlterConfigOpType(Enum):
+    """How `incremental_alter_configs` changes a config: SET a value, or DELETE it (back to its
+    default). APPEND and SUBTRACT (list configs) are refused: no topic config here is a list."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+@dataclass
+class ConfigEntry:
+    """A config: what `describe_configs` returns (by name), and what
+    `ConfigResource.add_incremental_config` takes with an `incremental_operation`."""
+
+    name: str
+    value: str | None
+    source: ConfigSource = ConfigSource.UNKNOWN_CONFIG
+    is_read_only: bool = False
+    is_default: bool = False
+    is_sensitive: bool = False
+    is_synonym: bool = False
+    synonyms: list[ConfigEntry] = field(default_factory=list)
+    incremental_operation: AlterConfigOpType | None = None
+
+
+class ConfigResource:
+    """A resource whose configs are described or altered: `ConfigResource(ResourceType.TOPIC,
+    "payments")` (or the type's name, "topic"). Equal and hashed by type and name, as the keys
+    of the futures the calls return."""
+
+    Type = ResourceType
+
+    def __init__(
+        self,
+        restype: ResourceType | str | int,
+        name: str,
+        set_config: Mapping[str, str] | None = None,
+        described_configs: Mapping[str, ConfigEntry] | None = None,
+        error: KafkaError | None = None,
+        incremental_configs: list[ConfigEntry] | None = None,
+    ) -> None:
+        if isinstance(restype, str):
+            restype = ResourceType[restype.upper()]
+        elif isinstance(restype, int):
+            restype = ResourceType(restype)
+        self.restype = restype
+        self.name = name
+        self.set_config_dict: dict[str, str] = dict(set_config or {})
+        self.configs = dict(described_configs or {})
+        self.error = error
+        self.incremental_configs: list[ConfigEntry] = list(incremental_configs or [])
+
+    def set_config(self, name: str, value: str, overwrite: bool = True) -> None:
+        if overwrite or name not in self.set_config_dict:
+            self.set_config_dict[name] = value
+
+    def add_incremental_config(self, config: ConfigEntry) -> None:
+        self.incremental_configs.append(config)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ConfigResource) and (self.restype, self.name) == (
+            other.restype,
+            other.name,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.restype, self.name))
+
+    def __repr__(self) -> str:
+        return f"ConfigResource({self.restype.name}, {self.name!r})"
+
+
+@dataclass(frozen=True)
+class DeletedRecords:
+    """`delete_records`'s result per partition: its new log start offset."""
+
+    low_watermark: int
 
 
 @dataclass(frozen=True)
@@ -137,6 +243,31 @@ def _transaction(doc: dict[str, Any]) -> TransactionDescription:
     )
 
 
+def _path(name: str) -> str:
+    return quote(name, safe="")
+
+
+def _topic_of(resource: ConfigResource) -> str:
+    if resource.restype is not ResourceType.TOPIC:
+        raise ValueError(f"{resource!r}: only topic configs exist here")
+    return f"/v1/topics/{_path(resource.name)}"
+
+
+_SOURCES = {"TOPIC": ConfigSource.DYNAMIC_TOPIC_CONFIG, "DEFAULT": ConfigSource.DEFAULT_CONFIG}
+
+
+def _entries(answer: dict[str, Any]) -> dict[str, ConfigEntry]:
+    return {
+        c["name"]: ConfigEntry(
+            c["name"],
+            c["value"],
+            source=_SOURCES.get(c["source"], ConfigSource.UNKNOWN_CONFIG),
+            is_default=c["source"] == "DEFAULT",
+        )
+        for c in answer["configs"]
+    }
+
+
 def _settled(value: T) -> Future[T]:
     future: Future[T] = Future()
     future.set_result(value)
@@ -186,6 +317,8 @@ class AdminClient:
             body: dict[str, Any] = {"name": new.topic}
             if new.num_partitions != -1:
                 body["partitions"] = new.num_partitions
+            if new.config:
+                body["configs"] = dict(new.config)
             try:
                 self._http.call(
                     "POST", "/v1/topics", body=body, deadline=self._deadline(request_timeout)
@@ -234,6 +367,118 @@ class AdminClient:
                 )
             except KafkaException as exc:
                 futures[name] = _failed(exc)
+        return futures
+
+    def delete_topics(
+        self,
+        topics: Iterable[str],
+        operation_timeout: float = 0,
+        request_timeout: float | None = None,
+    ) -> dict[str, Future[None]]:
+        """Delete topics with their records, producer state and group offsets; open
+        transactions that include one are aborted and their producers fenced. A future per
+        topic name: `.result()` is None, or raises (`UnknownTopicOrPartition`...)."""
+        self._check_open()
+        futures: dict[str, Future[None]] = {}
+        for name in topics:
+            try:
+                self._http.call(
+                    "DELETE", f"/v1/topics/{_path(name)}", deadline=self._deadline(request_timeout)
+                )
+                futures[name] = _settled(None)
+            except KafkaException as exc:
+                futures[name] = _failed(exc)
+        return futures
+
+    def describe_configs(
+        self, resources: Iterable[ConfigResource], request_timeout: float | None = None
+    ) -> dict[ConfigResource, Future[dict[str, ConfigEntry]]]:
+        """Every config of each topic, by name, with its value and source
+        (`DYNAMIC_TOPIC_CONFIG`: set on the topic; `DEFAULT_CONFIG`)."""
+        self._check_open()
+        futures: dict[ConfigResource, Future[dict[str, ConfigEntry]]] = {}
+        for resource in resources:
+            try:
+                answer = self._http.call(
+                    "GET",
+                    f"{_topic_of(resource)}/configs",
+                    deadline=self._deadline(request_timeout),
+                )
+                futures[resource] = _settled(_entries(answer))
+            except (KafkaException, ValueError) as exc:
+                futures[resource] = _failed(exc)
+        return futures
+
+    def incremental_alter_configs(
+        self, resources: Iterable[ConfigResource], request_timeout: float | None = None
+    ) -> dict[ConfigResource, Future[None]]:
+        """Apply each resource's incremental configs (`ConfigEntry` with
+        `incremental_operation` SET or DELETE), all or nothing per resource: a bad name or value
+        fails its future with `INVALID_CONFIG` and changes nothing."""
+        self._check_open()
+        futures: dict[ConfigResource, Future[None]] = {}
+        for resource in resources:
+            try:
+                body: dict[str, Any] = {"set": {}, "delete": []}
+                for entry in resource.incremental_configs:
+                    operation = entry.incremental_operation or AlterConfigOpType.SET
+                    if operation is AlterConfigOpType.SET:
+                        body["set"][entry.name] = entry.value
+                    elif operation is AlterConfigOpType.DELETE:
+                        body["delete"].append(entry.name)
+                    else:
+                        raise KafkaException(
+                            KafkaError(
+                                KafkaError.INVALID_CONFIG,
+                                f"{entry.name}: {operation.name} applies to list configs; "
+                                "no topic config here is one",
+                            )
+                        )
+                self._http.call(
+                    "PATCH",
+                    f"{_topic_of(resource)}/configs",
+                    body=body,
+                    deadline=self._deadline(request_timeout),
+                )
+                futures[resource] = _settled(None)
+            except (KafkaException, ValueError) as exc:
+                futures[resource] = _failed(exc)
+        return futures
+
+    def delete_records(
+        self,
+        topic_partition_offsets: Iterable[TopicPartition],
+        request_timeout: float | None = None,
+        operation_timeout: float = 0,
+    ) -> dict[TopicPartition, Future[DeletedRecords]]:
+        """Delete the records below each partition's offset (`OFFSET_END`, -1: all of them, up
+        to the high watermark), moving its log start offset up, never down. One request per
+        topic, all or nothing: an offset above a high watermark fails the topic's futures with
+        `OFFSET_OUT_OF_RANGE`."""
+        self._check_open()
+        by_topic: dict[str, list[TopicPartition]] = {}
+        for tp in topic_partition_offsets:
+            by_topic.setdefault(tp.topic, []).append(tp)
+        futures: dict[TopicPartition, Future[DeletedRecords]] = {}
+        for topic, partitions in by_topic.items():
+            body = {
+                "partitions": [
+                    {"partition": tp.partition, "offset": tp.offset} for tp in partitions
+                ]
+            }
+            try:
+                answer = self._http.call(
+                    "POST",
+                    f"/v1/topics/{_path(topic)}/delete-records",
+                    body=body,
+                    deadline=self._deadline(request_timeout),
+                )
+                starts = {p["partition"]: p["log_start_offset"] for p in answer["partitions"]}
+                for tp in partitions:
+                    futures[tp] = _settled(DeletedRecords(starts[tp.partition]))
+            except KafkaException as exc:
+                for tp in partitions:
+                    futures[tp] = _failed(exc)
         return futures
 
     # -- transactions -----------------------------------------------------------------------------

@@ -106,6 +106,41 @@ def test_auto_offset_reset_chooses_where_a_partition_without_commits_starts(
         assert raised.value.code == KafkaError._AUTO_OFFSET_RESET
 
 
+def test_a_position_below_the_log_start_is_reset_as_auto_offset_reset_says(
+    service: Coordinator,
+) -> None:
+    """Records deleted under a consumer (delete-records, retention) leave its position below
+    the log start: OFFSET_OUT_OF_RANGE, handled by `auto.offset.reset`."""
+    service.create_topic("t")
+    fill(service, "t", ["a", "b", "c", "d"])
+    partition = TopicPartition("t", 0, 1)
+
+    def delete_below(offset: int) -> None:
+        response = service.http.post(
+            "/v1/topics/t/delete-records",
+            json={"partitions": [{"partition": 0, "offset": offset}]},
+        )
+        assert response.status_code == 200, response.text
+
+    with consumer(service, auto_offset_reset="earliest") as earliest:
+        earliest.assign([partition])
+        delete_below(2)
+        assert [m.offset() for m in drain(earliest)] == [2, 3]
+    with consumer(service, auto_offset_reset="latest") as latest:
+        latest.assign([TopicPartition("t", 0, 2)])
+        delete_below(3)
+        assert drain(latest) == []
+        assert latest.position([TopicPartition("t", 0)])[0].offset == 4
+        fill(service, "t", ["e"])
+        assert [m.value() for m in drain(latest)] == [b"e"]
+    with consumer(service, auto_offset_reset="error") as strict:
+        strict.assign([TopicPartition("t", 0, 3)])
+        delete_below(5)
+        with pytest.raises(KafkaException) as raised:
+            drain(strict)
+        assert raised.value.code == KafkaError.OFFSET_OUT_OF_RANGE
+
+
 def test_seek_and_position_move_and_report_the_next_offset(service: Coordinator) -> None:
     service.create_topic("t")
     fill(service, "t", [str(i) for i in range(5)])
