@@ -4,6 +4,7 @@ fails the read or the write before anything runs, with an error that names it.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import re
 from collections.abc import Callable
@@ -24,7 +25,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from sdk import Producer
+from sdk import KafkaException, Producer
+from sdk.spark._source import OffsetRange, _ReadSettings
 from tests.spark_support import Log, unique
 
 pytestmark = pytest.mark.slow
@@ -152,6 +154,43 @@ def test_starting_and_ending_offsets_given_as_json(spark: SparkSession, log: Log
     assert texts(latest) == []
 
 
+def test_fail_on_data_loss_fails_on_deleted_offsets_unless_false(
+    spark: SparkSession, log: Log
+) -> None:
+    topic = log.create_topic(unique("lost"))
+    log.append(topic, 0, [f"v{i}" for i in range(6)])
+    deleted = log.http.post(
+        f"/v1/topics/{topic}/delete-records",
+        json={"partitions": [{"partition": 0, "offset": 3}]},
+    )
+    assert deleted.status_code == 200, deleted.text
+    asked = f'{{"{topic}": {{"0": 1}}}}'
+    with pytest.raises(Exception, match=r"offset 1 was asked for, but the log now starts at 3"):
+        reader(spark, log, topic, startingOffsets=asked).collect()
+    lenient = reader(spark, log, topic, startingOffsets=asked, failOnDataLoss="false")
+    assert texts(lenient) == [(0, i, f"v{i}") for i in range(3, 6)]
+    # The default, earliest, starts at the log start: nothing asked for was lost.
+    assert texts(reader(spark, log, topic)) == [(0, i, f"v{i}") for i in range(3, 6)]
+
+
+def test_a_range_planned_before_a_deletion_follows_fail_on_data_loss(log: Log) -> None:
+    """Records deleted between planning (the driver) and reading (a task): the task's fetch is
+    OFFSET_OUT_OF_RANGE and failOnDataLoss decides. The task's read, driven directly."""
+    topic = log.create_topic(unique("lost-late"))
+    log.append(topic, 0, [f"v{i}" for i in range(6)])
+    planned = OffsetRange(topic, 0, 1, 6)
+    deleted = log.http.post(
+        f"/v1/topics/{topic}/delete-records",
+        json={"partitions": [{"partition": 0, "offset": 4}]},
+    )
+    assert deleted.status_code == 200, deleted.text
+    strict = _ReadSettings(log.url, None, (topic,), "read_committed")
+    with pytest.raises(KafkaException, match="offset 1 was asked for, but the log now starts at 4"):
+        list(strict.read(planned))
+    lenient = dataclasses.replace(strict, fail_on_data_loss=False)
+    assert [row[4] for row in lenient.read(planned)] == [4, 5]
+
+
 def test_read_committed_never_returns_aborted_or_open_records_and_read_uncommitted_does(
     spark: SparkSession, log: Log
 ) -> None:
@@ -261,6 +300,10 @@ BAD_OPTIONS = {
     "read with an endingOffsets that is no offset": (
         _read(endingOffsets='{"t": {"0": "twelve"}}'),
         "endingOffsets: t/0: 'twelve' is not an offset",
+    ),
+    "read with a bad failOnDataLoss": (
+        _read(failOnDataLoss="maybe"),
+        "failOnDataLoss: 'maybe' is neither true nor false",
     ),
     "read with a bad isolation.level": (
         _read(**{"isolation.level": "serializable"}),

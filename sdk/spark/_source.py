@@ -32,7 +32,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import Row, StructType
 
 from coordinator.log import recordbatch
-from sdk._errors import ConfigError, KafkaTimeoutError
+from sdk._errors import ConfigError, KafkaError, KafkaException, KafkaTimeoutError
 from sdk.spark._offsets import (
     EARLIEST,
     LATEST,
@@ -113,12 +113,37 @@ class OffsetRange(InputPartition):
     end: int
 
 
+def _bool_option(options: Any, name: str, default: bool) -> bool:
+    value = options.get(name)
+    if value is None:
+        return default
+    text = str(value).strip().lower()
+    if text not in ("true", "false"):
+        raise ConfigError(f"{name}: {value!r} is neither true nor false")
+    return text == "true"
+
+
+def data_lost(topic: str, partition: int, asked: int, log_start: int) -> KafkaException:
+    return KafkaException(
+        KafkaError(
+            KafkaError.OFFSET_OUT_OF_RANGE,
+            f"{topic}/{partition}: offset {asked} was asked for, but the log now starts at "
+            f"{log_start}: offsets {asked}..{log_start - 1} were deleted (retention, compaction "
+            "or delete-records) and some data may have been lost. Set failOnDataLoss=false to "
+            "go on from the log start instead.",
+        )
+    )
+
+
 @dataclass(frozen=True)
 class _ReadSettings:
     url: str
     token: str | None
     topics: tuple[str, ...]
     isolation_level: str
+    # Spark's Kafka option: offsets asked for that were deleted fail the query (true), or the
+    # read goes on from the log start (false).
+    fail_on_data_loss: bool = True
 
     @classmethod
     def from_options(cls, options: Any) -> _ReadSettings:
@@ -129,7 +154,11 @@ class _ReadSettings:
         if level not in ISOLATION_LEVELS:
             raise ConfigError(f"isolation.level: {level!r} is not one of {ISOLATION_LEVELS}")
         return cls(
-            _required(options, "coordinator.url"), options.get("coordinator.token"), topics, level
+            _required(options, "coordinator.url"),
+            options.get("coordinator.token"),
+            topics,
+            level,
+            _bool_option(options, "failOnDataLoss", True),
         )
 
     def bounds(self) -> dict[str, dict[int, tuple[int, int]]]:
@@ -173,6 +202,10 @@ class _ReadSettings:
                     offset = start
                 elif offset == LATEST:
                     offset = end
+                elif offset < start:
+                    if self.fail_on_data_loss:
+                        raise data_lost(topic, partition, offset, start)
+                    offset = start
                 result.setdefault(topic, {})[partition] = offset
         return result
 
@@ -190,7 +223,13 @@ class _ReadSettings:
                     "max_bytes": FETCH_MAX_BYTES,
                     "isolation_level": self.isolation_level,
                 }
-                data, headers = http.call_binary(path, params, RECORD_BATCH)
+                try:
+                    data, headers = http.call_binary(path, params, RECORD_BATCH)
+                except KafkaException as exc:
+                    if exc.code != KafkaError.OFFSET_OUT_OF_RANGE:
+                        raise
+                    offset = self._after_loss(http, part, offset, exc)
+                    continue
                 for pos, header in recordbatch.iter_batches(data):
                     for record in recordbatch.records(data, pos, header):
                         if record.offset < offset:
@@ -214,6 +253,19 @@ class _ReadSettings:
                 time.sleep(0.2)
         finally:
             http.close()
+
+    def _after_loss(self, http: Any, part: OffsetRange, offset: int, error: KafkaException) -> int:
+        """Where a read goes on when `offset` fell below the log start after the range was
+        planned: failOnDataLoss says whether it may."""
+        described = partitions_of(http, (part.topic,))[part.topic]
+        log_start = int(
+            next(p["log_start_offset"] for p in described if p["partition"] == part.partition)
+        )
+        if log_start <= offset:
+            raise error  # out of range above the end: not data loss
+        if self.fail_on_data_loss:
+            raise data_lost(part.topic, part.partition, offset, log_start)
+        return log_start
 
 
 def _row(part: OffsetRange, record: recordbatch.Record) -> tuple[Any, ...]:
