@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -121,3 +122,19 @@ class ServiceProcess:
 
     def __exit__(self, *_: Any) -> None:
         self.stop()
+
+
+def serve_on_fresh_store(backend: str, root: Path, name: str) -> Iterator[ServiceProcess]:
+    """A `coordinator serve` on a fresh store (`backend` "sqlite" or "postgres"), for a module's
+    tests to share; stopped, and its database dropped, afterwards; its log must hold no
+    traceback."""
+    postgres = backend == "postgres"
+    url = create_postgres_database() if postgres else f"sqlite:///{root / f'{name}.db'}"
+    running = ServiceProcess(url, root)
+    try:
+        yield running.start()
+    finally:
+        running.stop()
+        if postgres:
+            drop_postgres_database(url)
+    assert "Traceback" not in running.log.read_text(errors="replace")

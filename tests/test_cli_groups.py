@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from coordinator.cli import main
-from tests.support import ServiceProcess, create_postgres_database, drop_postgres_database
+from tests.support import ServiceProcess, serve_on_fresh_store
 from tests.test_cli import table
 
 pytestmark = pytest.mark.slow
@@ -25,17 +25,7 @@ def service(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServiceProcess]:
     """A `coordinator serve` on a fresh store, shared by the module's tests (their names differ)."""
-    root = tmp_path_factory.mktemp("cli-groups")
-    postgres = request.param == "postgres"
-    url = create_postgres_database() if postgres else f"sqlite:///{root / 'groups.db'}"
-    running = ServiceProcess(url, root)
-    try:
-        yield running.start()
-    finally:
-        running.stop()
-        if postgres:
-            drop_postgres_database(url)
-    assert "Traceback" not in running.log.read_text(errors="replace")
+    yield from serve_on_fresh_store(request.param, tmp_path_factory.mktemp("cli-groups"), "groups")
 
 
 @pytest.fixture(autouse=True)

@@ -317,6 +317,22 @@ def _run(args: argparse.Namespace) -> int:
 # -- the parser ------------------------------------------------------------------------------------
 
 
+def _subcommands(
+    command: argparse.ArgumentParser,
+) -> Callable[[str, str], argparse.ArgumentParser]:
+    """Give `command` the connection options and subcommands; returns the function that adds a
+    subcommand (name, summary) taking the connection options after it too."""
+    _connection_options(command, here=True)
+    subcommands = command.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
+
+    def add(name: str, summary: str) -> argparse.ArgumentParser:
+        parser = subcommands.add_parser(name, help=summary, description=summary)
+        _connection_options(parser, here=False)
+        return parser
+
+    return add
+
+
 def _connection_options(parser: argparse.ArgumentParser, here: bool) -> None:
     """`--url`, `--token`, `--json`, `--timeout` go before or after the subcommand. After it, they
     default to SUPPRESS so that leaving them out there keeps what was given before it."""
@@ -378,12 +394,10 @@ def add_transactions_parser(commands: argparse._SubParsersAction[argparse.Argume
         "with 'error: CODE: detail' on stderr when the coordinator refuses or cannot be reached. "
         "The connection options go before or after the subcommand.",
     )
-    _connection_options(group, here=True)
-    subcommands = group.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
+    subcommand = _subcommands(group)
 
     def add(name: str, summary: str, call: Request, render: Render) -> argparse.ArgumentParser:
-        parser = subcommands.add_parser(name, help=summary, description=summary)
-        _connection_options(parser, here=False)
+        parser = subcommand(name, summary)
         parser.set_defaults(run=_run, call=call, render=render)
         return parser
 

@@ -15,10 +15,10 @@ from typing import Any
 from coordinator.admin.cli import (
     Call,
     CommandFailed,
-    _connection_options,
     _id_path,
     _run,
     _send,
+    _subcommands,
     _table,
 )
 
@@ -266,13 +266,7 @@ def add_groups_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
         "with 'error: CODE: detail' on stderr when the coordinator refuses or cannot be reached. "
         "The connection options go before or after the subcommand.",
     )
-    _connection_options(groups, here=True)
-    subcommands = groups.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
-
-    def add(name: str, summary: str) -> argparse.ArgumentParser:
-        parser = subcommands.add_parser(name, help=summary, description=summary)
-        _connection_options(parser, here=False)
-        return parser
+    add = _subcommands(groups)
 
     listing = add("list", "list the groups: type, state and number of members")
     listing.add_argument(

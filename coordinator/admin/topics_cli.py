@@ -17,10 +17,10 @@ from typing import Any
 from coordinator.admin.cli import (
     Call,
     CommandFailed,
-    _connection_options,
     _id_path,
     _run,
     _send,
+    _subcommands,
     _table,
 )
 
@@ -211,13 +211,7 @@ def add_topics_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
         "or cannot be reached. The connection options go before or after the subcommand. "
         "Creating, deleting, altering configs and deleting records need the admin role.",
     )
-    _connection_options(topics, here=True)
-    subcommands = topics.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
-
-    def add(name: str, summary: str) -> argparse.ArgumentParser:
-        parser = subcommands.add_parser(name, help=summary, description=summary)
-        _connection_options(parser, here=False)
-        return parser
+    add = _subcommands(topics)
 
     add("list", "list the topics and their partition counts").set_defaults(
         run=_run, call=_list_call, render=_list_render
