@@ -1,6 +1,8 @@
 """The `coordinator` command: serve, migrate, and the admin commands over HTTP.
 
-coordinator serve [--host 127.0.0.1] [--port 8080]   run the service (migrates the store first)
+coordinator serve [--host 127.0.0.1] [--port 8080] [--kafka-listener HOST:PORT]
+                                                     run the service (migrates the store first),
+                                                     with Kafka's protocol too (kafka/)
 coordinator migrate                                  bring the store's schema to the newest version
 coordinator transactions list|describe|...           inspect and abort transactions over HTTP,
                                                      like kafka-transactions.sh (admin/cli.py)
@@ -51,13 +53,20 @@ def _serve(args: argparse.Namespace) -> int:
     from coordinator.core.migrate import upgrade_to_head
 
     settings = _settings(args)
-    if settings.auth_tokens_file is None and not _is_loopback(args.host) and not args.insecure:
-        print(
-            f"refusing to listen on {args.host} without authentication: set "
-            "COORDINATOR_AUTH_TOKENS_FILE, or pass --insecure to serve the network unauthenticated",
-            file=sys.stderr,
-        )
-        return 2
+    if args.kafka_listener is not None:
+        settings = settings.model_copy(update={"kafka_listener": args.kafka_listener or None})
+    hosts = [args.host]
+    if settings.kafka_listener is not None:
+        hosts.append(settings.kafka_listener.rpartition(":")[0].strip("[]"))
+    for host in hosts:
+        if settings.auth_tokens_file is None and not _is_loopback(host) and not args.insecure:
+            print(
+                f"refusing to listen on {host} without authentication: set "
+                "COORDINATOR_AUTH_TOKENS_FILE, or pass --insecure to serve the network "
+                "unauthenticated",
+                file=sys.stderr,
+            )
+            return 2
     upgrade_to_head(settings.database_url)
     common = {
         "host": args.host,
@@ -69,11 +78,21 @@ def _serve(args: argparse.Namespace) -> int:
     if args.workers == 1:
         uvicorn.run(create_app(settings), **common)
         return 0
-    # Worker processes build their own app from the environment: hand them the chosen store.
-    # Correct because all state is in the store (row locks, SKIP LOCKED sweeps), not in memory.
+    # Worker processes build their own app from the environment: hand them the chosen store
+    # and listener. Correct because all state is in the store (row locks, SKIP LOCKED sweeps).
     os.environ["COORDINATOR_DATABASE_URL"] = settings.database_url
+    if settings.kafka_listener is not None:
+        os.environ["COORDINATOR_KAFKA_LISTENER"] = settings.kafka_listener
     uvicorn.run("coordinator.core.app:create_app", factory=True, workers=args.workers, **common)
     return 0
+
+
+def _listener(value: str) -> str:
+    try:
+        checked = Settings._host_port(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return checked or value
 
 
 def _is_loopback(host: str) -> bool:
@@ -117,9 +136,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="service processes sharing the port and the store ($COORDINATOR_WORKERS, else 1)",
     )
     serve.add_argument(
+        "--kafka-listener",
+        metavar="HOST:PORT",
+        type=_listener,
+        help="also speak Kafka's wire protocol there, in every worker "
+        "($COORDINATOR_KAFKA_LISTENER; default off)",
+    )
+    serve.add_argument(
         "--insecure",
         action="store_true",
-        help="allow a non-loopback --host without a tokens file (no authentication at all)",
+        help="allow a non-loopback --host or --kafka-listener without a tokens file (no "
+        "authentication at all)",
     )
     serve.add_argument(
         "--log-level",

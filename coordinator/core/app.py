@@ -26,6 +26,7 @@ from coordinator.effects.routes import router as effects_router
 from coordinator.effects.tasks import run_expiry
 from coordinator.groups.routes import router as groups_router
 from coordinator.groups.tasks import run_group_sweeper
+from coordinator.kafka.server import KafkaListener
 from coordinator.log.cleaner import run_cleaner
 from coordinator.log.routes import router as log_router
 from coordinator.producers.routes import router as producers_router
@@ -39,7 +40,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     db = Database(settings)
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # Everything loaded at start lives as long as the process: keep the collector from
         # rescanning it on every collection (a measurable share of a produce's CPU).
         gc.collect()
@@ -50,9 +51,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             asyncio.create_task(run_expiry(db, settings), name="coordinator-effect-expiry"),
             asyncio.create_task(run_cleaner(db, settings), name="coordinator-log-cleaner"),
         ]
+        listener = None
+        if settings.kafka_listener is not None:
+            listener = KafkaListener(db, settings, app.state.authenticator)
+            await listener.start()
         try:
             yield
         finally:
+            if listener is not None:
+                await listener.close()
             for task in background:
                 task.cancel()
             for task in background:

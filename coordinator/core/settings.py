@@ -53,6 +53,8 @@ class Settings(BaseSettings):
     effect_retention_ms: int = Field(default=604_800_000, ge=1)
     effect_retention_check_interval_ms: int = Field(default=300_000, ge=1)
     auth_tokens_file: Path | None = None
+    # host:port of the Kafka protocol listener (API.md, "Kafka protocol"); None: off.
+    kafka_listener: str | None = None
     # Largest request body accepted, in bytes; a produce over it is 413 RECORD_LIST_TOO_LARGE.
     max_request_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     # A fetch stops adding records once their payload passes this (it always returns at least one).
@@ -73,6 +75,16 @@ class Settings(BaseSettings):
     @classmethod
     def _async_driver(cls, value: str) -> str:
         return normalise_database_url(value)
+
+    @field_validator("kafka_listener")
+    @classmethod
+    def _host_port(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"kafka_listener: host:port, not {value!r}")
+        return value
 
     @property
     def is_sqlite(self) -> bool:

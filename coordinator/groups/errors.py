@@ -1,6 +1,6 @@
 """Errors of consumer groups: offsets, membership and the fencing of members (KIP-447, KIP-848)."""
 
-from coordinator.core.errors import CoordinatorError
+from coordinator.core.errors import CoordinatorError, InvalidRequest
 
 
 class UnstableOffsetCommit(CoordinatorError):
@@ -36,3 +36,8 @@ class NonEmptyGroup(CoordinatorError):
     code = "NON_EMPTY_GROUP"
     status = 409
     title = "The group still has members"
+
+
+class InvalidSessionTimeout(InvalidRequest):
+    """A session timeout outside the service's bounds: INVALID_REQUEST over HTTP, Kafka's
+    INVALID_SESSION_TIMEOUT over its protocol."""

@@ -31,9 +31,8 @@ from coordinator.core.errors import CoordinatorError, InvalidRequest
 from coordinator.core.metrics import record_rebalance
 from coordinator.core.settings import Settings
 from coordinator.groups.assignor import assign
-from coordinator.groups.errors import FencedMemberEpoch, GroupIdNotFound, UnknownMemberId
+from coordinator.groups.errors import FencedMemberEpoch, InvalidSessionTimeout, UnknownMemberId
 from coordinator.groups.models import (
-    CLASSIC,
     CONSUMER,
     ConsumerGroup,
     GroupMember,
@@ -320,7 +319,7 @@ def _session_timeout(settings: Settings, body: HeartbeatRequest) -> int:
         return settings.group_session_timeout_ms
     low, high = settings.group_min_session_timeout_ms, settings.group_max_session_timeout_ms
     if not low <= body.session_timeout_ms <= high:
-        raise InvalidRequest(
+        raise InvalidSessionTimeout(
             f"session_timeout_ms: {body.session_timeout_ms} is outside the service's bounds "
             f"{low}..{high}"
         )
@@ -338,6 +337,9 @@ async def heartbeat(
     body: HeartbeatRequest,
     client_id: str,
     client_host: str,
+    *,
+    protocol: str = CONSUMER,
+    assignor: str | None = None,
 ) -> HeartbeatResponse:
     """Join (epoch 0), heartbeat (the current epoch, or the previous one after a lost answer)
     or leave (epoch -1); answers the member's epoch and the partitions it may own now.
@@ -392,6 +394,8 @@ async def heartbeat(
                         )
                 member.client_id = client_id
                 member.client_host = client_host
+                member.protocol = protocol
+                member.assignor = assignor
                 member.session_timeout_ms = session_timeout_ms
                 member.rebalance_timeout_ms = body.rebalance_timeout_ms
                 member.last_heartbeat_ms = now
@@ -414,6 +418,17 @@ async def heartbeat(
     return answer
 
 
+async def member_of(db: Database, group_id: str, member_id: str) -> GroupMember | None:
+    """The member as stored (its epoch and what it was told to own), or None; for a classic
+    member's JoinGroup, which carries no epoch."""
+    async with db.read() as session:
+        member = await session.get(GroupMember, (group_id, member_id))
+        if member is None or is_gone(member, now_ms()):
+            return None
+        session.expunge(member)
+        return member
+
+
 def _require_member(group_id: str, member_id: str, member: GroupMember | None) -> GroupMember:
     if member is None:
         raise UnknownMemberId(f"group {group_id!r} has no member {member_id!r}; rejoin")
@@ -430,11 +445,6 @@ def _join(
     """A new member, or one joining again under its member id (having lost its partitions):
     the old incarnation's partitions are free, and its epochs are never valid again."""
     group = state.group
-    if group.protocol_type == CLASSIC and any(
-        m.member_id != body.member_id for m in state.members.values()
-    ):
-        # As Kafka's coordinator answers a consumer-protocol member of a live classic group.
-        raise GroupIdNotFound(f"group {group.group_id!r} is a classic group with members")
     group.protocol_type = CONSUMER
     topics = sorted(set(body.subscribed_topics or ()))
     if member is not None:

@@ -24,9 +24,10 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from coordinator.core.database import Base
 
-# `ConsumerGroup.protocol_type`: how the group's members talk to the coordinator.
-CONSUMER = "consumer"  # the REST heartbeat (KIP-848's shape): the coordinator assigns
-CLASSIC = "classic"  # Kafka's JoinGroup/SyncGroup: the members' leader assigns
+# How a member talks to the coordinator (`GroupMember.protocol`); the coordinator assigns either
+# way, so both kinds share one group, as in Kafka 4's consumer groups with classic members.
+CONSUMER = "consumer"  # the REST heartbeat (KIP-848's shape)
+CLASSIC = "classic"  # Kafka's JoinGroup/SyncGroup/Heartbeat over the Kafka listener
 
 
 class GroupOffset(Base):
@@ -47,7 +48,7 @@ class ConsumerGroup(Base):
     __tablename__ = "consumer_groups"
 
     group_id: Mapped[str] = mapped_column(String(255), primary_key=True)
-    # CONSUMER or CLASSIC once a member joined; null for a group that only ever had offsets.
+    # CONSUMER once a member joined; null for a group that only ever had offsets.
     protocol_type: Mapped[str | None] = mapped_column(String(16), nullable=True)
     # Raised whenever the target assignment must be computed anew: a member joins, leaves or
     # expires, a subscription changes, a subscribed topic gains or loses partitions.
@@ -91,6 +92,10 @@ class GroupMember(Base):
     session_deadline_ms: Mapped[int] = mapped_column(BigInteger)
     # Set while it holds a partition the target gives to another: past it, the member is gone.
     revoke_deadline_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # CONSUMER (heartbeats over HTTP) or CLASSIC (Kafka's JoinGroup/SyncGroup over the Kafka
+    # listener); a classic member's chosen assignor (range, cooperative-sticky, ...).
+    protocol: Mapped[str] = mapped_column(String(16), server_default=CONSUMER)
+    assignor: Mapped[str | None] = mapped_column(String(255), nullable=True)
 
     __table_args__ = (
         Index("ix_group_members_session_deadline_ms", "session_deadline_ms"),

@@ -59,6 +59,10 @@ class MemberDescription(BaseModel):
     member_epoch: int
     client_id: str
     client_host: str
+    # "consumer" (heartbeats over HTTP) or "classic" (JoinGroup over the Kafka listener), and a
+    # classic member's assignor (the protocol name it chose, e.g. "range").
+    protocol: str
+    assignor: str | None
     subscribed_topics: list[str]
     # What the member was last told to own.
     assignment: list[TopicPartitionOut]

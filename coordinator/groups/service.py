@@ -146,6 +146,8 @@ async def _describe(session: AsyncSession, state: GroupState, now: int) -> Group
                 member_epoch=m.member_epoch,
                 client_id=m.client_id,
                 client_host=m.client_host,
+                protocol=m.protocol,
+                assignor=m.assignor,
                 subscribed_topics=list(m.subscribed_topics),
                 assignment=_partitions(m.assigned),
                 target_assignment=_partitions(state.target_of(m.member_id)),

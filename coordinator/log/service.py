@@ -835,3 +835,45 @@ async def fetch_json(
         "last_stable_offset": fetched.last_stable_offset,
         "log_start_offset": fetched.log_start_offset,
     }
+
+
+# -- offsets by time ----------------------------------------------------------------------------
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+
+
+async def list_offset(
+    db: Database, topic: str, partition: int, timestamp: int, *, read_committed: bool
+) -> tuple[int, int]:
+    """Kafka's ListOffsets for one partition: (offset, timestamp). LATEST is the high
+    watermark (the LSO for read_committed), EARLIEST the log start offset; MAX_TIMESTAMP the
+    batch holding the newest timestamp; a timestamp, the first batch whose newest record is at
+    least that old: its base offset (the store keeps timestamps per batch, so the answer may be
+    a few records early, never late: a reader loses nothing). -1 when there is none."""
+    async with db.read() as session:
+        connection = await session.connection()
+        params = {"topic": topic, "partition": partition}
+        bounds = (await connection.execute(BOUNDS, params)).first()
+        if bounds is None:
+            raise UnknownTopicOrPartition(f"{topic}-{partition} does not exist")
+        high_watermark, log_start, first_open = bounds
+        if timestamp == LATEST:
+            end = stable_offset(high_watermark, first_open) if read_committed else high_watermark
+            return end, -1
+        if timestamp == EARLIEST:
+            return log_start, -1
+        if timestamp < MAX_TIMESTAMP:
+            raise InvalidRequest(f"timestamp {timestamp}: -3, -2, -1 or a time in ms")
+        query = select(Batch.base_offset, Batch.max_timestamp).where(
+            Batch.topic == topic, Batch.partition == partition, Batch.control.is_(None)
+        )
+        if timestamp == MAX_TIMESTAMP:
+            query = query.order_by(Batch.max_timestamp.desc(), Batch.base_offset)
+        else:
+            query = query.where(Batch.max_timestamp >= timestamp).order_by(Batch.base_offset)
+        found = (await session.execute(query.limit(1))).first()
+        if found is None:
+            return -1, -1
+        return max(found[0], log_start), found[1]

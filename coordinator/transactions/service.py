@@ -480,7 +480,12 @@ async def add_offsets(
         target = transition(txn.state, Op.ADD_OFFSETS, transactional_id)
         # KIP-447: the group checks the member here, when the offsets join the transaction (the
         # lock order: this transactional id, then the group, then partitions).
-        await check_offset_commit(session, body.group_id, body.member_id, body.member_epoch, keys)
+        # Without offsets (Kafka's AddOffsetsToTxn: the group joins, its offsets come later)
+        # nothing is committed, so there is nobody to check yet.
+        if keys or body.member_id is not None:
+            await check_offset_commit(
+                session, body.group_id, body.member_id, body.member_epoch, keys
+            )
         if keys:
             await require_partitions(session, keys)
         if txn.state != State.ONGOING:
@@ -523,20 +528,31 @@ async def prepare(
     return StateResponse(state=target)
 
 
-async def end(db: Database, transactional_id: str, body: EndTxnRequest) -> EndTxnResponse:
+async def end(
+    db: Database, transactional_id: str, body: EndTxnRequest, *, version: int = 2
+) -> EndTxnResponse:
+    """EndTxn. Transaction version 2 (KIP-890, the HTTP API's) raises the epoch at every end;
+    version 1 (Kafka's clients before KIP-890) keeps it, so the producer's next transaction
+    runs at the same epoch, and a retry is recognised only while no transaction is open."""
     wanted = State.COMPLETE_COMMIT if body.commit else State.COMPLETE_ABORT
     async with db.write() as session:
         now = now_ms()
         locked = await _lock_existing(session, transactional_id)
         txn = locked.txn
-        if _ended_by(txn, body.producer_id, body.producer_epoch, wanted):
-            producer_id, epoch = _identity_after(txn)
+        retry = _ended_by(txn, body.producer_id, body.producer_epoch, wanted)
+        if retry and (version >= 2 or txn.state not in OPEN):
+            producer_id, epoch = (
+                _identity_after(txn) if version >= 2 else (body.producer_id, body.producer_epoch)
+            )
             return EndTxnResponse(state=wanted, producer_id=producer_id, producer_epoch=epoch)
         await check_caller(session, txn, locked.epoch, body.producer_id, body.producer_epoch)
         state = await _finish(
             session, locked, Op.COMMIT if body.commit else Op.ABORT, BY_CLIENT, now
         )
-        producer_id, epoch = await _raise_epoch(session, locked)
+        if version >= 2:
+            producer_id, epoch = await _raise_epoch(session, locked)
+        else:
+            producer_id, epoch = txn.producer_id, locked.epoch
     return EndTxnResponse(state=state, producer_id=producer_id, producer_epoch=epoch)
 
 

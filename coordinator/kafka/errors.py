@@ -1,0 +1,65 @@
+"""Domain errors as Kafka error codes, by name: API.md's codes are Kafka's, so the mapping is the
+name itself, but for the few the HTTP API has and Kafka's protocol does not."""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+from pydantic import ValidationError
+
+from coordinator.core.errors import CoordinatorError
+from coordinator.groups.errors import InvalidSessionTimeout
+
+_BESIDES_THE_NAME = {
+    # A Kafka client of transaction version 1 knows only that it was fenced (as Kafka answers).
+    "TRANSACTION_TIMED_OUT": ErrorCode.producer_fenced,
+    "UNAUTHENTICATED": ErrorCode.sasl_authentication_failed,
+    "NOT_FOUND": ErrorCode.invalid_request,
+    "METHOD_NOT_ALLOWED": ErrorCode.invalid_request,
+    "INTERNAL_ERROR": ErrorCode.unknown_server_error,
+}
+
+
+class Refused(Exception):
+    """A refusal only Kafka's protocol has (acks, replication factor, a resource type), with
+    its Kafka error code; the domain's own refusals are `CoordinatorError`s."""
+
+    def __init__(self, code: ErrorCode, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code
+
+
+def error_code(error: BaseException) -> ErrorCode:
+    """The Kafka error code for what a domain service raised (or a request model refused)."""
+    if isinstance(error, Refused):
+        return error.code
+    if isinstance(error, InvalidSessionTimeout):
+        return ErrorCode.invalid_session_timeout
+    if isinstance(error, ValidationError):
+        return _BY_FIELD.get(_field(error), ErrorCode.invalid_request)
+    if isinstance(error, CoordinatorError):
+        found = _BESIDES_THE_NAME.get(error.code)
+        if found is not None:
+            return found
+        return ErrorCode.__members__.get(error.code.lower(), ErrorCode.unknown_server_error)
+    raise error
+
+
+# A request model's field that Kafka names its own error for (CreateTopics' name, partitions).
+_BY_FIELD = {"name": ErrorCode.invalid_topic_exception, "partitions": ErrorCode.invalid_partitions}
+
+
+def _field(error: ValidationError) -> str:
+    return str(error.errors()[0]["loc"][0]) if error.errors()[0]["loc"] else ""
+
+
+def message(error: BaseException) -> str:
+    if isinstance(error, CoordinatorError):
+        return error.detail
+    if isinstance(error, ValidationError):
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        return f"{where}: {first['msg']}"
+    return str(error)
+
+
+FAILURES = (CoordinatorError, ValidationError, Refused)

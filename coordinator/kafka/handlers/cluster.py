@@ -1,0 +1,98 @@
+"""ApiVersions, Metadata and FindCoordinator: the listener is the one broker (node 0), leader of
+every partition and coordinator of every group and transactional id."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from kio.index import load_payload_module
+from kio.schema.errors import ErrorCode
+from kio.static.constants import EntityType
+
+from coordinator.kafka.server import Client
+from coordinator.kafka.wire import SUPPORTED, Reply, Request
+from coordinator.log import service as log_service
+
+NODE_ID = 0
+CLUSTER_ID = "txn-coordinator"
+_NO_TOPIC_ID = uuid.UUID(int=0)
+
+
+def _api_keys(reply: Reply) -> tuple[Any, ...]:
+    return tuple(
+        reply("ApiVersion", api_key=key, min_version=low, max_version=high)
+        for key, (low, high) in sorted(SUPPORTED.items())
+    )
+
+
+async def api_versions(client: Client, request: Request) -> Any:
+    return request.reply.body(error_code=ErrorCode.none, api_keys=_api_keys(request.reply))
+
+
+def unsupported_api_versions() -> Any:
+    reply = Reply(load_payload_module(18, 0, EntityType.response))
+    return reply.body(error_code=ErrorCode.unsupported_version, api_keys=_api_keys(reply))
+
+
+async def metadata(client: Client, request: Request) -> Any:
+    reply, body = request.reply, request.body
+    assert client.access is not None
+    known = {t.name: t.partitions for t in (await log_service.list_topics(client.db)).topics}
+    if body.topics is None or (request.version == 0 and not body.topics):
+        names = sorted(name for name in known if client.access.visible_topic(name))
+    else:
+        names = [t.name for t in body.topics if t.name is not None]
+    topics = []
+    for name in names:
+        if not client.access.visible_topic(name):
+            error, partitions = ErrorCode.topic_authorization_failed, 0
+        elif name not in known:
+            error, partitions = ErrorCode.unknown_topic_or_partition, 0
+        else:
+            error, partitions = ErrorCode.none, known[name]
+        topics.append(
+            reply(
+                "MetadataResponseTopic",
+                error_code=error,
+                name=name,
+                topic_id=_NO_TOPIC_ID,
+                is_internal=False,
+                partitions=tuple(
+                    reply(
+                        "MetadataResponsePartition",
+                        error_code=ErrorCode.none,
+                        partition_index=i,
+                        leader_id=NODE_ID,
+                        # -1: no leader epochs (KIP-320's checks do not apply to one broker).
+                        leader_epoch=-1,
+                        replica_nodes=(NODE_ID,),
+                        isr_nodes=(NODE_ID,),
+                        offline_replicas=(),
+                    )
+                    for i in range(partitions)
+                ),
+            )
+        )
+    broker = reply("MetadataResponseBroker", node_id=NODE_ID, host=client.host, port=client.port)
+    return reply.body(
+        brokers=(broker,),
+        cluster_id=CLUSTER_ID,
+        controller_id=NODE_ID,
+        topics=tuple(topics),
+    )
+
+
+async def find_coordinator(client: Client, request: Request) -> Any:
+    reply, body = request.reply, request.body
+    where = {"node_id": NODE_ID, "host": client.host, "port": client.port}
+    if reply.has("FindCoordinatorResponse", "coordinators"):
+        return reply.body(
+            coordinators=tuple(
+                reply(
+                    "Coordinator", key=key, error_code=ErrorCode.none, error_message=None, **where
+                )
+                for key in body.coordinator_keys
+            )
+        )
+    return reply.body(error_code=ErrorCode.none, error_message=None, **where)

@@ -1,0 +1,236 @@
+"""Produce, Fetch, ListOffsets and DeleteRecords: the client's record batches stored as they are,
+and returned as stored, with what read_committed clients filter by (the LSO, and the aborted
+transactions with their markers)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from coordinator.kafka.errors import FAILURES, Refused, error_code, message
+from coordinator.kafka.server import Client
+from coordinator.kafka.wire import Request, milliseconds
+from coordinator.log import service as log_service
+from coordinator.log.schemas import DeleteRecords
+
+READ_COMMITTED = 1
+# How often a waiting fetch looks again when nothing was appended through this process (an
+# append through another process or the HTTP door is seen within this).
+_RECHECK_S = 0.1
+
+# Set by every append through this process's Kafka door: a waiting fetch looks again at once.
+_appended = asyncio.Event()
+
+
+async def produce(client: Client, request: Request) -> Any:
+    reply, body = request.reply, request.body
+    assert client.access is not None
+    tid = body.transactional_id
+    responses = []
+    for topic in body.topic_data:
+        partitions = []
+        for data in topic.partition_data:
+            answer: dict[str, Any] = {
+                "base_offset": -1,
+                "log_append_time": -1,
+                "log_start_offset": -1,
+            }
+            try:
+                if body.acks not in (0, 1, -1):
+                    raise Refused(ErrorCode.invalid_required_acks, f"acks={body.acks}: 0, 1 or -1")
+                client.access.topic(topic.name, "producer")
+                if tid is not None:
+                    client.access.transactional_id(tid)
+                if data.records is None:
+                    raise Refused(ErrorCode.corrupt_message, "no record batch")
+                appended = await log_service.produce_batch(
+                    client.db, client.settings, topic.name, data.index, bytes(data.records), tid
+                )
+                answer = {
+                    "base_offset": appended.base_offset,
+                    "log_append_time": appended.log_append_time,
+                    "log_start_offset": appended.log_start_offset,
+                    "error_code": ErrorCode.none,
+                }
+                _appended.set()
+            except FAILURES as failure:
+                answer |= {"error_code": error_code(failure), "error_message": message(failure)}
+            partitions.append(
+                reply("PartitionProduceResponse", index=data.index, record_errors=(), **answer)
+            )
+        responses.append(
+            reply("TopicProduceResponse", name=topic.name, partition_responses=tuple(partitions))
+        )
+    if body.acks == 0:
+        return None
+    return reply.body(responses=tuple(responses))
+
+
+async def fetch(client: Client, request: Request) -> Any:
+    body = request.body
+    deadline = time.monotonic() + milliseconds(body.max_wait) / 1000
+    min_bytes = max(1, body.min_bytes)
+    while True:
+        _appended.clear()
+        topics, size = await _fetch_once(client, request)
+        remaining = deadline - time.monotonic()
+        if size >= min_bytes or remaining <= 0 or client.closing.is_set():
+            break
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(_appended.wait(), min(remaining, _RECHECK_S))
+    return request.reply.body(error_code=ErrorCode.none, session_id=0, responses=topics)
+
+
+async def _fetch_once(client: Client, request: Request) -> tuple[tuple[Any, ...], int]:
+    reply, body = request.reply, request.body
+    assert client.access is not None
+    read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
+    budget = body.max_bytes if getattr(body, "max_bytes", None) else client.settings.fetch_max_bytes
+    budget = min(budget, client.settings.fetch_max_bytes)
+    total = 0
+    topics = []
+    for topic in body.topics:
+        partitions = []
+        for asked in topic.partitions:
+            answer: dict[str, Any] = {
+                "high_watermark": -1,
+                "last_stable_offset": -1,
+                "log_start_offset": -1,
+                "aborted_transactions": (),
+                "records": b"",
+            }
+            try:
+                client.access.topic(topic.topic, "consumer")
+                if total >= budget:
+                    # Over the fetch's budget: where the partition stands, no data (Kafka's way).
+                    fetched = await log_service.fetch_batches(
+                        client.db,
+                        topic.topic,
+                        asked.partition,
+                        asked.fetch_offset,
+                        max_bytes=1,
+                        read_committed=read_committed,
+                        include_control=True,
+                        include_aborted=True,
+                        max_records=0,
+                    )
+                    fetched.batches = []
+                else:
+                    fetched = await log_service.fetch_batches(
+                        client.db,
+                        topic.topic,
+                        asked.partition,
+                        asked.fetch_offset,
+                        max_bytes=max(1, min(asked.partition_max_bytes, budget - total)),
+                        read_committed=read_committed,
+                        include_control=True,
+                        include_aborted=True,
+                    )
+                records = b"".join(fetched.batches)
+                total += len(records)
+                aborted: tuple[Any, ...] = ()
+                if read_committed and records:
+                    aborted = tuple(
+                        reply("AbortedTransaction", producer_id=pid, first_offset=first)
+                        for pid, first in await log_service.aborted_transactions(
+                            client.db,
+                            topic.topic,
+                            asked.partition,
+                            asked.fetch_offset,
+                            fetched.next_offset,
+                        )
+                    )
+                answer = {
+                    "error_code": ErrorCode.none,
+                    "high_watermark": fetched.high_watermark,
+                    "last_stable_offset": fetched.last_stable_offset,
+                    "log_start_offset": fetched.log_start_offset,
+                    "aborted_transactions": aborted,
+                    "records": records,
+                }
+            except FAILURES as failure:
+                answer["error_code"] = error_code(failure)
+            partitions.append(reply("PartitionData", partition_index=asked.partition, **answer))
+        topics.append(
+            reply("FetchableTopicResponse", topic=topic.topic, partitions=tuple(partitions))
+        )
+    return tuple(topics), total
+
+
+async def list_offsets(client: Client, request: Request) -> Any:
+    reply, body = request.reply, request.body
+    assert client.access is not None
+    read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
+    topics = []
+    for topic in body.topics:
+        partitions = []
+        for asked in topic.partitions:
+            answer: dict[str, Any] = {"offset": -1, "timestamp": -1, "leader_epoch": -1}
+            try:
+                client.access.topic(topic.name, "consumer")
+                offset, timestamp = await log_service.list_offset(
+                    client.db,
+                    topic.name,
+                    asked.partition_index,
+                    asked.timestamp,
+                    read_committed=read_committed,
+                )
+                answer |= {"offset": offset, "timestamp": timestamp, "error_code": ErrorCode.none}
+            except FAILURES as failure:
+                answer["error_code"] = error_code(failure)
+            partitions.append(
+                reply(
+                    "ListOffsetsPartitionResponse", partition_index=asked.partition_index, **answer
+                )
+            )
+        topics.append(
+            reply("ListOffsetsTopicResponse", name=topic.name, partitions=tuple(partitions))
+        )
+    return reply.body(topics=tuple(topics))
+
+
+async def delete_records(client: Client, request: Request) -> Any:
+    reply, body = request.reply, request.body
+    assert client.access is not None
+    topics = []
+    for topic in body.topics:
+        results: dict[int, Any] = {}
+        try:
+            client.access.cluster()
+            deleted = await log_service.delete_records(
+                client.db,
+                topic.name,
+                DeleteRecords.model_validate(
+                    {
+                        "partitions": [
+                            {"partition": p.partition_index, "offset": p.offset}
+                            for p in topic.partitions
+                        ]
+                    }
+                ),
+            )
+            results = {
+                s.partition: {"low_watermark": s.log_start_offset, "error_code": ErrorCode.none}
+                for s in deleted.partitions
+            }
+        except FAILURES as failure:
+            code = error_code(failure)
+            results = {
+                p.partition_index: {"low_watermark": -1, "error_code": code}
+                for p in topic.partitions
+            }
+        topics.append(
+            reply(
+                "DeleteRecordsTopicResult",
+                name=topic.name,
+                partitions=tuple(
+                    reply("DeleteRecordsPartitionResult", partition_index=p, **r)
+                    for p, r in results.items()
+                ),
+            )
+        )
+    return reply.body(topics=tuple(topics))

@@ -1,0 +1,182 @@
+"""CreateTopics, DeleteTopics, DescribeConfigs and IncrementalAlterConfigs: kafka-topics.sh's and
+kafka-configs.sh's calls (and AdminClient's), onto the log's topic services."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from coordinator.kafka.errors import FAILURES, Refused, error_code, message
+from coordinator.kafka.server import Client
+from coordinator.kafka.wire import Request
+from coordinator.log import configs
+from coordinator.log import service as log_service
+from coordinator.log.schemas import AlterConfigs, CreateTopic
+
+TOPIC = 2
+BROKER = 4
+SET, DELETE = 0, 1
+# ConfigSource: DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG.
+_SOURCES = {"TOPIC": 1, "DEFAULT": 5}
+_NO_TOPIC_ID = uuid.UUID(int=0)
+
+
+async def create_topics(client: Client, request: Request) -> Any:
+    reply, body = request.reply, request.body
+    assert client.access is not None
+    results = []
+    for topic in body.topics:
+        partitions = 1 if topic.num_partitions == -1 else topic.num_partitions
+        answer: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None}
+        try:
+            client.access.cluster()
+            if topic.replication_factor not in (-1, 1):
+                raise Refused(
+                    ErrorCode.invalid_replication_factor,
+                    f"replication factor {topic.replication_factor}: this coordinator is one "
+                    "broker; the database keeps the copies (use 1 or -1)",
+                )
+            if topic.assignments:
+                raise Refused(ErrorCode.invalid_request, "manual replica assignments: one broker")
+            spec = CreateTopic.model_validate(
+                {
+                    "name": topic.name,
+                    "partitions": partitions,
+                    "configs": {c.name: c.value for c in topic.configs} or None,
+                }
+            )
+            if body.validate_only:
+                configs.validated(spec.configs or {})
+                if any(
+                    t.name == topic.name for t in (await log_service.list_topics(client.db)).topics
+                ):
+                    raise Refused(
+                        ErrorCode.topic_already_exists, f"topic {topic.name!r} already exists"
+                    )
+            else:
+                await log_service.create_topic(client.db, spec)
+        except FAILURES as failure:
+            answer = {"error_code": error_code(failure), "error_message": message(failure)}
+        ok = answer["error_code"] is ErrorCode.none
+        results.append(
+            reply(
+                "CreatableTopicResult",
+                name=topic.name,
+                topic_id=_NO_TOPIC_ID,
+                num_partitions=partitions if ok else -1,
+                replication_factor=1 if ok else -1,
+                configs=(),
+                **answer,
+            )
+        )
+    return reply.body(topics=tuple(results))
+
+
+async def delete_topics(client: Client, request: Request) -> Any:
+    reply, body = request.reply, request.body
+    assert client.access is not None
+    results = []
+    for name in body.topic_names:
+        answer: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None}
+        try:
+            client.access.cluster()
+            await log_service.delete_topic(client.db, name)
+        except FAILURES as failure:
+            answer = {"error_code": error_code(failure), "error_message": message(failure)}
+        results.append(reply("DeletableTopicResult", name=name, **answer))
+    return reply.body(responses=tuple(results))
+
+
+async def describe_configs(client: Client, request: Request) -> Any:
+    reply, body = request.reply, request.body
+    assert client.access is not None
+    results = []
+    for resource in body.resources:
+        entries: list[Any] = []
+        answer: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None}
+        try:
+            if resource.resource_type == TOPIC:
+                client.access.topic(resource.resource_name, "producer", "consumer")
+                listed = await log_service.describe_configs(
+                    client.db, client.settings, resource.resource_name
+                )
+                keys = set(resource.configuration_keys or ())
+                entries = [
+                    reply(
+                        "DescribeConfigsResourceResult",
+                        name=c.name,
+                        value=c.value,
+                        read_only=False,
+                        is_default=c.source == "DEFAULT",
+                        config_source=_SOURCES[c.source],
+                        is_sensitive=False,
+                        synonyms=(),
+                        config_type=0,
+                        documentation=None,
+                    )
+                    for c in listed.configs
+                    if not keys or c.name in keys
+                ]
+            elif resource.resource_type != BROKER:
+                # The one broker has no configs of its own to show (an empty list, as asked).
+                raise Refused(ErrorCode.invalid_request, f"resource type {resource.resource_type}")
+        except FAILURES as failure:
+            answer = {"error_code": error_code(failure), "error_message": message(failure)}
+        results.append(
+            reply(
+                "DescribeConfigsResult",
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+                configs=tuple(entries),
+                **answer,
+            )
+        )
+    return reply.body(results=tuple(results))
+
+
+async def incremental_alter_configs(client: Client, request: Request) -> Any:
+    reply, body = request.reply, request.body
+    assert client.access is not None
+    results = []
+    for resource in body.resources:
+        answer: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None}
+        try:
+            client.access.cluster()
+            if resource.resource_type != TOPIC:
+                raise Refused(ErrorCode.invalid_request, "only topic configs can be altered")
+            to_set: dict[str, Any] = {}
+            to_delete: list[str] = []
+            for config in resource.configs:
+                if config.config_operation == SET:
+                    to_set[config.name] = config.value
+                elif config.config_operation == DELETE:
+                    to_delete.append(config.name)
+                else:
+                    raise Refused(
+                        ErrorCode.invalid_config,
+                        f"{config.name}: APPEND and SUBTRACT are for list configs, and none is one",
+                    )
+            change = AlterConfigs.model_validate({"set": to_set, "delete": to_delete})
+            if body.validate_only:
+                configs.validated(change.set)
+                configs.known(change.delete)
+                await log_service.describe_configs(
+                    client.db, client.settings, resource.resource_name
+                )
+            else:
+                await log_service.alter_configs(
+                    client.db, client.settings, resource.resource_name, change
+                )
+        except FAILURES as failure:
+            answer = {"error_code": error_code(failure), "error_message": message(failure)}
+        results.append(
+            reply(
+                "AlterConfigsResourceResponse",
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+                **answer,
+            )
+        )
+    return reply.body(responses=tuple(results))

@@ -1,0 +1,295 @@
+"""InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn and the
+transaction tools' calls (DescribeProducers, DescribeTransactions, ListTransactions).
+
+Kafka's clients here speak transaction version 1: partitions are added before produce, and EndTxn
+keeps the epoch (`transactions.service.end(version=1)`); the rules are the domain's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from coordinator.admin import service as admin_service
+from coordinator.kafka.errors import FAILURES, error_code
+from coordinator.kafka.server import Client
+from coordinator.kafka.wire import Request, milliseconds
+from coordinator.producers import service as producers
+from coordinator.producers.schemas import InitPidRequest
+from coordinator.transactions import service as transactions
+from coordinator.transactions.schemas import (
+    AddOffsetsRequest,
+    AddPartitionsRequest,
+    EndTxnRequest,
+)
+from coordinator.transactions.states import State
+
+TRANSACTION_VERSION = 1
+# An idempotent producer's InitProducerId carries no meaningful timeout.
+_IDEMPOTENT_TIMEOUT_MS = 60_000
+
+
+async def init_producer_id(client: Client, request: Request) -> Any:
+    body = request.body
+    assert client.access is not None
+    tid = body.transactional_id
+    try:
+        if tid is None:
+            client.access.idempotent_producer()
+            timeout = _IDEMPOTENT_TIMEOUT_MS
+        else:
+            client.access.transactional_id(tid)
+            timeout = milliseconds(body.transaction_timeout)
+        answer = await producers.init_pid(
+            client.db,
+            client.settings,
+            InitPidRequest(transactional_id=tid, transaction_timeout_ms=timeout),
+        )
+        return request.reply.body(
+            error_code=ErrorCode.none,
+            producer_id=answer.producer_id,
+            producer_epoch=answer.producer_epoch,
+        )
+    except FAILURES as failure:
+        return request.reply.body(error_code=error_code(failure), producer_id=-1, producer_epoch=-1)
+
+
+async def add_partitions_to_txn(client: Client, request: Request) -> Any:
+    reply, body = request.reply, request.body
+    assert client.access is not None
+    tid = body.v3_and_below_transactional_id
+    wanted = [(t.name, p) for t in body.v3_and_below_topics for p in t.partitions]
+    code = ErrorCode.none
+    try:
+        client.access.transactional_id(tid)
+        for topic, _ in wanted:
+            client.access.topic(topic, "producer")
+        await transactions.add_partitions(
+            client.db,
+            tid,
+            AddPartitionsRequest.model_validate(
+                {
+                    "producer_id": body.v3_and_below_producer_id,
+                    "producer_epoch": body.v3_and_below_producer_epoch,
+                    "partitions": [{"topic": t, "partition": p} for t, p in wanted],
+                }
+            ),
+        )
+    except FAILURES as failure:
+        code = error_code(failure)
+    return reply.body(
+        results_by_topic_v3_and_below=reply.same_code(
+            ((t.name, t.partitions) for t in body.v3_and_below_topics),
+            code,
+            "AddPartitionsToTxnTopicResult",
+            "AddPartitionsToTxnPartitionResult",
+            partitions_field="results_by_partition",
+            code_field="partition_error_code",
+        )
+    )
+
+
+async def add_offsets_to_txn(client: Client, request: Request) -> Any:
+    body = request.body
+    assert client.access is not None
+    try:
+        client.access.transactional_id(body.transactional_id)
+        client.access.group(body.group_id, "producer", "consumer")
+        await transactions.add_offsets(
+            client.db,
+            body.transactional_id,
+            AddOffsetsRequest(
+                producer_id=body.producer_id,
+                producer_epoch=body.producer_epoch,
+                group_id=body.group_id,
+                offsets=[],
+            ),
+        )
+    except FAILURES as failure:
+        return request.reply.body(error_code=error_code(failure))
+    return request.reply.body(error_code=ErrorCode.none)
+
+
+async def txn_offset_commit(client: Client, request: Request) -> Any:
+    reply, body = request.reply, request.body
+    assert client.access is not None
+    member_id = getattr(body, "member_id", "") or None
+    generation = getattr(body, "generation_id", -1)
+    code = ErrorCode.none
+    try:
+        client.access.transactional_id(body.transactional_id)
+        client.access.group(body.group_id, "producer", "consumer")
+        await transactions.add_offsets(
+            client.db,
+            body.transactional_id,
+            AddOffsetsRequest.model_validate(
+                {
+                    "producer_id": body.producer_id,
+                    "producer_epoch": body.producer_epoch,
+                    "group_id": body.group_id,
+                    "member_id": member_id if generation >= 0 else None,
+                    "member_epoch": generation if member_id and generation >= 0 else None,
+                    "offsets": [
+                        {
+                            "topic": t.name,
+                            "partition": p.partition_index,
+                            "offset": p.committed_offset,
+                            "metadata": p.committed_metadata,
+                        }
+                        for t in body.topics
+                        for p in t.partitions
+                    ],
+                }
+            ),
+        )
+    except FAILURES as failure:
+        code = error_code(failure)
+    return reply.body(
+        topics=reply.same_code(
+            ((t.name, (p.partition_index for p in t.partitions)) for t in body.topics),
+            code,
+            "TxnOffsetCommitResponseTopic",
+            "TxnOffsetCommitResponsePartition",
+        )
+    )
+
+
+async def end_txn(client: Client, request: Request) -> Any:
+    body = request.body
+    assert client.access is not None
+    try:
+        client.access.transactional_id(body.transactional_id)
+        await transactions.end(
+            client.db,
+            body.transactional_id,
+            EndTxnRequest(
+                producer_id=body.producer_id,
+                producer_epoch=body.producer_epoch,
+                commit=body.committed,
+            ),
+            version=TRANSACTION_VERSION,
+        )
+    except FAILURES as failure:
+        return request.reply.body(error_code=error_code(failure))
+    return request.reply.body(error_code=ErrorCode.none)
+
+
+async def describe_producers(client: Client, request: Request) -> Any:
+    reply, body = request.reply, request.body
+    assert client.access is not None
+    topics = []
+    for topic in body.topics:
+        partitions = []
+        for p in topic.partition_indexes:
+            answer: dict[str, Any] = {"error_code": ErrorCode.none, "active_producers": ()}
+            try:
+                client.access.cluster()
+                producers_ = await admin_service.describe_producers(client.db, topic.name, p)
+                answer["active_producers"] = tuple(
+                    reply(
+                        "ProducerState",
+                        producer_id=s.producer_id,
+                        producer_epoch=s.producer_epoch,
+                        last_sequence=s.last_sequence,
+                        last_timestamp=s.last_timestamp,
+                        coordinator_epoch=0,
+                        current_txn_start_offset=-1
+                        if s.current_txn_start_offset is None
+                        else s.current_txn_start_offset,
+                    )
+                    for s in producers_.producers
+                )
+            except FAILURES as failure:
+                answer = {
+                    "error_code": error_code(failure),
+                    "active_producers": (),
+                    "error_message": str(failure),
+                }
+            partitions.append(reply("PartitionResponse", partition_index=p, **answer))
+        topics.append(reply("TopicResponse", name=topic.name, partitions=tuple(partitions)))
+    return reply.body(topics=tuple(topics))
+
+
+def _started_ms(started_at: str | None) -> int:
+    if started_at is None:
+        return -1
+    from datetime import datetime
+
+    return int(datetime.fromisoformat(started_at.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+async def describe_transactions(client: Client, request: Request) -> Any:
+    reply, body = request.reply, request.body
+    assert client.access is not None
+    states = []
+    for tid in body.transactional_ids:
+        try:
+            client.access.transactional_id(tid)
+            d = await transactions.describe(client.db, tid)
+            topics: dict[str, list[int]] = {}
+            for tp in d.partitions:
+                topics.setdefault(tp.topic, []).append(tp.partition)
+            states.append(
+                reply(
+                    "TransactionState",
+                    error_code=ErrorCode.none,
+                    transactional_id=tid,
+                    transaction_state=d.state,
+                    transaction_timeout=d.timeout_ms,
+                    transaction_start_time=_started_ms(d.started_at),
+                    producer_id=d.producer_id,
+                    producer_epoch=d.producer_epoch,
+                    topics=tuple(
+                        reply("TopicData", topic=t, partitions=tuple(ps))
+                        for t, ps in topics.items()
+                    ),
+                )
+            )
+        except FAILURES as failure:
+            states.append(
+                reply(
+                    "TransactionState",
+                    error_code=error_code(failure),
+                    transactional_id=tid,
+                    transaction_state="",
+                    transaction_timeout=0,
+                    transaction_start_time=-1,
+                    producer_id=-1,
+                    producer_epoch=-1,
+                    topics=(),
+                )
+            )
+    return reply.body(transaction_states=tuple(states))
+
+
+async def list_transactions(client: Client, request: Request) -> Any:
+    reply, body = request.reply, request.body
+    assert client.access is not None
+    try:
+        client.access.cluster()
+    except FAILURES as failure:
+        return reply.body(
+            error_code=error_code(failure), unknown_state_filters=(), transaction_states=()
+        )
+    known = {s.value for s in State}
+    wanted = set(body.state_filters)
+    unknown = tuple(sorted(wanted - known))
+    pids = set(body.producer_id_filters)
+    older = milliseconds(getattr(body, "duration_filter", None))
+    found = await admin_service.list_transactions(
+        client.db, None, older if older >= 0 else None, None, limit=100_000
+    )
+    return reply.body(
+        error_code=ErrorCode.none,
+        unknown_state_filters=unknown,
+        transaction_states=tuple(
+            reply(
+                "TransactionState",
+                transactional_id=t.transactional_id,
+                producer_id=t.producer_id,
+                transaction_state=t.state,
+            )
+            for t in found.transactions
+            if (not wanted or t.state in wanted) and (not pids or t.producer_id in pids)
+        ),
+    )

@@ -1,0 +1,175 @@
+"""The Kafka protocol listener: an asyncio server beside uvicorn in every service process.
+
+Each connection is served as Kafka's broker serves it: one request at a time, answered in order
+(the broker mutes a connection until its answer is sent, and idempotent producers rely on that
+order). With a tokens file a connection must authenticate with SASL/PLAIN first (user = principal,
+password = token); until then only ApiVersions and the SASL calls are answered. Handlers live by
+domain in `coordinator.kafka.handlers`; they check access, translate and call the domain services.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from coordinator.core.auth import Access, Authenticator
+from coordinator.core.database import Database
+from coordinator.core.settings import Settings
+from coordinator.kafka import wire
+from coordinator.kafka.wire import SUPPORTED, BadRequest, Request
+
+log = logging.getLogger("coordinator.kafka")
+
+SASL_HANDSHAKE = 17
+SASL_AUTHENTICATE = 36
+_BEFORE_AUTH = {wire.API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE}
+# How long a closing listener lets requests under way finish before cancelling them.
+_GRACE_S = 5.0
+
+
+@dataclass
+class Client:
+    """One connection: where it came from, who it is, and what the handlers need."""
+
+    db: Database
+    settings: Settings
+    authenticator: Authenticator | None
+    host: str  # the address the client reached (Metadata names it as the broker)
+    port: int
+    client_host: str
+    access: Access | None = None  # None until authenticated
+    client_id: str = ""
+    sasl_mechanism: str | None = None
+    raw_sasl: bool = False  # SaslHandshake v0: the next frame is a bare SASL token
+    # Set when the listener closes: a waiting Fetch answers at once.
+    closing: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+Handler = Callable[[Client, Request], Awaitable[Any]]
+
+
+def _handlers() -> dict[int, Handler]:
+    from coordinator.kafka.handlers import HANDLERS
+
+    return HANDLERS
+
+
+class KafkaListener:
+    def __init__(self, db: Database, settings: Settings, authenticator: Authenticator | None):
+        assert settings.kafka_listener is not None
+        self.db = db
+        self.settings = settings
+        self.authenticator = authenticator
+        host, _, port = settings.kafka_listener.rpartition(":")
+        self.host = host.strip("[]") or "127.0.0.1"
+        self.port = int(port)
+        self._server: asyncio.Server | None = None
+        self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self._closing = asyncio.Event()
+        self._handlers = _handlers()
+
+    async def start(self) -> None:
+        # Every worker process binds the same address (SO_REUSEPORT); the kernel spreads
+        # connections over them, as uvicorn's shared socket does for HTTP.
+        self._server = await asyncio.start_server(
+            self._serve, self.host, self.port, reuse_port=hasattr(socket, "SO_REUSEPORT")
+        )
+        log.info("Kafka protocol listener on %s:%d", self.host, self.port)
+
+    async def close(self) -> None:
+        """Stop accepting, end idle connections, and let requests under way finish (a waiting
+        Fetch answers at once), so no database work is cancelled halfway; cancel what is still
+        running after `_GRACE_S`."""
+        if self._server is not None:
+            self._server.close()
+        self._closing.set()
+        for writer in self._connections.values():
+            writer.close()  # a connection waiting for its next request reads EOF and ends
+        if self._connections:
+            _, pending = await asyncio.wait(list(self._connections), timeout=_GRACE_S)
+            for task in pending:
+                task.cancel()
+            for task in pending:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections[task] = writer
+        local = writer.get_extra_info("sockname") or (self.host, self.port)
+        peer = writer.get_extra_info("peername") or ("", 0)
+        client = Client(
+            self.db,
+            self.settings,
+            self.authenticator,
+            host=str(local[0]),
+            port=int(local[1]),
+            client_host=str(peer[0]),
+            access=Access(None) if self.authenticator is None else None,
+            closing=self._closing,
+        )
+        try:
+            while True:
+                size = wire.read_frame_size(await reader.readexactly(4))
+                frame = await reader.readexactly(size)
+                answer = await self._answer(client, frame)
+                if writer.is_closing():
+                    break  # the listener closed the connection while the request ran
+                if answer is not None:
+                    writer.write(answer)
+                    await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        except asyncio.CancelledError:
+            # The listener is closing: the connection just ends (not an error to report).
+            pass
+        except BadRequest as exc:
+            log.info("closing Kafka connection from %s: %s", client.client_host, exc)
+        except Exception:
+            # A bug: nothing is answered for the request (the client sees the connection close
+            # and retries); it is logged so it gets fixed.
+            log.exception("Kafka request from %s failed", client.client_host)
+        finally:
+            self._connections.pop(task, None)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _answer(self, client: Client, frame: bytes) -> bytes | None:
+        if client.raw_sasl:
+            from coordinator.kafka.handlers.sasl import authenticate_raw
+
+            return authenticate_raw(client, frame)
+        api_key, version, correlation_id = wire.peek_header(frame)
+        versions = SUPPORTED.get(api_key)
+        if versions is None or not versions[0] <= version <= versions[1]:
+            if api_key == wire.API_VERSIONS:
+                # Kafka answers an ApiVersions it does not know in version 0, with the error and
+                # its versions, so the client can pick one it shares.
+                from coordinator.kafka.handlers.cluster import unsupported_api_versions
+
+                return wire.encode(correlation_id, unsupported_api_versions())
+            raise BadRequest(f"API key {api_key} version {version} is not served")
+        if client.access is None and api_key not in _BEFORE_AUTH:
+            raise BadRequest(f"API key {api_key} before SASL authentication")
+        request = wire.decode(frame)
+        client.client_id = request.client_id
+        response = await self._handlers[api_key](client, request)
+        if response is None:  # Produce with acks=0
+            return None
+        return wire.encode(correlation_id, response)
+
+
+def error_only(request: Request, code: ErrorCode, **values: Any) -> Any:
+    """A response carrying only a top-level error, for calls that have one."""
+    return request.reply.body(error_code=code, **values)

@@ -1,0 +1,220 @@
+"""Kafka's framing: a size-prefixed request in, its header and body decoded by kio (types
+generated from Kafka's own message schemas, flexible versions and tagged fields included), and a
+response built for exactly the version asked for and encoded the same way.
+
+kio was chosen over kafka-python's protocol classes and hand-written codecs: it is generated from
+the JSON schemas Kafka itself is built from (every version, every tagged field), its decoders are
+native, and its messages are plain frozen dataclasses, so a handler reads a request as data and
+builds its answer with `Reply`, which fills in what a given version has and drops what it lacks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import io
+import struct
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from kio.index import load_payload_module
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+
+# Every API the listener answers, by key, with the versions it answers (ApiVersions advertises
+# exactly these). The ceilings keep to versions whose shape the domain can fill: no topic ids
+# (Fetch 13+, Metadata topic ids stay zero), no KIP-848 offset commits (OffsetCommit 9+), no
+# batched coordinator-side calls (AddPartitionsToTxn 4+), no transaction version 2 for now
+# (EndTxn 5+, InitProducerId 5+: the clients here speak version 1).
+SUPPORTED: Mapping[int, tuple[int, int]] = {
+    0: (3, 9),  # Produce
+    1: (4, 12),  # Fetch
+    2: (1, 7),  # ListOffsets
+    3: (1, 12),  # Metadata
+    8: (2, 8),  # OffsetCommit
+    9: (1, 7),  # OffsetFetch
+    10: (0, 4),  # FindCoordinator
+    11: (0, 7),  # JoinGroup
+    12: (0, 4),  # Heartbeat
+    13: (0, 4),  # LeaveGroup
+    14: (0, 4),  # SyncGroup
+    15: (0, 5),  # DescribeGroups
+    16: (0, 4),  # ListGroups
+    17: (0, 1),  # SaslHandshake
+    18: (0, 3),  # ApiVersions
+    19: (2, 7),  # CreateTopics
+    20: (1, 5),  # DeleteTopics
+    21: (0, 2),  # DeleteRecords
+    22: (0, 4),  # InitProducerId
+    24: (0, 3),  # AddPartitionsToTxn
+    25: (0, 3),  # AddOffsetsToTxn
+    26: (0, 3),  # EndTxn
+    28: (0, 3),  # TxnOffsetCommit
+    32: (1, 4),  # DescribeConfigs
+    36: (0, 2),  # SaslAuthenticate
+    44: (0, 1),  # IncrementalAlterConfigs
+    61: (0, 0),  # DescribeProducers
+    65: (0, 0),  # DescribeTransactions
+    66: (0, 1),  # ListTransactions
+}
+
+API_VERSIONS = 18
+# A request larger than this is refused and the connection closed (Kafka's
+# socket.request.max.bytes is 100 MiB; the service's own body limit applies to the batches).
+MAX_FRAME = 100 * 1024 * 1024
+
+_SIZE = struct.Struct(">i")
+_HEAD = struct.Struct(">hhi")
+
+
+class BadRequest(Exception):
+    """A frame that cannot be decoded; the connection is closed, as Kafka's broker does."""
+
+
+@dataclass(slots=True)
+class Request:
+    api_key: int
+    version: int
+    correlation_id: int
+    client_id: str
+    body: Any
+    reply: Reply
+
+
+def peek_header(frame: bytes) -> tuple[int, int, int]:
+    if len(frame) < _HEAD.size:
+        raise BadRequest("a request shorter than its header")
+    api_key, version, correlation_id = _HEAD.unpack_from(frame)
+    return api_key, version, correlation_id
+
+
+def decode(frame: bytes) -> Request:
+    """The request in `frame` (without its size prefix), for a supported key and version."""
+    api_key, version, _ = peek_header(frame)
+    module = load_payload_module(api_key, version, EntityType.request)
+    request_type = _payload_type(module, EntityType.request)
+    try:
+        header, used = entity_reader(request_type.__header_schema__)(frame, 0)
+        body, size = entity_reader(request_type)(frame, used)
+    except Exception as exc:  # kio raises assorted errors on truncated or invalid input
+        raise BadRequest(f"undecodable {request_type.__name__}: {exc!r}") from None
+    if used + size != len(frame):
+        raise BadRequest(f"{len(frame) - used - size} bytes after {request_type.__name__}")
+    reply = Reply(load_payload_module(api_key, version, EntityType.response))
+    return Request(api_key, version, header.correlation_id, header.client_id or "", body, reply)
+
+
+def encode(correlation_id: int, response: Any) -> bytes:
+    """The size-prefixed response frame: its header (the version its type names), then it."""
+    header_type = type(response).__header_schema__
+    buffer = io.BytesIO()
+    buffer.write(b"\0\0\0\0")
+    entity_writer(header_type)(buffer, header_type(correlation_id=correlation_id))
+    entity_writer(type(response))(buffer, response)
+    data = buffer.getbuffer()
+    _SIZE.pack_into(data, 0, len(data) - 4)
+    del data
+    return buffer.getvalue()
+
+
+def _payload_type(module: ModuleType, kind: EntityType) -> Any:
+    for value in vars(module).values():
+        if isinstance(value, type) and getattr(value, "__type__", None) is kind:
+            return value
+    raise AssertionError(f"{module.__name__} has no {kind.name}")
+
+
+def _convert(field: dataclasses.Field[Any], value: Any) -> Any:
+    kind = field.metadata.get("kafka_type")
+    if kind in ("timedelta_i32", "timedelta_i64") and isinstance(value, int):
+        return datetime.timedelta(milliseconds=value)
+    if kind == "datetime_i64" and isinstance(value, int):
+        return datetime.datetime.fromtimestamp(value / 1000, datetime.UTC)
+    if kind == "error_code" and not isinstance(value, ErrorCode):
+        return ErrorCode(value)
+    return value
+
+
+class Reply:
+    """Builds the response entities of one API version: `reply("Name", field=...)`, or
+    `reply.body(...)` for the top-level response. Fields this version lacks are dropped (a
+    handler fills the newest shape once); fields it has and that were not given take their
+    schema defaults, or fail loudly when they have none (a bug, caught by the client tests)."""
+
+    __slots__ = ("module", "version")
+
+    def __init__(self, module: ModuleType) -> None:
+        self.module = module
+        self.version = _payload_type(module, EntityType.response).__version__
+
+    def __call__(self, entity: str, /, **values: Any) -> Any:
+        return _build(getattr(self.module, entity), values)
+
+    def body(self, **values: Any) -> Any:
+        values.setdefault("throttle_time", 0)
+        return _build(_payload_type(self.module, EntityType.response), values)
+
+    def same_code(
+        self,
+        topics: Iterable[tuple[str, Iterable[int]]],
+        code: ErrorCode,
+        topic_entity: str,
+        partition_entity: str,
+        partitions_field: str = "partitions",
+        code_field: str = "error_code",
+    ) -> tuple[Any, ...]:
+        """Per-topic, per-partition results that all carry one code: the answer of calls that
+        succeed or fail as a whole (AddPartitionsToTxn, TxnOffsetCommit, OffsetCommit)."""
+        return tuple(
+            self(
+                topic_entity,
+                name=name,
+                **{
+                    partitions_field: tuple(
+                        self(partition_entity, partition_index=p, **{code_field: code})
+                        for p in partitions
+                    )
+                },
+            )
+            for name, partitions in topics
+        )
+
+    def has(self, entity: str, field: str) -> bool:
+        found = getattr(self.module, entity, None)
+        return found is not None and field in _fields(found)
+
+
+def _fields(entity: type) -> dict[str, dataclasses.Field[Any]]:
+    cached: dict[str, dataclasses.Field[Any]] | None = _FIELDS.get(entity)
+    if cached is None:
+        cached = {f.name: f for f in dataclasses.fields(entity)}
+        _FIELDS[entity] = cached
+    return cached
+
+
+_FIELDS: dict[type, dict[str, dataclasses.Field[Any]]] = {}
+
+
+def _build(entity: type, values: Mapping[str, Any]) -> Any:
+    known = _fields(entity)
+    return entity(
+        **{name: _convert(known[name], value) for name, value in values.items() if name in known}
+    )
+
+
+def read_frame_size(prefix: bytes) -> int:
+    size: int = _SIZE.unpack(prefix)[0]
+    if not 0 < size <= MAX_FRAME:
+        raise BadRequest(f"a request of {size} bytes")
+    return size
+
+
+def milliseconds(value: datetime.timedelta | int | None) -> int:
+    if value is None:
+        return -1
+    if isinstance(value, datetime.timedelta):
+        return int(value.total_seconds() * 1000)
+    return int(value)  # already milliseconds
