@@ -124,13 +124,15 @@ class ServiceProcess:
         self.stop()
 
 
-def serve_on_fresh_store(backend: str, root: Path, name: str) -> Iterator[ServiceProcess]:
+def serve_on_fresh_store(
+    backend: str, root: Path, name: str, **env: str
+) -> Iterator[ServiceProcess]:
     """A `coordinator serve` on a fresh store (`backend` "sqlite" or "postgres"), for a module's
     tests to share; stopped, and its database dropped, afterwards; its log must hold no
     traceback."""
     postgres = backend == "postgres"
     url = create_postgres_database() if postgres else f"sqlite:///{root / f'{name}.db'}"
-    running = ServiceProcess(url, root)
+    running = ServiceProcess(url, root, **env)
     try:
         yield running.start()
     finally:

@@ -1,0 +1,388 @@
+"""Kafka's own clients, unchanged, against `coordinator serve` with its Kafka listener, on SQLite
+and on Postgres (API.md, "Kafka protocol"): kcat (Debian's), kafka-python and confluent-kafka
+(librdkafka) produce, consume, rebalance and run exactly-once transactions; records written
+through either door are read through the other."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import confluent_kafka as ck
+import confluent_kafka.admin as cka
+import httpx
+import kafka
+import pytest
+
+from tests.support import ServiceProcess, free_port, serve_on_fresh_store
+
+pytestmark = pytest.mark.slow
+
+# Short enough for a test, long enough for a loaded machine.
+DEADLINE_S = 30.0
+
+
+@dataclass
+class Broker:
+    service: ServiceProcess
+    bootstrap: str
+
+    @property
+    def url(self) -> str:
+        return self.service.url
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def broker(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Broker]:
+    port = free_port()
+    for service in serve_on_fresh_store(
+        request.param,
+        tmp_path_factory.mktemp("kafka"),
+        "kafka",
+        COORDINATOR_KAFKA_LISTENER=f"127.0.0.1:{port}",
+        COORDINATOR_GROUP_MIN_SESSION_TIMEOUT_MS="1000",
+    ):
+        yield Broker(service, f"127.0.0.1:{port}")
+
+
+def create_topic(broker: Broker, partitions: int = 1, **configs: str) -> str:
+    name = f"k{uuid.uuid4().hex[:10]}"
+    body: dict[str, Any] = {"name": name, "partitions": partitions}
+    if configs:
+        body["configs"] = configs
+    assert httpx.post(f"{broker.url}/v1/topics", json=body).status_code == 201
+    return name
+
+
+def http_values(broker: Broker, topic: str, partition: int, committed: bool = True) -> list[str]:
+    isolation = "read_committed" if committed else "read_uncommitted"
+    values: list[str] = []
+    offset = 0
+    while True:
+        response = httpx.get(
+            f"{broker.url}/v1/topics/{topic}/partitions/{partition}/records",
+            params={"offset": offset, "isolation_level": isolation},
+        )
+        assert response.status_code == 200, response.text
+        body = response.json()
+        values += [r["value"] for r in body["records"]]
+        if body["next_offset"] == offset or not body["records"]:
+            return values
+        offset = body["next_offset"]
+
+
+def http_produce(broker: Broker, topic: str, partition: int, values: list[str]) -> None:
+    response = httpx.post(
+        f"{broker.url}/v1/topics/{topic}/partitions/{partition}/records",
+        json={"records": [{"key": v, "value": v} for v in values]},
+    )
+    assert response.status_code == 200, response.text
+
+
+def until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def consume(consumer: ck.Consumer, count: int) -> list[ck.Message]:
+    got: list[ck.Message] = []
+    deadline = time.monotonic() + DEADLINE_S
+    while len(got) < count:
+        assert time.monotonic() < deadline, f"consumed {len(got)} of {count}"
+        message = consumer.poll(0.2)
+        if message is None:
+            continue
+        assert message.error() is None, message.error()
+        got.append(message)
+    return got
+
+
+def confluent_config(broker: Broker, **extra: Any) -> dict[str, Any]:
+    return {"bootstrap.servers": broker.bootstrap, "log_level": 3, **extra}
+
+
+# -- kcat ----------------------------------------------------------------------------------------
+
+
+def kcat(broker: Broker, *args: str, stdin: str | None = None) -> str:
+    done = subprocess.run(
+        ["kcat", "-b", broker.bootstrap, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_kcat_produces_and_consumes_across_both_doors(broker: Broker) -> None:
+    topic = create_topic(broker, partitions=2)
+    kcat(broker, "-P", "-t", topic, "-p", "1", "-K", ":", stdin="a:1\nb:2\nc:3\n")
+    assert http_values(broker, topic, 1) == ["1", "2", "3"]
+    http_produce(broker, topic, 0, ["x", "y"])
+    out = kcat(broker, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-e", "-f", "%k=%s@%o\n")
+    assert out.splitlines() == ["x=x@0", "y=y@1"]
+    listing = kcat(broker, "-L", "-t", topic)
+    assert f'topic "{topic}" with 2 partitions' in listing
+
+
+# -- confluent-kafka (librdkafka) -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_idempotent_producer_every_codec_read_over_http(broker: Broker, codec: str) -> None:
+    topic = create_topic(broker)
+    producer = ck.Producer(
+        confluent_config(
+            broker, **{"enable.idempotence": True, "acks": "all", "compression.type": codec}
+        )
+    )
+    errors: list[Any] = []
+    for i in range(200):
+        producer.produce(
+            topic, key=f"k{i}", value=f"v{i}", on_delivery=lambda e, _: errors.append(e)
+        )
+    assert producer.flush(DEADLINE_S) == 0
+    assert [e for e in errors if e is not None] == []
+    assert http_values(broker, topic, 0) == [f"v{i}" for i in range(200)]
+
+
+@pytest.mark.parametrize("acks", ["0", "1", "all"])
+def test_plain_producer_with_every_acks_setting(broker: Broker, acks: str) -> None:
+    topic = create_topic(broker)
+    producer = ck.Producer(confluent_config(broker, **{"acks": acks, "enable.idempotence": False}))
+    for i in range(20):
+        producer.produce(topic, value=f"a{i}", partition=0)
+    assert producer.flush(DEADLINE_S) == 0
+    # acks=0 gets no answer: the records are there once the listener has stored them.
+    until(lambda: len(http_values(broker, topic, 0)) == 20, "the records to be stored")
+    assert http_values(broker, topic, 0) == [f"a{i}" for i in range(20)]
+
+
+def test_read_committed_consumer_never_sees_aborted_records(broker: Broker) -> None:
+    topic = create_topic(broker)
+    producer = ck.Producer(confluent_config(broker, **{"transactional.id": f"rc-{topic}"}))
+    producer.init_transactions(DEADLINE_S)
+    for i, commit in enumerate([True, False, True, False, True]):
+        producer.begin_transaction()
+        for j in range(3):
+            producer.produce(topic, value=f"{i}-{j}", partition=0)
+        # Sent before the abort (librdkafka drops what is still queued when it aborts).
+        assert producer.flush(DEADLINE_S) == 0
+        if commit:
+            producer.commit_transaction(DEADLINE_S)
+        else:
+            producer.abort_transaction(DEADLINE_S)
+    committed = [f"{i}-{j}" for i in (0, 2, 4) for j in range(3)]
+    reader = ck.Consumer(
+        confluent_config(broker, **{"group.id": f"g-{topic}", "isolation.level": "read_committed"})
+    )
+    reader.assign([ck.TopicPartition(topic, 0, 0)])
+    got = [m.value().decode() for m in consume(reader, len(committed))]
+    # Nothing more arrives: the aborted records are filtered, not just late.
+    assert reader.poll(1.0) is None
+    reader.close()
+    assert got == committed
+    assert http_values(broker, topic, 0) == committed
+    uncommitted = ck.Consumer(
+        confluent_config(
+            broker, **{"group.id": f"u-{topic}", "isolation.level": "read_uncommitted"}
+        )
+    )
+    uncommitted.assign([ck.TopicPartition(topic, 0, 0)])
+    assert len(consume(uncommitted, 15)) == 15
+    uncommitted.close()
+
+
+def test_zombie_is_fenced_by_a_second_instance(broker: Broker) -> None:
+    topic = create_topic(broker)
+    tid = f"zombie-{topic}"
+    zombie = ck.Producer(confluent_config(broker, **{"transactional.id": tid}))
+    zombie.init_transactions(DEADLINE_S)
+    zombie.begin_transaction()
+    zombie.produce(topic, value="from the zombie", partition=0)
+    assert zombie.flush(DEADLINE_S) == 0
+    successor = ck.Producer(confluent_config(broker, **{"transactional.id": tid}))
+    successor.init_transactions(DEADLINE_S)
+    successor.begin_transaction()
+    successor.produce(topic, value="from the successor", partition=0)
+    successor.commit_transaction(DEADLINE_S)
+    with pytest.raises(ck.KafkaException) as raised:
+        zombie.commit_transaction(DEADLINE_S)
+    error = raised.value.args[0]
+    assert error.fatal() or error.txn_requires_abort(), error
+    assert http_values(broker, topic, 0) == ["from the successor"]
+
+
+def test_consume_transform_produce_with_subscribe_is_exactly_once(broker: Broker) -> None:
+    source = create_topic(broker, partitions=2)
+    sink = create_topic(broker, partitions=2)
+    for p in (0, 1):
+        http_produce(broker, source, p, [f"{p}-{i}" for i in range(30)])
+    group = f"eos-{source}"
+    consumer = ck.Consumer(
+        confluent_config(
+            broker,
+            **{
+                "group.id": group,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "heartbeat.interval.ms": 100,
+                "session.timeout.ms": 6000,
+            },
+        )
+    )
+    consumer.subscribe([source])
+    producer = ck.Producer(confluent_config(broker, **{"transactional.id": f"eos-{source}"}))
+    producer.init_transactions(DEADLINE_S)
+    done = 0
+    deadline = time.monotonic() + DEADLINE_S
+    aborted_once = False
+    while done < 60:
+        assert time.monotonic() < deadline, f"processed {done} of 60"
+        batch = [m for m in consumer.consume(10, 0.2) if m.error() is None]
+        if not batch:
+            continue
+        producer.begin_transaction()
+        for m in batch:
+            producer.produce(sink, value=m.value() + b"!", partition=m.partition())
+        positions = consumer.position(consumer.assignment())
+        producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 10)
+        if not aborted_once:
+            # One aborted round: its output never shows, and its input is read again.
+            aborted_once = True
+            producer.abort_transaction(DEADLINE_S)
+            first: dict[int, int] = {}
+            for m in batch:
+                first.setdefault(m.partition(), m.offset())
+            for partition, offset in first.items():
+                consumer.seek(ck.TopicPartition(source, partition, offset))
+            continue
+        producer.commit_transaction(DEADLINE_S)
+        done += len(batch)
+    consumer.close()
+    outputs = sorted(http_values(broker, sink, 0) + http_values(broker, sink, 1))
+    assert outputs == sorted(f"{p}-{i}!" for p in (0, 1) for i in range(30))
+    offsets = httpx.get(f"{broker.url}/v1/groups/{group}/offsets").json()["offsets"]
+    assert {(o["partition"], o["offset"]) for o in offsets} == {(0, 30), (1, 30)}
+
+
+def test_admin_client_creates_deletes_and_describes_topics(broker: Broker) -> None:
+    admin = cka.AdminClient(confluent_config(broker))
+    name = f"adm{uuid.uuid4().hex[:8]}"
+    futures = admin.create_topics(
+        [cka.NewTopic(name, 3, 1, config={"cleanup.policy": "compact", "retention.ms": "60000"})]
+    )
+    futures[name].result(DEADLINE_S)
+    assert httpx.get(f"{broker.url}/v1/topics/{name}").json()["partitions"].__len__() == 3
+    duplicate = admin.create_topics([cka.NewTopic(name, 1, 1)])[name]
+    with pytest.raises(ck.KafkaException) as raised:
+        duplicate.result(DEADLINE_S)
+    assert raised.value.args[0].code() == ck.KafkaError.TOPIC_ALREADY_EXISTS
+    resource = cka.ConfigResource(cka.ResourceType.TOPIC, name)
+    described = admin.describe_configs([resource])[resource].result(DEADLINE_S)
+    assert described["cleanup.policy"].value == "compact"
+    assert described["retention.ms"].value == "60000"
+    assert not described["retention.ms"].is_default
+    change = cka.ConfigResource(
+        cka.ResourceType.TOPIC,
+        name,
+        incremental_configs=[
+            cka.ConfigEntry(
+                "retention.ms", "120000", incremental_operation=cka.AlterConfigOpType.SET
+            )
+        ],
+    )
+    admin.incremental_alter_configs([change])[change].result(DEADLINE_S)
+    configs = httpx.get(f"{broker.url}/v1/topics/{name}/configs").json()["configs"]
+    assert {c["name"]: c["value"] for c in configs}["retention.ms"] == "120000"
+    admin.delete_topics([name])[name].result(DEADLINE_S)
+    assert httpx.get(f"{broker.url}/v1/topics/{name}").status_code == 404
+
+
+# -- kafka-python ------------------------------------------------------------------------------
+
+
+def test_kafka_python_idempotent_producer(broker: Broker) -> None:
+    topic = create_topic(broker, partitions=2)
+    producer = kafka.KafkaProducer(
+        bootstrap_servers=broker.bootstrap, enable_idempotence=True, acks="all"
+    )
+    for i in range(50):
+        producer.send(topic, value=f"v{i}".encode(), partition=i % 2)
+    producer.flush(DEADLINE_S)
+    producer.close()
+    assert http_values(broker, topic, 0) == [f"v{i}" for i in range(0, 50, 2)]
+    assert http_values(broker, topic, 1) == [f"v{i}" for i in range(1, 50, 2)]
+
+
+def test_kafka_python_transactional_producer(broker: Broker) -> None:
+    topic = create_topic(broker)
+    producer = kafka.KafkaProducer(
+        bootstrap_servers=broker.bootstrap, transactional_id=f"kp-{topic}"
+    )
+    producer.init_transactions()
+    for value, commit in [(b"t1", True), (b"t2", False), (b"t3", True)]:
+        producer.begin_transaction()
+        producer.send(topic, value=value, partition=0)
+        producer.flush(DEADLINE_S)
+        if commit:
+            producer.commit_transaction()
+        else:
+            producer.abort_transaction()
+    producer.close()
+    assert http_values(broker, topic, 0) == ["t1", "t3"]
+    assert http_values(broker, topic, 0, committed=False) == ["t1", "t2", "t3"]
+
+
+def test_kafka_python_group_of_two_shares_the_partitions(broker: Broker) -> None:
+    topic = create_topic(broker, partitions=4)
+    group = f"kpg-{topic}"
+    stop = threading.Event()
+    assignments: dict[str, set[int]] = {}
+    errors: list[BaseException] = []
+
+    def member(name: str) -> None:
+        try:
+            consumer = kafka.KafkaConsumer(
+                topic,
+                bootstrap_servers=broker.bootstrap,
+                group_id=group,
+                heartbeat_interval_ms=100,
+                session_timeout_ms=6000,
+                auto_offset_reset="earliest",
+            )
+            while not stop.is_set():
+                consumer.poll(100)
+                assignments[name] = {tp.partition for tp in consumer.assignment()}
+            consumer.close()
+        except BaseException as exc:  # reported by the test thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=member, args=(n,)) for n in ("a", "b")]
+    threads[0].start()
+    until(lambda: assignments.get("a") == {0, 1, 2, 3}, "the first member to own everything")
+    threads[1].start()
+
+    def shared() -> bool:
+        a, b = assignments.get("a", set()), assignments.get("b", set())
+        return len(a) == 2 and len(b) == 2 and not a & b
+
+    until(shared, "the two members to own two partitions each")
+    description = httpx.get(f"{broker.url}/v1/groups/{group}").json()
+    assert {m["protocol"] for m in description["members"]} == {"classic"}
+    stop.set()
+    for thread in threads:
+        thread.join(DEADLINE_S)
+    assert errors == []

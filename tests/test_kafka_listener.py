@@ -1,0 +1,293 @@
+"""The Kafka listener itself, spoken to byte by byte (kio builds the requests): ApiVersions
+advertises exactly what is served; garbage of every kind closes the connection and changes
+nothing; a corrupt batch is CORRUPT_MESSAGE; SASL/PLAIN against the tokens file gates every
+request, with the same roles and prefixes as HTTP. On SQLite and on Postgres."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import io
+import json
+import logging
+import struct
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.index import load_payload_module
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+
+from coordinator.cli import main
+from coordinator.core.auth import Authenticator
+from coordinator.core.database import Database
+from coordinator.core.settings import Settings
+from coordinator.kafka.handlers import HANDLERS
+from coordinator.kafka.server import KafkaListener
+from coordinator.kafka.wire import SUPPORTED
+from coordinator.log import recordbatch
+from coordinator.log import service as log_service
+from coordinator.log.schemas import CreateTopic
+from tests.conftest import Store
+from tests.support import free_port
+
+TOKENS = [
+    {"token": "admin-token-1", "principal": "ops", "roles": ["admin"]},
+    {
+        "token": "reader-token-1",
+        "principal": "reader",
+        "roles": ["consumer"],
+        "topic_prefixes": ["pay"],
+        "group_prefixes": ["g-"],
+    },
+]
+
+
+class Connection:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.correlation = 0
+
+    async def call(self, api_key: int, version: int, **fields: Any) -> Any:
+        request_type = _entity(api_key, version, EntityType.request)
+        self.correlation += 1
+        buffer = io.BytesIO()
+        header_type = request_type.__header_schema__
+        entity_writer(header_type)(
+            buffer,
+            header_type(
+                request_api_key=api_key,
+                request_api_version=version,
+                correlation_id=self.correlation,
+                client_id="test",
+            ),
+        )
+        entity_writer(request_type)(buffer, request_type(**fields))
+        await self.send(buffer.getvalue())
+        return await self.receive(api_key, version)
+
+    async def send(self, frame: bytes) -> None:
+        self.writer.write(struct.pack(">i", len(frame)) + frame)
+        await self.writer.drain()
+
+    async def receive(self, api_key: int, version: int) -> Any:
+        (size,) = struct.unpack(">i", await self.reader.readexactly(4))
+        frame = await self.reader.readexactly(size)
+        response_type = _entity(api_key, version, EntityType.response)
+        header, used = entity_reader(response_type.__header_schema__)(frame, 0)
+        assert header.correlation_id == self.correlation
+        body, _ = entity_reader(response_type)(frame, used)
+        return body
+
+    async def closed(self) -> bool:
+        """True when the listener closed the connection (reads end)."""
+        try:
+            return await asyncio.wait_for(self.reader.read(1), 10) == b""
+        except ConnectionError:
+            return True
+
+
+def _entity(api_key: int, version: int, kind: EntityType) -> Any:
+    module = load_payload_module(api_key, version, kind)
+    for value in vars(module).values():
+        if isinstance(value, type) and getattr(value, "__type__", None) is kind:
+            return value
+    raise AssertionError(module)
+
+
+@pytest.fixture
+async def listener(
+    store: Store, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[KafkaListener]:
+    auth = getattr(request, "param", False)
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(json.dumps({"tokens": TOKENS}))
+    settings = Settings(
+        database_url=store.url,
+        kafka_listener=f"127.0.0.1:{free_port()}",
+        auth_tokens_file=tokens if auth else None,
+    )
+    db = Database(settings)
+    running = KafkaListener(db, settings, Authenticator.from_file(tokens) if auth else None)
+    await running.start()
+    try:
+        yield running
+    finally:
+        for connection in _opened:
+            connection.writer.close()
+            with contextlib.suppress(ConnectionError):
+                await connection.writer.wait_closed()
+        _opened.clear()
+        await running.close()
+        await db.dispose()
+
+
+_opened: list[Connection] = []
+
+
+async def connect(listener: KafkaListener) -> Connection:
+    connection = Connection(*await asyncio.open_connection(listener.host, listener.port))
+    _opened.append(connection)
+    return connection
+
+
+def test_every_served_api_has_a_handler_and_nothing_more() -> None:
+    assert set(HANDLERS) == set(SUPPORTED)
+    for key, (low, high) in SUPPORTED.items():
+        for version in range(low, high + 1):
+            _entity(key, version, EntityType.request)  # kio knows every version advertised
+
+
+async def test_api_versions_advertises_exactly_what_is_served(listener: KafkaListener) -> None:
+    connection = await connect(listener)
+    answer = await connection.call(18, 3, client_software_name="t", client_software_version="1")
+    assert answer.error_code == ErrorCode.none
+    advertised = {a.api_key: (a.min_version, a.max_version) for a in answer.api_keys}
+    assert advertised == dict(SUPPORTED)
+
+
+async def test_unsupported_api_versions_version_is_answered_in_version_0(
+    listener: KafkaListener,
+) -> None:
+    connection = await connect(listener)
+    buffer = io.BytesIO()
+    request_type = _entity(18, 4, EntityType.request)
+    entity_writer(request_type.__header_schema__)(
+        buffer,
+        request_type.__header_schema__(
+            request_api_key=18, request_api_version=4, correlation_id=1, client_id="t"
+        ),
+    )
+    entity_writer(request_type)(
+        buffer, request_type(client_software_name="t", client_software_version="1")
+    )
+    # Version 4 is not served: pretend to speak 9, which nobody knows.
+    frame = bytearray(buffer.getvalue())
+    frame[2:4] = struct.pack(">h", 9)
+    connection.correlation = 1
+    await connection.send(bytes(frame))
+    answer = await connection.receive(18, 0)
+    assert answer.error_code == ErrorCode.unsupported_version
+    assert {a.api_key for a in answer.api_keys} == set(SUPPORTED)
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"\xff\xff\xff\xff",  # a negative size
+        struct.pack(">i", 2_000_000_000),  # far over the limit
+        struct.pack(">i", 3) + b"abc",  # shorter than a header
+        struct.pack(">i", 10) + struct.pack(">hhi", 999, 0, 1) + b"\0\0",  # unknown API key
+        struct.pack(">i", 10) + struct.pack(">hhi", 3, 99, 1) + b"\0\0",  # unknown version
+        struct.pack(">i", 10) + struct.pack(">hhi", 3, 9, 1) + b"\x05\x00",  # truncated body
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",  # another protocol
+    ],
+)
+async def test_garbage_closes_the_connection_and_changes_nothing(
+    listener: KafkaListener, garbage: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    connection = await connect(listener)
+    connection.writer.write(garbage)
+    await connection.writer.drain()
+    assert await connection.closed()
+    # The listener still serves everyone else, and nothing was logged as a failure.
+    other = await connect(listener)
+    answer = await other.call(18, 3, client_software_name="t", client_software_version="1")
+    assert answer.error_code == ErrorCode.none
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_corrupt_batch_is_refused_and_nothing_is_written(listener: KafkaListener) -> None:
+    await log_service.create_topic(listener.db, CreateTopic(name="corrupt", partitions=1))
+    good = recordbatch.build([(1, b"k", b"v", [])], producer_id=-1, producer_epoch=-1)
+    bad = bytearray(good)
+    bad[-1] ^= 0xFF  # the CRC no longer matches
+    module = load_payload_module(0, 9, EntityType.request)
+    connection = await connect(listener)
+    answer = await connection.call(
+        0,
+        9,
+        transactional_id=None,
+        acks=-1,
+        timeout=datetime.timedelta(seconds=30),
+        topic_data=(
+            module.TopicProduceData(
+                name="corrupt",
+                partition_data=(module.PartitionProduceData(index=0, records=bytes(bad)),),
+            ),
+        ),
+    )
+    result = answer.responses[0].partition_responses[0]
+    assert result.error_code == ErrorCode.corrupt_message
+    assert result.error_message
+    described = await log_service.describe_topic(listener.db, "corrupt")
+    assert described.partitions[0].high_watermark == 0
+
+
+def _plain(user: str, password: str) -> bytes:
+    return b"\0" + user.encode() + b"\0" + password.encode()
+
+
+async def _authenticated(listener: KafkaListener, user: str, token: str) -> tuple[Connection, Any]:
+    connection = await connect(listener)
+    handshake = await connection.call(17, 1, mechanism="PLAIN")
+    assert handshake.error_code == ErrorCode.none
+    answer = await connection.call(36, 2, auth_bytes=_plain(user, token))
+    return connection, answer
+
+
+@pytest.mark.parametrize("listener", [True], indirect=True)
+async def test_sasl_plain_refuses_unknown_tokens_and_applies_roles(listener: KafkaListener) -> None:
+    before = await connect(listener)
+    await before.send(
+        # Metadata v12 before SASL: the connection closes.
+        struct.pack(">hhi", 3, 12, 1) + b"\x00\x05test\x00\x00\x00\x00"
+    )
+    assert await before.closed()
+
+    for user, token in [("reader", "wrong-token-1"), ("ops", "reader-token-1")]:
+        _, answer = await _authenticated(listener, user, token)
+        assert answer.error_code == ErrorCode.sasl_authentication_failed
+
+    await log_service.create_topic(listener.db, CreateTopic(name="payments", partitions=1))
+    await log_service.create_topic(listener.db, CreateTopic(name="secret", partitions=1))
+    reader, answer = await _authenticated(listener, "reader", "reader-token-1")
+    assert answer.error_code == ErrorCode.none
+    metadata = await reader.call(3, 12, topics=None, include_topic_authorized_operations=False)
+    assert "payments" in [t.name for t in metadata.topics]
+    assert all(t.name.startswith("pay") for t in metadata.topics)
+    # The consumer role may not produce, even under its prefix.
+    module = load_payload_module(0, 9, EntityType.request)
+    batch = recordbatch.build([(1, b"k", b"v", [])], producer_id=-1, producer_epoch=-1)
+    produced = await reader.call(
+        0,
+        9,
+        transactional_id=None,
+        acks=-1,
+        timeout=datetime.timedelta(seconds=30),
+        topic_data=(
+            module.TopicProduceData(
+                name="payments",
+                partition_data=(module.PartitionProduceData(index=0, records=batch),),
+            ),
+        ),
+    )
+    assert produced.responses[0].partition_responses[0].error_code == (
+        ErrorCode.topic_authorization_failed
+    )
+    admin, answer = await _authenticated(listener, "ops", "admin-token-1")
+    assert answer.error_code == ErrorCode.none
+    metadata = await admin.call(3, 12, topics=None, include_topic_authorized_operations=False)
+    assert {"payments", "secret"} <= {t.name for t in metadata.topics}
+
+
+def test_serve_refuses_an_open_kafka_listener_without_tokens(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(["serve", "--kafka-listener", "0.0.0.0:9092"])
+    assert code == 2
+    assert "refusing to listen on 0.0.0.0" in capsys.readouterr().err
