@@ -1,0 +1,290 @@
+"""The Kafka listener's produce throughput, against the HTTP binary path and raw INSERTs, and the
+cost of transactions measured with Kafka's own transactional producer.
+
+What it measures, in one run on one machine, on a fresh Postgres database each:
+
+1. kafka: `coordinator serve --kafka-listener` in a child process; `--producers` confluent-kafka
+   (librdkafka) producers, each on its own partition, send 1 KB records (`--record-bytes`) with
+   acks=all and idempotence on, batched by librdkafka (`batch.num.messages` = `--batch-records`,
+   `linger.ms` 5), as fast as they are acknowledged. MB counted from delivery reports inside the
+   measured window.
+2. http: bench/produce.py's service phase: the same records as Kafka record batches over
+   `POST .../records` (`application/vnd.kafka.record-batch`), one request in flight per producer.
+3. raw: bench/produce.py's baseline: the same bytes, one asyncpg INSERT per batch.
+4. txn_overhead: one confluent-kafka producer, idempotent, then transactional (a commit every
+   `--commit-ms`), alternating for `--rounds` rounds (AB, BA, ...), each for `--overhead-seconds`;
+   txn_overhead = 1 - median transactional MB/s / median idempotent MB/s.
+
+Ratios (last stdout line, JSON): kafka_vs_raw = kafka MB/s / raw MB/s, kafka_vs_http = kafka MB/s
+/ http MB/s, and txn_overhead.
+
+    python bench/kafka.py --seconds 15
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka as ck
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is not a package
+from _support import (
+    MB,
+    add_postgres_url,
+    cancel_on_sigterm,
+    checkpoint,
+    free_port,
+    log,
+    plain_url,
+    positive_float,
+    positive_int,
+    run_bench,
+    scratch_database,
+    serving,
+)
+from produce import SERVE, SERVE_OPTIONS, Figures, Payload, Tally, merged, run_raw, run_service
+
+TOPIC = "bench-kafka"
+
+
+def kafka_producer(
+    bootstrap: str, partition: int, payload: Payload, start: float, end: float, **extra: Any
+) -> Tally:
+    """Produce to one partition until `end`; counts what is acknowledged between start and end."""
+    tally = Tally()
+    failures: list[Any] = []
+    config = {
+        "bootstrap.servers": bootstrap,
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 5,
+        "batch.num.messages": len(payload.values),
+        "queue.buffering.max.messages": 20 * len(payload.values),
+        "log_level": 3,
+        **extra,
+    }
+    producer = ck.Producer(config)
+    size = len(payload.values[0])
+    clock = time.perf_counter
+
+    def delivered(error: Any, _: Any) -> None:
+        if error is not None:
+            failures.append(error)
+        elif start <= clock() <= end:
+            tally.records += 1
+            tally.value_bytes += size
+
+    i = 0
+    while clock() < end:
+        try:
+            producer.produce(
+                TOPIC,
+                payload.values[i % len(payload.values)],
+                partition=partition,
+                on_delivery=delivered,
+            )
+            i += 1
+        except BufferError:
+            producer.poll(0.005)
+        producer.poll(0)
+    producer.flush(30)
+    if failures:
+        raise RuntimeError(f"{len(failures)} deliveries failed, e.g. {failures[0]}")
+    tally.batches = tally.records // len(payload.values)
+    return tally
+
+
+def run_kafka(bootstrap: str, args: argparse.Namespace, payload: Payload) -> tuple[Tally, float]:
+    start = time.perf_counter() + args.warmup
+    end = start + args.seconds
+    tallies: list[Tally] = [Tally() for _ in range(args.producers)]
+
+    def worker(i: int) -> None:
+        tallies[i] = kafka_producer(bootstrap, i % args.partitions, payload, start, end)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(args.producers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return merged(tallies), args.seconds
+
+
+def transactional_round(
+    bootstrap: str, payload: Payload, seconds: float, commit_ms: float, transactional: bool, n: int
+) -> float:
+    """MB/s of one producer for `seconds`: idempotent, or committing every `commit_ms`."""
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 5,
+        "batch.num.messages": len(payload.values),
+        "log_level": 3,
+    }
+    if transactional:
+        config["transactional.id"] = f"bench-txn-{n}"
+    producer = ck.Producer(config)
+    if transactional:
+        producer.init_transactions(30)
+    size = len(payload.values[0])
+    acknowledged = 0
+
+    def delivered(error: Any, _: Any) -> None:
+        nonlocal acknowledged
+        if error is not None:
+            raise RuntimeError(str(error))
+        acknowledged += size
+
+    clock = time.perf_counter
+    began = clock()
+    end = began + seconds
+    i = 0
+    while clock() < end:
+        if transactional:
+            producer.begin_transaction()
+        round_end = min(end, clock() + commit_ms / 1000)
+        while clock() < round_end:
+            try:
+                producer.produce(
+                    TOPIC,
+                    payload.values[i % len(payload.values)],
+                    partition=0,
+                    on_delivery=delivered,
+                )
+                i += 1
+            except BufferError:
+                producer.poll(0.005)
+            producer.poll(0)
+        if transactional:
+            producer.commit_transaction(30)
+        else:
+            producer.flush(30)
+    producer.flush(30)
+    return acknowledged / MB / (clock() - began)
+
+
+async def bench(args: argparse.Namespace) -> None:
+    cancel_on_sigterm()
+    server_url = plain_url(args.postgres_url)
+    payload = Payload.build(args.batch_records, args.record_bytes)
+    port = free_port()
+    bootstrap = f"127.0.0.1:{port}"
+    options = [*SERVE_OPTIONS, "--kafka-listener", bootstrap]
+    async with (
+        scratch_database(server_url, "bench_") as (_, database_url),
+        serving(database_url, "bench-kafka-", SERVE, options) as service,
+    ):
+        async with httpx.AsyncClient(base_url=service.url) as client:
+            response = await client.post(
+                "/v1/topics", json={"name": TOPIC, "partitions": args.partitions}
+            )
+            response.raise_for_status()
+        await checkpoint(database_url)
+        log(f"kafka phase: {args.warmup:g} s warm-up + {args.seconds:g} s")
+        kafka_tally, kafka_seconds = await asyncio.to_thread(run_kafka, bootstrap, args, payload)
+        log(f"txn_overhead: {args.rounds} rounds of 2 x {args.overhead_seconds:g} s")
+        idempotent: list[float] = []
+        transactional: list[float] = []
+        for n in range(args.rounds):
+            order = (False, True) if n % 2 == 0 else (True, False)
+            for txn in order:
+                mb_s = await asyncio.to_thread(
+                    transactional_round,
+                    bootstrap,
+                    payload,
+                    args.overhead_seconds,
+                    args.commit_ms,
+                    txn,
+                    n,
+                )
+                (transactional if txn else idempotent).append(mb_s)
+    async with scratch_database(server_url, "bench_") as (_, database_url):
+        async with serving(database_url, "bench-kafka-http-", SERVE, SERVE_OPTIONS) as service:
+            await checkpoint(database_url)
+            log(f"http phase: {args.warmup:g} s warm-up + {args.seconds:g} s")
+            http_tally, http_seconds = await run_service(service.url, args, payload)
+        await checkpoint(database_url)
+        log(f"raw phase: {args.warmup:g} s warm-up + {args.seconds:g} s")
+        raw_tally, raw_seconds = await run_raw(database_url, args, payload)
+    kafka = Figures.of(kafka_tally, kafka_seconds)
+    http = Figures.of(http_tally, http_seconds)
+    raw = Figures.of(raw_tally, raw_seconds)
+    overhead = 1 - statistics.median(transactional) / statistics.median(idempotent)
+    print()
+    print(
+        f"produce: {args.producers} producers, {args.partitions} partitions, "
+        f"{args.record_bytes} B records, {args.batch_records} per batch, {args.seconds:g} s"
+    )
+    for name, f in (
+        ("kafka (confluent-kafka)", kafka),
+        ("http (record batches)", http),
+        ("raw (INSERT)", raw),
+    ):
+        print(f"  {name:<24}{f.records_per_s:>12,.0f} records/s{f.mb_per_s:>10.2f} MB/s")
+    print(
+        f"kafka_vs_raw: {kafka.mb_per_s / raw.mb_per_s:.3f}  "
+        f"kafka_vs_http: {kafka.mb_per_s / http.mb_per_s:.3f}"
+    )
+    print(
+        f"txn_overhead (confluent-kafka, commit every {args.commit_ms:g} ms): {overhead:.4f} "
+        f"(idempotent {statistics.median(idempotent):.2f} MB/s, "
+        f"transactional {statistics.median(transactional):.2f} MB/s)"
+    )
+    print(
+        json.dumps(
+            {
+                "kafka_mb_per_s": round(kafka.mb_per_s, 3),
+                "http_mb_per_s": round(http.mb_per_s, 3),
+                "raw_mb_per_s": round(raw.mb_per_s, 3),
+                "kafka_vs_raw": round(kafka.mb_per_s / raw.mb_per_s, 4),
+                "kafka_vs_http": round(kafka.mb_per_s / http.mb_per_s, 4),
+                "idempotent_mb_per_s": round(statistics.median(idempotent), 3),
+                "transactional_mb_per_s": round(statistics.median(transactional), 3),
+                "txn_overhead": round(overhead, 4),
+                "producers": args.producers,
+                "record_bytes": args.record_bytes,
+                "seconds": args.seconds,
+            }
+        ),
+        flush=True,
+    )
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Produce throughput through the Kafka listener (confluent-kafka) vs the HTTP "
+        "binary path vs raw INSERTs, and txn_overhead with confluent-kafka's transactional "
+        "producer. The last stdout line is a JSON object with the figures.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add_postgres_url(parser)
+    parser.add_argument("--producers", type=positive_int, default=4, help="concurrent producers")
+    parser.add_argument("--batch-records", type=positive_int, default=100, help="records/batch")
+    parser.add_argument("--record-bytes", type=positive_int, default=1024, help="bytes per value")
+    parser.add_argument("--seconds", type=positive_float, default=15.0, help="measured seconds")
+    parser.add_argument("--warmup", type=float, default=2.0, help="warm-up seconds per phase")
+    parser.add_argument("--rounds", type=positive_int, default=3, help="txn_overhead rounds")
+    parser.add_argument("--overhead-seconds", type=positive_float, default=5.0, help="per mode")
+    parser.add_argument("--commit-ms", type=positive_float, default=100.0, help="commit interval")
+    args = parser.parse_args(argv)
+    args.partitions = args.producers
+    args.format = "binary"
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_bench(bench(parse_args(argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
