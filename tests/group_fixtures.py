@@ -21,7 +21,7 @@ GROUP_SETTINGS = {
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
 def group_live(request: pytest.FixtureRequest) -> Iterator[LiveService]:
-    store: Store = request.getfixturevalue(f"{request.param}_store")
+    store: Store = request.getfixturevalue(f"{request.param}_service_store")
     live = LiveService(store, **GROUP_SETTINGS).start()
     yield live
     live.stop()

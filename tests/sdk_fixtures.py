@@ -14,15 +14,15 @@ from tests.sdk_support import Coordinator, LiveService
 
 
 @pytest.fixture(scope="session")
-def sqlite_live(sqlite_store: Store) -> Iterator[LiveService]:
-    live = LiveService(sqlite_store).start()
+def sqlite_live(sqlite_service_store: Store) -> Iterator[LiveService]:
+    live = LiveService(sqlite_service_store).start()
     yield live
     live.stop()
 
 
 @pytest.fixture(scope="session")
-def postgres_live(postgres_store: Store) -> Iterator[LiveService]:
-    live = LiveService(postgres_store).start()
+def postgres_live(postgres_service_store: Store) -> Iterator[LiveService]:
+    live = LiveService(postgres_service_store).start()
     yield live
     live.stop()
 
