@@ -228,6 +228,29 @@ async def test_corrupt_batch_is_refused_and_nothing_is_written(listener: KafkaLi
     assert described.partitions[0].high_watermark == 0
 
 
+async def test_init_producer_id_lets_only_the_current_instance_bump_its_epoch(
+    listener: KafkaListener,
+) -> None:
+    connection = await connect(listener)
+
+    async def init(producer_id: int, epoch: int) -> tuple[Any, int, int]:
+        answer = await connection.call(
+            22,
+            4,
+            transactional_id="kip-360",
+            transaction_timeout=datetime.timedelta(seconds=60),
+            producer_id=producer_id,
+            producer_epoch=epoch,
+        )
+        return answer.error_code, answer.producer_id, answer.producer_epoch
+
+    _, pid, zombie = await init(-1, -1)  # a new instance, as after a restart
+    _, _, current = await init(-1, -1)
+    assert current == zombie + 1
+    assert await init(pid, zombie) == (ErrorCode.producer_fenced, -1, -1)
+    assert await init(pid, current) == (ErrorCode.none, pid, current + 1)
+
+
 def _plain(user: str, password: str) -> bytes:
     return b"\0" + user.encode() + b"\0" + password.encode()
 

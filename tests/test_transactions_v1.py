@@ -1,6 +1,8 @@
 """Transaction version 1 (Kafka's clients before KIP-890, as the Kafka listener serves them), on
 SQLite and on Postgres: EndTxn keeps the epoch, the next transaction runs at it, and a retried
-EndTxn is recognised only while no transaction is open. The HTTP API stays on version 2."""
+EndTxn is recognised only while no transaction is open. The HTTP API stays on version 2. And a
+running producer's own epoch bump (KIP-360's InitProducerId), which only the current instance may
+make."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
+from coordinator.producers import service as producers
+from coordinator.producers.schemas import InitPidRequest
 from coordinator.transactions import service
 from coordinator.transactions.errors import InvalidTxnState, ProducerFenced
 from coordinator.transactions.schemas import EndTxnRequest
@@ -82,3 +86,59 @@ async def test_a_new_instance_still_fences_the_old_epoch(
     await successor.produce("t", 0, "s")
     assert (await end_v1(app, successor, commit=True))[2] == successor.epoch
     assert await values(client) == ["s"]
+
+
+async def recover(app: Any, producer: Instance, given: tuple[int, int]) -> tuple[int, int]:
+    answer = await producers.init_pid(
+        app.state.db, app.state.settings, InitPidRequest(transactional_id=producer.tid), given
+    )
+    return answer.producer_id, answer.producer_epoch
+
+
+async def test_a_producer_bumps_its_own_epoch_and_a_retry_gets_the_same_answer(
+    client: httpx.AsyncClient, app: Any
+) -> None:
+    await create_topic(client, "t")
+    producer = await started(client, "p")
+    await producer.add(("t", 0))
+    await producer.produce("t", 0, "lost")
+    mine = (producer.pid, producer.epoch)
+    bumped = await recover(app, producer, mine)
+    assert bumped == (producer.pid, producer.epoch + 1)
+    assert await recover(app, producer, mine) == bumped  # its answer was lost: no second bump
+    described = await producer.describe()
+    assert (described["state"], described["producer_epoch"]) == ("Empty", bumped[1])
+    assert await values(client) == []  # its open transaction was aborted
+    assert (await partition_state(client, "t", 0))["high_watermark"] == 2  # one marker
+
+
+async def test_a_zombie_bumping_its_epoch_is_fenced_and_fences_nobody(
+    client: httpx.AsyncClient, app: Any
+) -> None:
+    await create_topic(client, "t")
+    zombie = await started(client, "p")
+    successor = await started(client, "p")
+    await successor.add(("t", 0))
+    await successor.produce("t", 0, "s")
+    for stale in ((zombie.pid, zombie.epoch), (zombie.pid + 1000, successor.epoch)):
+        with pytest.raises(ProducerFenced):
+            await recover(app, zombie, stale)
+    # The successor's epoch and open transaction are untouched.
+    assert await end_v1(app, successor, commit=True) == (
+        "CompleteCommit",
+        successor.pid,
+        successor.epoch,
+    )
+    assert await values(client) == ["s"]
+
+
+async def test_a_retried_bump_is_fenced_once_a_new_instance_raised_the_epoch(
+    client: httpx.AsyncClient, app: Any
+) -> None:
+    first = await started(client, "p")
+    mine = (first.pid, first.epoch)
+    await recover(app, first, mine)
+    successor = await started(client, "p")
+    with pytest.raises(ProducerFenced):
+        await recover(app, first, mine)
+    assert (await successor.describe())["producer_epoch"] == successor.epoch

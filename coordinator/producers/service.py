@@ -10,7 +10,15 @@ from coordinator.producers.schemas import InitPidRequest, InitPidResponse
 from coordinator.transactions import service as transactions
 
 
-async def init_pid(db: Database, settings: Settings, body: InitPidRequest) -> InitPidResponse:
+async def init_pid(
+    db: Database,
+    settings: Settings,
+    body: InitPidRequest,
+    recovering: tuple[int, int] | None = None,
+) -> InitPidResponse:
+    """InitPid. `recovering` (Kafka's InitProducerId only, KIP-360): the producer id and epoch of
+    a running transactional producer bumping its own epoch, checked against the current ones; an
+    idempotent producer gets a fresh producer id either way, as from Kafka's broker."""
     maximum = settings.transaction_max_timeout_ms
     if not 1 <= body.transaction_timeout_ms <= maximum:
         raise InvalidTransactionTimeout(
@@ -19,7 +27,12 @@ async def init_pid(db: Database, settings: Settings, body: InitPidRequest) -> In
         )
     if body.transactional_id is not None:
         producer_id, epoch = await transactions.init_transactional(
-            db, settings, body.transactional_id, body.transaction_timeout_ms, body.keep_prepared
+            db,
+            settings,
+            body.transactional_id,
+            body.transaction_timeout_ms,
+            body.keep_prepared,
+            recovering,
         )
         return InitPidResponse(producer_id=producer_id, producer_epoch=epoch)
     async with db.write() as session:

@@ -31,6 +31,10 @@ class Transaction(Base):
     last_reason: Mapped[str | None] = mapped_column(String(16), nullable=True)
     # The commit-group call that ended it, so a retried commit-group gets the same answer.
     last_group_key: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # The producer id and epoch a recovering producer's InitProducerId (KIP-360) raised the epoch
+    # from, so its retry gets the same answer; cleared by every other raise.
+    recovered_producer_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    recovered_producer_epoch: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
     __table_args__ = (
         Index("ix_transactions_state_deadline", "state", "deadline_ms"),

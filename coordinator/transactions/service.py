@@ -280,6 +280,7 @@ def _identity_after(txn: Transaction) -> tuple[int, int]:
 async def _raise_epoch(session: AsyncSession, locked: Locked) -> tuple[int, int]:
     """Raise the producer's epoch by one; past 32766, a new producer id at epoch 0."""
     txn = locked.txn
+    txn.recovered_producer_id = txn.recovered_producer_epoch = None
     if locked.epoch < EPOCH_MAX:
         locked.epoch += 1
         await set_epoch(session, txn.producer_id, locked.epoch)
@@ -388,12 +389,22 @@ async def require_partitions(session: AsyncSession, keys: list[tuple[str, int]])
 
 
 async def init_transactional(
-    db: Database, settings: Settings, transactional_id: str, timeout_ms: int, keep_prepared: bool
+    db: Database,
+    settings: Settings,
+    transactional_id: str,
+    timeout_ms: int,
+    keep_prepared: bool,
+    recovering: tuple[int, int] | None = None,
 ) -> tuple[int, int]:
     """Create the transactional id at epoch 0, or raise its epoch by one, fencing the older one.
 
     The older epoch's open transaction is aborted in the same unit of work, unless it is
     Prepared and `keep_prepared` asks to keep it for the new instance to finish.
+
+    `recovering` is the producer id and epoch a running producer gives to bump its own epoch
+    after an error (KIP-360, Kafka's InitProducerId). Only the current ones may: any other is a
+    zombie, PRODUCER_FENCED, so it can never fence its successor; the retry of a recovery
+    already made is answered with its result.
     """
     # Two first InitPids of one id race on the insert; the loser retries and raises the epoch.
     for attempt in range(3):
@@ -415,10 +426,20 @@ async def init_transactional(
                     await session.flush()
                     return producer_id, 0
                 txn = locked.txn
+                if recovering is not None:
+                    if recovering == (txn.recovered_producer_id, txn.recovered_producer_epoch):
+                        return txn.producer_id, locked.epoch
+                    if recovering != (txn.producer_id, locked.epoch):
+                        raise ProducerFenced(
+                            f"producer id {recovering[0]} at epoch {recovering[1]} is not the "
+                            f"current instance of transactional id {transactional_id!r}"
+                        )
                 keep = txn.state == State.PREPARED and keep_prepared
                 if txn.state in OPEN and not keep:
                     await _finish(session, locked, Op.FENCE, FENCED, now)
                 producer_id, epoch = await _raise_epoch(session, locked)
+                if recovering is not None:
+                    txn.recovered_producer_id, txn.recovered_producer_epoch = recovering
                 if not keep:
                     txn.state = transition(txn.state, Op.INIT_PID, transactional_id)
                     txn.timeout_ms = timeout_ms

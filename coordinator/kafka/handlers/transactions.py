@@ -40,10 +40,13 @@ async def init_producer_id(client: Client, request: Request) -> Any:
         else:
             client.access.transactional_id(tid)
             timeout = milliseconds(body.transaction_timeout)
+        # Version 3 on: a running producer gives its id and epoch to bump them (KIP-360).
+        given = (getattr(body, "producer_id", -1), getattr(body, "producer_epoch", -1))
         answer = await producers.init_pid(
             client.db,
             client.settings,
             InitPidRequest(transactional_id=tid, transaction_timeout_ms=timeout),
+            recovering=None if given[0] == -1 else given,
         )
         return request.reply.body(
             error_code=ErrorCode.none,
