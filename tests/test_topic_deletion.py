@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import httpx
 
+from coordinator.log.schemas import MAX_PARTITIONS
 from tests.api import assert_problem, batch, create_topic, fetch, init_pid, produce, read_all
 from tests.txn import partition_state, started
 
@@ -159,3 +160,18 @@ async def test_deleting_a_topic_aborts_the_open_transactions_including_it_and_fe
     assert [r["value"] for r in await read_all(client, "other", 0)] == ["committed"]
     state = await partition_state(client, "other", 0)
     assert state["last_stable_offset"] == state["high_watermark"]
+
+
+async def test_the_largest_topic_a_transaction_spans_is_deleted_whole(
+    client: httpx.AsyncClient,
+) -> None:
+    # Every partition a topic may have, all in one transaction: the deletion locks and aborts
+    # them in one step (a row-value IN list this long once overflowed Postgres's stack: a 500).
+    await create_topic(client, "wide", partitions=MAX_PARTITIONS)
+    producer = await started(client, "p")
+    added = await producer.add(*(("wide", p) for p in range(MAX_PARTITIONS)))
+    assert added.status_code == 200, added.text
+    deleted = await client.delete("/v1/topics/wide")
+    assert deleted.status_code == 200, deleted.text
+    assert (await producer.describe())["partitions"] == []
+    assert_problem(await client.get("/v1/topics/wide"), 404, "UNKNOWN_TOPIC_OR_PARTITION")

@@ -9,11 +9,11 @@ serialises appends with row locks taken inside the unit (see `coordinator.log.se
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from sqlalchemy import BigInteger, Integer, MetaData, event
+from sqlalchemy import BigInteger, Integer, MetaData, and_, event, or_
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
@@ -160,3 +160,13 @@ def one_statement(writes: Sequence[Any], last: Any) -> Any:
         statement = last.add_cte(*(w.cte(f"w{i}") for i, w in enumerate(writes)))
         _COMPOSED[key] = statement
     return statement
+
+
+def pairs_in(first: Any, second: Any, pairs: Iterable[tuple[Any, Any]]) -> Any:
+    """`(first, second) IN pairs` as one `first = a AND second IN (...)` per distinct `a`: Postgres
+    plans a row-value IN list as nested comparisons, and a few thousand pairs (a topic's
+    partitions) exhaust its stack. `pairs` must not be empty."""
+    grouped: dict[Any, list[Any]] = {}
+    for a, b in pairs:
+        grouped.setdefault(a, []).append(b)
+    return or_(*(and_(first == a, second.in_(bs)) for a, bs in grouped.items()))

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import select, tuple_
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from coordinator.core.clock import now_ms
+from coordinator.core.database import pairs_in
 from coordinator.groups.errors import FencedMemberEpoch, UnknownMemberId
 from coordinator.groups.membership import is_gone, lock_group
 from coordinator.groups.models import GroupMember, GroupOwnedPartition
@@ -83,7 +84,7 @@ async def check_offset_commit(
             ).where(
                 GroupOwnedPartition.group_id == group_id,
                 GroupOwnedPartition.member_id == member_id,
-                tuple_(GroupOwnedPartition.topic, GroupOwnedPartition.partition).in_(wanted),
+                pairs_in(GroupOwnedPartition.topic, GroupOwnedPartition.partition, wanted),
             )
         )
     }

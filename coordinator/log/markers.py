@@ -21,13 +21,12 @@ from sqlalchemy import (
     func,
     insert,
     select,
-    tuple_,
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from coordinator.core.database import one_statement
+from coordinator.core.database import one_statement, pairs_in
 from coordinator.log import recordbatch
 from coordinator.log.models import CONTROL_ABORT, CONTROL_COMMIT, Batch, Partition, ProducerState
 from coordinator.transactions.models import TransactionPartition
@@ -43,7 +42,7 @@ async def lock_partitions(
     rows = (
         await session.execute(
             select(Partition.topic, Partition.partition, Partition.high_watermark)
-            .where(tuple_(Partition.topic, Partition.partition).in_(sorted(set(keys))))
+            .where(pairs_in(Partition.topic, Partition.partition, sorted(set(keys))))
             .order_by(Partition.topic, Partition.partition)
             .with_for_update()
         )

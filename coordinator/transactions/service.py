@@ -15,13 +15,13 @@ from functools import partial
 from typing import Any, cast
 
 import orjson
-from sqlalchemy import Table, and_, bindparam, delete, insert, or_, select, tuple_, update
+from sqlalchemy import Table, and_, bindparam, delete, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
 from coordinator.core.clock import now_ms, rfc3339
-from coordinator.core.database import Database, insert_ignore, upsert
+from coordinator.core.database import Database, insert_ignore, pairs_in, upsert
 from coordinator.core.errors import CoordinatorError, InvalidRequest
 from coordinator.core.metrics import record_end
 from coordinator.core.schemas import EPOCH_MAX
@@ -375,7 +375,7 @@ async def require_partitions(session: AsyncSession, keys: list[tuple[str, int]])
         (
             await session.execute(
                 select(Partition.topic, Partition.partition).where(
-                    tuple_(Partition.topic, Partition.partition).in_(keys)
+                    pairs_in(Partition.topic, Partition.partition, keys)
                 )
             )
         ).all()
