@@ -28,7 +28,7 @@ from coordinator.core.database import Database
 from coordinator.core.settings import Settings
 from coordinator.kafka.handlers import HANDLERS
 from coordinator.kafka.server import KafkaListener
-from coordinator.kafka.wire import SUPPORTED
+from coordinator.kafka.wire import SUPPORTED, payload_type
 from coordinator.log import recordbatch
 from coordinator.log import service as log_service
 from coordinator.log.schemas import CreateTopic
@@ -53,7 +53,7 @@ class Connection:
         self.correlation = 0
 
     async def call(self, api_key: int, version: int, **fields: Any) -> Any:
-        request_type = _entity(api_key, version, EntityType.request)
+        request_type = payload_type(api_key, version, EntityType.request)
         self.correlation += 1
         buffer = io.BytesIO()
         header_type = request_type.__header_schema__
@@ -77,7 +77,7 @@ class Connection:
     async def receive(self, api_key: int, version: int) -> Any:
         (size,) = struct.unpack(">i", await self.reader.readexactly(4))
         frame = await self.reader.readexactly(size)
-        response_type = _entity(api_key, version, EntityType.response)
+        response_type = payload_type(api_key, version, EntityType.response)
         header, used = entity_reader(response_type.__header_schema__)(frame, 0)
         assert header.correlation_id == self.correlation
         body, _ = entity_reader(response_type)(frame, used)
@@ -89,14 +89,6 @@ class Connection:
             return await asyncio.wait_for(self.reader.read(1), 10) == b""
         except ConnectionError:
             return True
-
-
-def _entity(api_key: int, version: int, kind: EntityType) -> Any:
-    module = load_payload_module(api_key, version, kind)
-    for value in vars(module).values():
-        if isinstance(value, type) and getattr(value, "__type__", None) is kind:
-            return value
-    raise AssertionError(module)
 
 
 @pytest.fixture
@@ -139,7 +131,7 @@ def test_every_served_api_has_a_handler_and_nothing_more() -> None:
     assert set(HANDLERS) == set(SUPPORTED)
     for key, (low, high) in SUPPORTED.items():
         for version in range(low, high + 1):
-            _entity(key, version, EntityType.request)  # kio knows every version advertised
+            payload_type(key, version, EntityType.request)  # kio knows every version advertised
 
 
 async def test_api_versions_advertises_exactly_what_is_served(listener: KafkaListener) -> None:
@@ -155,7 +147,7 @@ async def test_unsupported_api_versions_version_is_answered_in_version_0(
 ) -> None:
     connection = await connect(listener)
     buffer = io.BytesIO()
-    request_type = _entity(18, 4, EntityType.request)
+    request_type = payload_type(18, 4, EntityType.request)
     entity_writer(request_type.__header_schema__)(
         buffer,
         request_type.__header_schema__(

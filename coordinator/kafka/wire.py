@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import io
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from types import ModuleType
-from typing import Any
+from typing import Any, Literal
 
 from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
@@ -94,8 +94,7 @@ def peek_header(frame: bytes) -> tuple[int, int, int]:
 def decode(frame: bytes) -> Request:
     """The request in `frame` (without its size prefix), for a supported key and version."""
     api_key, version, _ = peek_header(frame)
-    module = load_payload_module(api_key, version, EntityType.request)
-    request_type = _payload_type(module, EntityType.request)
+    request_type = payload_type(api_key, version, EntityType.request)
     try:
         header, used = entity_reader(request_type.__header_schema__)(frame, 0)
         body, size = entity_reader(request_type)(frame, used)
@@ -103,7 +102,7 @@ def decode(frame: bytes) -> Request:
         raise BadRequest(f"undecodable {request_type.__name__}: {exc!r}") from None
     if used + size != len(frame):
         raise BadRequest(f"{len(frame) - used - size} bytes after {request_type.__name__}")
-    reply = Reply(load_payload_module(api_key, version, EntityType.response))
+    reply = Reply(api_key, version)
     return Request(api_key, version, header.correlation_id, header.client_id or "", body, reply)
 
 
@@ -120,7 +119,13 @@ def encode(correlation_id: int, response: Any) -> bytes:
     return buffer.getvalue()
 
 
-def _payload_type(module: ModuleType, kind: EntityType) -> Any:
+@functools.cache
+def payload_type(
+    api_key: int, version: int, kind: Literal[EntityType.request, EntityType.response]
+) -> Any:
+    """kio's request or response type of one API version (looked up once, then cached: every
+    request needs both)."""
+    module = load_payload_module(api_key, version, kind)
     for value in vars(module).values():
         if isinstance(value, type) and getattr(value, "__type__", None) is kind:
             return value
@@ -144,18 +149,18 @@ class Reply:
     handler fills the newest shape once); fields it has and that were not given take their
     schema defaults, or fail loudly when they have none (a bug, caught by the client tests)."""
 
-    __slots__ = ("module", "version")
+    __slots__ = ("module", "response")
 
-    def __init__(self, module: ModuleType) -> None:
-        self.module = module
-        self.version = _payload_type(module, EntityType.response).__version__
+    def __init__(self, api_key: int, version: int) -> None:
+        self.response = payload_type(api_key, version, EntityType.response)
+        self.module = load_payload_module(api_key, version, EntityType.response)
 
     def __call__(self, entity: str, /, **values: Any) -> Any:
         return _build(getattr(self.module, entity), values)
 
     def body(self, **values: Any) -> Any:
         values.setdefault("throttle_time", 0)
-        return _build(_payload_type(self.module, EntityType.response), values)
+        return _build(self.response, values)
 
     def same_code(
         self,

@@ -6,9 +6,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
-from kio.static.constants import EntityType
 
 from coordinator.kafka.server import Client
 from coordinator.kafka.wire import SUPPORTED, Reply, Request
@@ -31,7 +29,7 @@ async def api_versions(client: Client, request: Request) -> Any:
 
 
 def unsupported_api_versions() -> Any:
-    reply = Reply(load_payload_module(18, 0, EntityType.response))
+    reply = Reply(18, 0)
     return reply.body(error_code=ErrorCode.unsupported_version, api_keys=_api_keys(reply))
 
 
