@@ -3,6 +3,8 @@ name itself, but for the few the HTTP API has and Kafka's protocol does not."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from kio.schema.errors import ErrorCode
 from pydantic import ValidationError
 
@@ -60,6 +62,14 @@ def message(error: BaseException) -> str:
         where = ".".join(str(part) for part in first["loc"])
         return f"{where}: {first['msg']}"
     return str(error)
+
+
+def outcome(failure: BaseException | None = None) -> dict[str, Any]:
+    """The `error_code` and `error_message` of one item's result (a topic, a partition, a config
+    resource): none, or the failure's."""
+    if failure is None:
+        return {"error_code": ErrorCode.none, "error_message": None}
+    return {"error_code": error_code(failure), "error_message": message(failure)}
 
 
 FAILURES = (CoordinatorError, ValidationError, Refused)

@@ -270,7 +270,9 @@ async def leave_group(client: Client, request: Request) -> Any:
     )
 
 
-def _member_identity(body: Any) -> tuple[str | None, int | None]:
+def member_identity(body: Any) -> tuple[str | None, int | None]:
+    """The member id and generation an OffsetCommit or TxnOffsetCommit carries, or neither
+    (a commit from outside the group: no member id, or generation -1)."""
     generation: int | None = getattr(body, "generation_id_or_member_epoch", None)
     if generation is None:
         generation = int(getattr(body, "generation_id", -1))
@@ -280,25 +282,30 @@ def _member_identity(body: Any) -> tuple[str | None, int | None]:
     return member_id, generation
 
 
+def committed_offsets(topics: Any) -> list[dict[str, Any]]:
+    """An OffsetCommit's or TxnOffsetCommit's offsets, in the domain's shape."""
+    return [
+        {
+            "topic": t.name,
+            "partition": p.partition_index,
+            "offset": p.committed_offset,
+            "metadata": p.committed_metadata,
+        }
+        for t in topics
+        for p in t.partitions
+    ]
+
+
 async def offset_commit(client: Client, request: Request) -> Any:
     reply, body = request.reply, request.body
     assert client.access is not None
-    member_id, epoch = _member_identity(body)
+    member_id, epoch = member_identity(body)
     code = ErrorCode.none
     try:
         client.access.group(body.group_id, "consumer")
         for t in body.topics:
             client.access.topic(t.name, "consumer")
-        offsets = [
-            {
-                "topic": t.name,
-                "partition": p.partition_index,
-                "offset": p.committed_offset,
-                "metadata": p.committed_metadata,
-            }
-            for t in body.topics
-            for p in t.partitions
-        ]
+        offsets = committed_offsets(body.topics)
         if offsets:
             await groups_service.commit(
                 client.db,

@@ -11,7 +11,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.kafka.errors import FAILURES, Refused, error_code, message
+from coordinator.kafka.errors import FAILURES, Refused, error_code, outcome
 from coordinator.kafka.server import Client
 from coordinator.kafka.wire import Request, milliseconds
 from coordinator.log import service as log_service
@@ -58,7 +58,7 @@ async def produce(client: Client, request: Request) -> Any:
                 }
                 _appended.set()
             except FAILURES as failure:
-                answer |= {"error_code": error_code(failure), "error_message": message(failure)}
+                answer |= outcome(failure)
             partitions.append(
                 reply("PartitionProduceResponse", index=data.index, record_errors=(), **answer)
             )

@@ -8,7 +8,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.kafka.errors import FAILURES, Refused, error_code, message
+from coordinator.kafka.errors import FAILURES, Refused, outcome
 from coordinator.kafka.server import Client
 from coordinator.kafka.wire import Request
 from coordinator.log import configs
@@ -29,7 +29,7 @@ async def create_topics(client: Client, request: Request) -> Any:
     results = []
     for topic in body.topics:
         partitions = 1 if topic.num_partitions == -1 else topic.num_partitions
-        answer: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None}
+        answer = outcome()
         try:
             client.access.cluster()
             if topic.replication_factor not in (-1, 1):
@@ -58,7 +58,7 @@ async def create_topics(client: Client, request: Request) -> Any:
             else:
                 await log_service.create_topic(client.db, spec)
         except FAILURES as failure:
-            answer = {"error_code": error_code(failure), "error_message": message(failure)}
+            answer = outcome(failure)
         ok = answer["error_code"] is ErrorCode.none
         results.append(
             reply(
@@ -79,12 +79,12 @@ async def delete_topics(client: Client, request: Request) -> Any:
     assert client.access is not None
     results = []
     for name in body.topic_names:
-        answer: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None}
+        answer = outcome()
         try:
             client.access.cluster()
             await log_service.delete_topic(client.db, name)
         except FAILURES as failure:
-            answer = {"error_code": error_code(failure), "error_message": message(failure)}
+            answer = outcome(failure)
         results.append(reply("DeletableTopicResult", name=name, **answer))
     return reply.body(responses=tuple(results))
 
@@ -95,7 +95,7 @@ async def describe_configs(client: Client, request: Request) -> Any:
     results = []
     for resource in body.resources:
         entries: list[Any] = []
-        answer: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None}
+        answer = outcome()
         try:
             if resource.resource_type == TOPIC:
                 client.access.topic(resource.resource_name, "producer", "consumer")
@@ -123,7 +123,7 @@ async def describe_configs(client: Client, request: Request) -> Any:
                 # The one broker has no configs of its own to show (an empty list, as asked).
                 raise Refused(ErrorCode.invalid_request, f"resource type {resource.resource_type}")
         except FAILURES as failure:
-            answer = {"error_code": error_code(failure), "error_message": message(failure)}
+            answer = outcome(failure)
         results.append(
             reply(
                 "DescribeConfigsResult",
@@ -141,7 +141,7 @@ async def incremental_alter_configs(client: Client, request: Request) -> Any:
     assert client.access is not None
     results = []
     for resource in body.resources:
-        answer: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None}
+        answer = outcome()
         try:
             client.access.cluster()
             if resource.resource_type != TOPIC:
@@ -170,7 +170,7 @@ async def incremental_alter_configs(client: Client, request: Request) -> Any:
                     client.db, client.settings, resource.resource_name, change
                 )
         except FAILURES as failure:
-            answer = {"error_code": error_code(failure), "error_message": message(failure)}
+            answer = outcome(failure)
         results.append(
             reply(
                 "AlterConfigsResourceResponse",

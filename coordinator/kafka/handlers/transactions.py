@@ -12,6 +12,7 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.admin import service as admin_service
 from coordinator.kafka.errors import FAILURES, error_code
+from coordinator.kafka.handlers.groups import committed_offsets, member_identity
 from coordinator.kafka.server import Client
 from coordinator.kafka.wire import Request, milliseconds
 from coordinator.producers import service as producers
@@ -116,8 +117,7 @@ async def add_offsets_to_txn(client: Client, request: Request) -> Any:
 async def txn_offset_commit(client: Client, request: Request) -> Any:
     reply, body = request.reply, request.body
     assert client.access is not None
-    member_id = getattr(body, "member_id", "") or None
-    generation = getattr(body, "generation_id", -1)
+    member_id, generation = member_identity(body)
     code = ErrorCode.none
     try:
         client.access.transactional_id(body.transactional_id)
@@ -130,18 +130,9 @@ async def txn_offset_commit(client: Client, request: Request) -> Any:
                     "producer_id": body.producer_id,
                     "producer_epoch": body.producer_epoch,
                     "group_id": body.group_id,
-                    "member_id": member_id if generation >= 0 else None,
-                    "member_epoch": generation if member_id and generation >= 0 else None,
-                    "offsets": [
-                        {
-                            "topic": t.name,
-                            "partition": p.partition_index,
-                            "offset": p.committed_offset,
-                            "metadata": p.committed_metadata,
-                        }
-                        for t in body.topics
-                        for p in t.partitions
-                    ],
+                    "member_id": member_id,
+                    "member_epoch": generation,
+                    "offsets": committed_offsets(body.topics),
                 }
             ),
         )
