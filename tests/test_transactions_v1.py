@@ -30,6 +30,14 @@ async def end_v1(app: Any, producer: Instance, *, commit: bool) -> tuple[str, in
     return answer.state, answer.producer_id, answer.producer_epoch
 
 
+async def writing(client: httpx.AsyncClient, tid: str, value: str) -> Instance:
+    """A new instance of `tid` with a transaction open on t-0 that holds `value`."""
+    producer = await started(client, tid)
+    await producer.add(("t", 0))
+    await producer.produce("t", 0, value)
+    return producer
+
+
 async def values(client: httpx.AsyncClient) -> list[str]:
     return [r["value"] for r in await read_all(client, "t")]
 
@@ -38,9 +46,7 @@ async def test_end_keeps_the_epoch_and_a_retry_is_answered_without_a_second_mark
     client: httpx.AsyncClient, app: Any
 ) -> None:
     await create_topic(client, "t")
-    producer = await started(client, "p")
-    await producer.add(("t", 0))
-    await producer.produce("t", 0, "a")
+    producer = await writing(client, "p", "a")
     first = await end_v1(app, producer, commit=True)
     assert first == ("CompleteCommit", producer.pid, producer.epoch)
     assert await end_v1(app, producer, commit=True) == first  # the retry of a lost answer
@@ -54,9 +60,7 @@ async def test_the_next_transaction_runs_at_the_same_epoch_and_its_sequences_go_
     client: httpx.AsyncClient, app: Any
 ) -> None:
     await create_topic(client, "t")
-    producer = await started(client, "p")
-    await producer.add(("t", 0))
-    await producer.produce("t", 0, "a")
+    producer = await writing(client, "p", "a")
     await end_v1(app, producer, commit=True)
     await producer.add(("t", 0))
     assert (await producer.produce("t", 0, "b")).status_code == 200  # sequence 1, same epoch
@@ -75,9 +79,7 @@ async def test_a_new_instance_still_fences_the_old_epoch(
     client: httpx.AsyncClient, app: Any
 ) -> None:
     await create_topic(client, "t")
-    zombie = await started(client, "p")
-    await zombie.add(("t", 0))
-    await zombie.produce("t", 0, "z")
+    zombie = await writing(client, "p", "z")
     successor = await started(client, "p")  # aborts the zombie's transaction, raises the epoch
     assert successor.epoch > zombie.epoch
     with pytest.raises(ProducerFenced):
@@ -99,9 +101,7 @@ async def test_a_producer_bumps_its_own_epoch_and_a_retry_gets_the_same_answer(
     client: httpx.AsyncClient, app: Any
 ) -> None:
     await create_topic(client, "t")
-    producer = await started(client, "p")
-    await producer.add(("t", 0))
-    await producer.produce("t", 0, "lost")
+    producer = await writing(client, "p", "lost")
     mine = (producer.pid, producer.epoch)
     bumped = await recover(app, producer, mine)
     assert bumped == (producer.pid, producer.epoch + 1)
@@ -117,9 +117,7 @@ async def test_a_zombie_bumping_its_epoch_is_fenced_and_fences_nobody(
 ) -> None:
     await create_topic(client, "t")
     zombie = await started(client, "p")
-    successor = await started(client, "p")
-    await successor.add(("t", 0))
-    await successor.produce("t", 0, "s")
+    successor = await writing(client, "p", "s")
     for stale in ((zombie.pid, zombie.epoch), (zombie.pid + 1000, successor.epoch)):
         with pytest.raises(ProducerFenced):
             await recover(app, zombie, stale)
