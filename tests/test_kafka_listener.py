@@ -70,6 +70,23 @@ class Connection:
         await self.send(buffer.getvalue())
         return await self.receive(api_key, version)
 
+    async def produce(self, topic: str, batch: bytes) -> Any:
+        """Produce v9 of one batch to partition 0, acks=-1."""
+        module = load_payload_module(0, 9, EntityType.request)
+        return await self.call(
+            0,
+            9,
+            transactional_id=None,
+            acks=-1,
+            timeout=datetime.timedelta(seconds=30),
+            topic_data=(
+                module.TopicProduceData(
+                    name=topic,
+                    partition_data=(module.PartitionProduceData(index=0, records=batch),),
+                ),
+            ),
+        )
+
     async def send(self, frame: bytes) -> None:
         self.writer.write(struct.pack(">i", len(frame)) + frame)
         await self.writer.drain()
@@ -198,21 +215,8 @@ async def test_corrupt_batch_is_refused_and_nothing_is_written(listener: KafkaLi
     good = recordbatch.build([(1, b"k", b"v", [])], producer_id=-1, producer_epoch=-1)
     bad = bytearray(good)
     bad[-1] ^= 0xFF  # the CRC no longer matches
-    module = load_payload_module(0, 9, EntityType.request)
     connection = await connect(listener)
-    answer = await connection.call(
-        0,
-        9,
-        transactional_id=None,
-        acks=-1,
-        timeout=datetime.timedelta(seconds=30),
-        topic_data=(
-            module.TopicProduceData(
-                name="corrupt",
-                partition_data=(module.PartitionProduceData(index=0, records=bytes(bad)),),
-            ),
-        ),
-    )
+    answer = await connection.produce("corrupt", bytes(bad))
     result = answer.responses[0].partition_responses[0]
     assert result.error_code == ErrorCode.corrupt_message
     assert result.error_message
@@ -276,21 +280,8 @@ async def test_sasl_plain_refuses_unknown_tokens_and_applies_roles(listener: Kaf
     assert "payments" in [t.name for t in metadata.topics]
     assert all(t.name.startswith("pay") for t in metadata.topics)
     # The consumer role may not produce, even under its prefix.
-    module = load_payload_module(0, 9, EntityType.request)
     batch = recordbatch.build([(1, b"k", b"v", [])], producer_id=-1, producer_epoch=-1)
-    produced = await reader.call(
-        0,
-        9,
-        transactional_id=None,
-        acks=-1,
-        timeout=datetime.timedelta(seconds=30),
-        topic_data=(
-            module.TopicProduceData(
-                name="payments",
-                partition_data=(module.PartitionProduceData(index=0, records=batch),),
-            ),
-        ),
-    )
+    produced = await reader.produce("payments", batch)
     assert produced.responses[0].partition_responses[0].error_code == (
         ErrorCode.topic_authorization_failed
     )
