@@ -63,6 +63,30 @@ def _sqlite_engine(url: str, *, immediate: bool) -> AsyncEngine:
     return engine
 
 
+def _refuse_nul(
+    _connection: Any, _cursor: Any, _statement: str, parameters: Any, _context: Any, many: bool
+) -> None:
+    """No text with a NUL reaches either store: one rule for every statement, so a name, an id or
+    a metadata string that holds one is a 400 / INVALID_REQUEST through both doors, never a 500
+    (Postgres refuses the byte) or a silent difference between the stores (SQLite keeps it)."""
+    for row in parameters if many else (parameters,):
+        for value in row.values() if isinstance(row, dict) else row or ():
+            if isinstance(value, str):
+                if "\0" in value:
+                    _unstorable(value)
+            elif isinstance(value, list | tuple):
+                for item in value:
+                    if isinstance(item, str) and "\0" in item:
+                        _unstorable(item)
+
+
+def _unstorable(value: str) -> None:
+    # Imported here: core.errors reaches the domains' models through core.metrics.
+    from coordinator.core.errors import UnstorableText
+
+    raise UnstorableText(f"text may not hold a NUL character: {value[:64]!r}")
+
+
 class Database:
     """The store: `write()` and `read()` yield a session inside one database transaction."""
 
@@ -81,6 +105,8 @@ class Database:
         # starve; writers of this process queue here instead, first come first served. Other
         # processes still meet SQLite's own lock, which is what keeps the data correct.
         self._write_turn = asyncio.Lock() if self.is_sqlite else None
+        for engine in {self.engine, self.read_engine}:
+            event.listen(engine.sync_engine, "before_cursor_execute", _refuse_nul)
         self._writes = async_sessionmaker(self.engine, expire_on_commit=False)
         self._reads = async_sessionmaker(self.read_engine, expire_on_commit=False)
 

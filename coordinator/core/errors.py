@@ -45,6 +45,15 @@ class InvalidRequest(CoordinatorError):
     title = "Invalid request"
 
 
+class UnstorableText(CoordinatorError):
+    """Text holding a NUL character: Postgres cannot keep it (SQLite could, but the stores must
+    agree, and no Kafka name or id may hold one), so it is refused before it reaches either."""
+
+    code = "INVALID_REQUEST"
+    status = 400
+    title = "Invalid text"
+
+
 class RequestTooLarge(CoordinatorError):
     code = "INVALID_REQUEST"
     status = 413

@@ -24,6 +24,8 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
+from coordinator.kafka import guard
+
 # Every API the listener answers, by key, with the versions it answers (ApiVersions advertises
 # exactly these). The ceilings keep to versions whose shape the domain can fill: no topic ids
 # (Fetch 13+, Metadata topic ids stay zero), no KIP-848 offset commits (OffsetCommit 9+), no
@@ -96,9 +98,17 @@ def decode(frame: bytes) -> Request:
     api_key, version, _ = peek_header(frame)
     request_type = payload_type(api_key, version, EntityType.request)
     try:
+        # Lengths first: kio would reserve whatever count a request declares (see guard).
+        guard.check(request_type, frame)
         header, used = entity_reader(request_type.__header_schema__)(frame, 0)
         body, size = entity_reader(request_type)(frame, used)
-    except Exception as exc:  # kio raises assorted errors on truncated or invalid input
+    except guard.Malformed as exc:
+        raise BadRequest(f"malformed {request_type.__name__}: {exc}") from None
+    except BaseException as exc:
+        # kio raises assorted errors on truncated or invalid input, and a panic of its native
+        # code arrives as pyo3's PanicException, which is not an Exception.
+        if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
+            raise
         raise BadRequest(f"undecodable {request_type.__name__}: {exc!r}") from None
     if used + size != len(frame):
         raise BadRequest(f"{len(frame) - used - size} bytes after {request_type.__name__}")
