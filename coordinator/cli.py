@@ -50,6 +50,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from coordinator.core.app import create_app
+    from coordinator.core.limits import BoundedHttpToolsProtocol
     from coordinator.core.migrate import upgrade_to_head
 
     settings = _settings(args)
@@ -74,6 +75,8 @@ def _serve(args: argparse.Namespace) -> int:
         "log_level": args.log_level,
         "access_log": args.access_log,
         "timeout_graceful_shutdown": 5,
+        # httptools with a cap on the header block (coordinator.core.limits).
+        "http": BoundedHttpToolsProtocol,
     }
     if args.workers == 1:
         uvicorn.run(create_app(settings), **common)

@@ -713,3 +713,48 @@ def test_random_fetch_urls_never_get_a_5xx(store: Store) -> None:
         get()
 
     run_fuzz(store, check)
+
+
+# -- text the stores could not keep, or would keep as another id --------------------------------
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param("/v1/transactions/tx%FF", id="transactional-id"),
+        pytest.param("/v1/groups/g%FE", id="group-id"),
+        pytest.param("/v1/effects/k%C3", id="effect-key"),
+        pytest.param("/v1/groups?state=%FF", id="query"),
+    ],
+)
+async def test_ids_whose_escapes_are_not_utf8_are_refused_not_repaired(
+    client: httpx.AsyncClient, before: Before, path: str
+) -> None:
+    # Decoded leniently, "tx%FF" and "tx%FE" would both be "tx\ufffd": one id for two.
+    response = await client.get(path)
+    assert_invalid(response, "not UTF-8", statuses=(400,))
+    await assert_nothing_changed(client, before)
+
+
+async def test_a_nul_in_stored_text_is_invalid_request_on_both_stores(
+    client: httpx.AsyncClient, before: Before
+) -> None:
+    offsets = {"offsets": [{"topic": "t", "partition": 0, "offset": 1, "metadata": "a\0b"}]}
+    response = await client.post("/v1/groups/g-1/offsets", json=offsets)
+    assert_invalid(response, "NUL", statuses=(400,))
+    assert (await client.get("/v1/groups/g-1/offsets")).json().get("offsets", []) == []
+    await assert_nothing_changed(client, before)
+
+
+@pytest.mark.parametrize("coding", ["gzip, chunked", "deflate", "chunked, gzip"])
+async def test_a_transfer_coding_other_than_chunked_is_501(
+    client: httpx.AsyncClient, before: Before, coding: str
+) -> None:
+    response = await client.post(
+        TOPICS,
+        content=encode(VALID[TOPICS]),
+        headers={**JSON, "transfer-encoding": coding},
+    )
+    assert response.status_code == 501, response.text
+    assert_problem(response, 501, "INVALID_REQUEST")
+    await assert_nothing_changed(client, before)

@@ -112,13 +112,17 @@ class Connection:
 async def listener(
     store: Store, tmp_path: Path, request: pytest.FixtureRequest
 ) -> AsyncIterator[KafkaListener]:
-    auth = getattr(request, "param", False)
+    # The parameter: True for a tokens file, or a dict of settings (with "auth" among them).
+    param = getattr(request, "param", False)
+    overrides = dict(param) if isinstance(param, dict) else {"auth": param}
+    auth = overrides.pop("auth", False)
     tokens = tmp_path / "tokens.json"
     tokens.write_text(json.dumps({"tokens": TOKENS}))
     settings = Settings(
         database_url=store.url,
         kafka_listener=f"127.0.0.1:{free_port()}",
         auth_tokens_file=tokens if auth else None,
+        **overrides,
     )
     db = Database(settings)
     running = KafkaListener(db, settings, Authenticator.from_file(tokens) if auth else None)
@@ -208,6 +212,68 @@ async def test_garbage_closes_the_connection_and_changes_nothing(
     answer = await other.call(18, 3, client_software_name="t", client_software_version="1")
     assert answer.error_code == ErrorCode.none
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    # The operator sees why, at WARNING, with the peer.
+    (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert "closed the Kafka connection of 127.0.0.1" in warning.getMessage()
+
+
+async def test_closed_connections_are_reported_at_most_once_a_second(
+    listener: KafkaListener, caplog: pytest.LogCaptureFixture
+) -> None:
+    for _ in range(5):
+        connection = await connect(listener)
+        await connection.send(struct.pack(">hhi", 999, 0, 1) + b"\0\0")
+        assert await connection.closed()
+    warnings = [r for r in caplog.records if r.name == "coordinator.kafka"]
+    # Five closings in well under a second: the first is told, the rest counted for the next.
+    assert len(warnings) == 1
+    assert "API key 999 version 0" in warnings[0].getMessage()
+
+
+async def test_bytes_after_a_request_body_are_ignored_as_kafka_ignores_them(
+    listener: KafkaListener,
+) -> None:
+    # librdkafka 2.12+'s all-topics Metadata v12: four bytes where Kafka reads a one-byte count
+    # (null), two booleans and the tagged fields; three are left over.
+    connection = await connect(listener)
+    connection.correlation = 1
+    await connection.send(struct.pack(">hhih", 3, 12, 1, 4) + b"test" + b"\0" + b"\0" * 7)
+    answer = await connection.receive(3, 12)
+    assert answer.brokers
+
+
+@pytest.mark.parametrize(
+    "listener", [{"auth": True, "kafka_sasl_max_receive_size": 4096}], indirect=True
+)
+async def test_a_frame_before_authentication_is_held_to_the_sasl_limit(
+    listener: KafkaListener,
+) -> None:
+    await log_service.create_topic(listener.db, CreateTopic(name="big", partitions=1))
+    # Over the limit before SASL: closed on the size alone, without the frame being sent.
+    before = await connect(listener)
+    before.writer.write(struct.pack(">i", 4097))
+    await before.writer.drain()
+    assert await before.closed()
+    # After SASL the request limit applies: a batch larger than the SASL limit is taken.
+    admin, answer = await _authenticated(listener, "ops", "admin-token-1")
+    assert answer.error_code == ErrorCode.none
+    batch = recordbatch.build([(1, b"k", b"v" * 8192, [])], producer_id=-1, producer_epoch=-1)
+    produced = await admin.produce("big", batch)
+    assert produced.responses[0].partition_responses[0].error_code == ErrorCode.none
+
+
+@pytest.mark.parametrize("listener", [{"kafka_socket_request_max_bytes": 4096}], indirect=True)
+async def test_a_frame_over_socket_request_max_bytes_closes_the_connection(
+    listener: KafkaListener,
+) -> None:
+    await log_service.create_topic(listener.db, CreateTopic(name="capped", partitions=1))
+    connection = await connect(listener)
+    batch = recordbatch.build([(1, b"k", b"v" * 8192, [])], producer_id=-1, producer_epoch=-1)
+    with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+        await connection.produce("capped", batch)
+    assert await connection.closed()
+    described = await log_service.describe_topic(listener.db, "capped")
+    assert described.partitions[0].high_watermark == 0
 
 
 async def test_corrupt_batch_is_refused_and_nothing_is_written(listener: KafkaListener) -> None:

@@ -54,6 +54,23 @@ class UnstorableText(CoordinatorError):
     title = "Invalid text"
 
 
+class NotUtf8(CoordinatorError):
+    """Text that is not UTF-8 where only UTF-8 is taken (a path, a query, a name): refused, not
+    repaired, or two different ids would become one."""
+
+    code = "INVALID_REQUEST"
+    status = 400
+    title = "Invalid text"
+
+
+class NotImplementedCoding(CoordinatorError):
+    """A transfer coding other than chunked (RFC 9112, 6.1: the server answers 501)."""
+
+    code = "INVALID_REQUEST"
+    status = 501
+    title = "Transfer coding not implemented"
+
+
 class RequestTooLarge(CoordinatorError):
     code = "INVALID_REQUEST"
     status = 413

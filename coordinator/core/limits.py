@@ -1,16 +1,28 @@
-"""A cap on request body size, enforced before the body is parsed.
+"""Caps and framing rules an HTTP request meets before any route sees it.
 
 Pure ASGI so an oversized body is refused without being read whole: a declared Content-Length
-over the cap is refused at once; a chunked body is buffered only up to the cap.
+over the cap is refused at once; a chunked body is buffered only up to the cap. A transfer coding
+other than chunked is 501 (RFC 9112), and a path or query whose percent-escapes are not UTF-8 is
+400 (decoded leniently, two different ids would become one). The header block is capped in the
+HTTP parser itself (`BoundedHttpToolsProtocol`), before the headers are held in memory.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from coordinator.core.errors import CoordinatorError, RequestTooLarge, problem_response
+from coordinator.core.errors import (
+    CoordinatorError,
+    NotImplementedCoding,
+    NotUtf8,
+    RequestTooLarge,
+    problem_response,
+)
 from coordinator.core.metrics import set_error_code
 from coordinator.log.errors import RecordListTooLarge
 
@@ -36,6 +48,11 @@ class BodySizeLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        refusal = _framing_refusal(scope)
+        if refusal is not None:
+            set_error_code(scope, refusal.code)
+            await problem_response(refusal)(scope, receive, send)
+            return
         declared = _content_length(scope)
         if declared is not None and declared > self.max_bytes:
             await problem_response(self._refusal(scope))(scope, receive, send)
@@ -60,6 +77,26 @@ class BodySizeLimit:
         await self.app(scope, _replay([{"type": "http.request", "body": body}]), send)
 
 
+def _framing_refusal(scope: Scope) -> CoordinatorError | None:
+    for name, value in scope["headers"]:
+        if name == b"transfer-encoding":
+            codings = [c.strip() for c in value.lower().split(b",") if c.strip()]
+            if codings != [b"chunked"]:
+                return NotImplementedCoding(
+                    f"transfer coding {value.decode('latin-1')!r} is not implemented; "
+                    "send the body as is or chunked"
+                )
+    raw_path: bytes = scope.get("raw_path") or b""
+    query: bytes = scope.get("query_string", b"")
+    for part, what in ((raw_path, "path"), (query.replace(b"+", b" "), "query")):
+        try:
+            unquote_to_bytes(part).decode("utf-8")
+        except UnicodeDecodeError:
+            shown = part[:200].decode("ascii", "backslashreplace")
+            return NotUtf8(f"the {what} {shown} is not UTF-8 once percent-decoded")
+    return None
+
+
 def _content_length(scope: Scope) -> int | None:
     for name, value in scope["headers"]:
         if name == b"content-length":
@@ -80,3 +117,56 @@ def _replay(messages: list[Message]) -> Receive:
         return {"type": "http.disconnect"}
 
     return receive
+
+
+class BoundedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a cap on a request's URL and header block: over
+    `max_header_bytes` the connection is answered 431 and closed, before the headers are held
+    (uvicorn's own parser keeps every header it is sent). The cap comes from the settings of
+    the process, so `serve --workers N` applies it in every worker."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        from coordinator.core.settings import get_settings
+
+        super().__init__(*args, **kwargs)
+        self._max_header_bytes = get_settings().max_header_bytes
+        self._header_bytes = 0
+        self._headers_too_large = False
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._header_bytes = 0
+
+    def on_url(self, url: bytes) -> None:
+        self._count(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count(len(name) + len(value) + 4)
+        super().on_header(name, value)
+
+    def _count(self, size: int) -> None:
+        self._header_bytes += size
+        if self._header_bytes > self._max_header_bytes:
+            self._headers_too_large = True
+            # The parser stops at a callback's error; uvicorn then answers through
+            # send_400_response, which says 431 here.
+            raise ValueError("header block too large")
+
+    def send_400_response(self, msg: str) -> None:
+        if not self._headers_too_large:
+            super().send_400_response(msg)
+            return
+        body = (
+            b'{"type":"urn:coordinator:error:invalid_request","title":"Request header fields '
+            b'too large","status":431,"detail":"the request line and headers exceed '
+            + str(self._max_header_bytes).encode()
+            + b' bytes","code":"INVALID_REQUEST","retriable":false}'
+        )
+        self.transport.write(
+            b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+            b"content-type: application/problem+json\r\n"
+            b"content-length: " + str(len(body)).encode() + b"\r\n"
+            b"connection: close\r\n\r\n" + body
+        )
+        self.transport.close()

@@ -88,6 +88,17 @@ REMOVED_BATCHES = Counter(
     ["cause"],
     registry=PROCESS,
 )
+KAFKA_REFUSALS = Counter(
+    "coordinator_kafka_refusals",
+    "Kafka connections closed by the listener, by reason (malformed, too_large, unsupported, "
+    "unauthenticated, authentication_failed, connection_limit, idle).",
+    ["reason"],
+    registry=PROCESS,
+)
+
+
+def record_kafka_refusal(reason: str) -> None:
+    KAFKA_REFUSALS.labels(reason=reason).inc()
 
 
 def record_removed(cause: str, batches: int, size: int) -> None:

@@ -55,6 +55,15 @@ class Settings(BaseSettings):
     auth_tokens_file: Path | None = None
     # host:port of the Kafka protocol listener (API.md, "Kafka protocol"); None: off.
     kafka_listener: str | None = None
+    # Largest Kafka request frame, in bytes (Kafka's socket.request.max.bytes); a larger one
+    # closes the connection before a byte of it is read.
+    kafka_socket_request_max_bytes: int = Field(default=100 * 1024 * 1024, ge=1024)
+    # Largest Kafka request frame before SASL authentication completes (Kafka's
+    # sasl.server.max.receive.size), so an unauthenticated peer cannot make the service hold
+    # large frames.
+    kafka_sasl_max_receive_size: int = Field(default=512 * 1024, ge=1024)
+    # Largest HTTP request line and header block, in bytes; over it the answer is 431.
+    max_header_bytes: int = Field(default=64 * 1024, ge=1024)
     # Largest request body accepted, in bytes; a produce over it is 413 RECORD_LIST_TOO_LARGE.
     max_request_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     # A fetch stops adding records once their payload passes this (it always returns at least one).

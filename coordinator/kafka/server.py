@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,7 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.core.auth import Access, Authenticator
 from coordinator.core.database import Database
+from coordinator.core.metrics import record_kafka_refusal
 from coordinator.core.settings import Settings
 from coordinator.kafka import wire
 from coordinator.kafka.wire import SUPPORTED, BadRequest, Request
@@ -32,6 +34,8 @@ SASL_AUTHENTICATE = 36
 _BEFORE_AUTH = {wire.API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE}
 # How long a closing listener lets requests under way finish before cancelling them.
 _GRACE_S = 5.0
+# At most one WARNING per this many seconds for closed connections (the rest are counted).
+_WARN_EVERY_S = 1.0
 
 
 @dataclass
@@ -46,6 +50,7 @@ class Client:
     client_host: str
     access: Access | None = None  # None until authenticated
     client_id: str = ""
+    last_request: str = ""  # "API key K version V" of the request being read or answered
     sasl_mechanism: str | None = None
     raw_sasl: bool = False  # SaslHandshake v0: the next frame is a bare SASL token
     # Set when the listener closes: a waiting Fetch answers at once.
@@ -74,6 +79,7 @@ class KafkaListener:
         self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self._closing = asyncio.Event()
         self._handlers = _handlers()
+        self._refusals = _Refusals()
 
     async def start(self) -> None:
         # Every worker process binds the same address (SO_REUSEPORT); the kernel spreads
@@ -120,7 +126,14 @@ class KafkaListener:
         )
         try:
             while True:
-                size = wire.read_frame_size(await reader.readexactly(4))
+                # Before authentication a frame is held to SASL's small limit (Kafka's
+                # sasl.server.max.receive.size), after it to socket.request.max.bytes.
+                limit = (
+                    self.settings.kafka_socket_request_max_bytes
+                    if client.access is not None
+                    else self.settings.kafka_sasl_max_receive_size
+                )
+                size = wire.read_frame_size(await reader.readexactly(4), limit)
                 frame = await reader.readexactly(size)
                 answer = await self._answer(client, frame)
                 if writer.is_closing():
@@ -134,7 +147,8 @@ class KafkaListener:
             # The listener is closing: the connection just ends (not an error to report).
             pass
         except BadRequest as exc:
-            log.info("closing Kafka connection from %s: %s", client.client_host, exc)
+            record_kafka_refusal(exc.reason)
+            self._refusals.warn(client, exc)
         except Exception:
             # A bug: nothing is answered for the request (the client sees the connection close
             # and retries); it is logged so it gets fixed.
@@ -151,6 +165,7 @@ class KafkaListener:
 
             return authenticate_raw(client, frame)
         api_key, version, correlation_id = wire.peek_header(frame)
+        client.last_request = f"API key {api_key} version {version}"
         versions = SUPPORTED.get(api_key)
         if versions is None or not versions[0] <= version <= versions[1]:
             if api_key == wire.API_VERSIONS:
@@ -159,15 +174,40 @@ class KafkaListener:
                 from coordinator.kafka.handlers.cluster import unsupported_api_versions
 
                 return wire.encode(correlation_id, unsupported_api_versions())
-            raise BadRequest(f"API key {api_key} version {version} is not served")
+            raise BadRequest(f"API key {api_key} version {version} is not served", "unsupported")
         if client.access is None and api_key not in _BEFORE_AUTH:
-            raise BadRequest(f"API key {api_key} before SASL authentication")
+            raise BadRequest(f"API key {api_key} before SASL authentication", "unauthenticated")
         request = wire.decode(frame)
         client.client_id = request.client_id
         response = await self._handlers[api_key](client, request)
         if response is None:  # Produce with acks=0
             return None
         return wire.encode(correlation_id, response)
+
+
+class _Refusals:
+    """A closed connection is logged at WARNING with the peer, what it asked and why, at most
+    once per `_WARN_EVERY_S` (a client in a reconnect loop, or a scanner, would flood the log);
+    the ones left out are counted in the next line. Every one is counted in the metrics."""
+
+    def __init__(self) -> None:
+        self._last = -_WARN_EVERY_S
+        self._untold = 0
+
+    def warn(self, client: Client, refusal: BadRequest) -> None:
+        now = time.monotonic()
+        if now - self._last < _WARN_EVERY_S:
+            self._untold += 1
+            return
+        untold, self._untold, self._last = self._untold, 0, now
+        log.warning(
+            "closed the Kafka connection of %s (client id %r, last request %s): %s%s",
+            client.client_host,
+            client.client_id,
+            client.last_request or "none",
+            refusal,
+            f" ({untold} more closed since the last report)" if untold else "",
+        )
 
 
 def error_only(request: Request, code: ErrorCode, **values: Any) -> Any:

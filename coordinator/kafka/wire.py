@@ -64,16 +64,18 @@ SUPPORTED: Mapping[int, tuple[int, int]] = {
 }
 
 API_VERSIONS = 18
-# A request larger than this is refused and the connection closed (Kafka's
-# socket.request.max.bytes is 100 MiB; the service's own body limit applies to the batches).
-MAX_FRAME = 100 * 1024 * 1024
 
 _SIZE = struct.Struct(">i")
 _HEAD = struct.Struct(">hhi")
 
 
 class BadRequest(Exception):
-    """A frame that cannot be decoded; the connection is closed, as Kafka's broker does."""
+    """A frame that cannot be decoded or may not be served; the connection is closed, as
+    Kafka's broker does. `reason` is the metric's label (`coordinator_kafka_refusals`)."""
+
+    def __init__(self, detail: str, reason: str = "malformed") -> None:
+        super().__init__(detail)
+        self.reason = reason
 
 
 @dataclass(slots=True)
@@ -101,7 +103,7 @@ def decode(frame: bytes) -> Request:
         # Lengths first: kio would reserve whatever count a request declares (see guard).
         guard.check(request_type, frame)
         header, used = entity_reader(request_type.__header_schema__)(frame, 0)
-        body, size = entity_reader(request_type)(frame, used)
+        body, _ = entity_reader(request_type)(frame, used)
     except guard.Malformed as exc:
         raise BadRequest(f"malformed {request_type.__name__}: {exc}") from None
     except BaseException as exc:
@@ -110,8 +112,8 @@ def decode(frame: bytes) -> Request:
         if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
             raise
         raise BadRequest(f"undecodable {request_type.__name__}: {exc!r}") from None
-    if used + size != len(frame):
-        raise BadRequest(f"{len(frame) - used - size} bytes after {request_type.__name__}")
+    # Bytes after the body are ignored, as Kafka's broker ignores them (librdkafka 2.12+ sends
+    # an all-topics Metadata v12 with a placeholder longer than the count it stands for).
     reply = Reply(api_key, version)
     return Request(api_key, version, header.correlation_id, header.client_id or "", body, reply)
 
@@ -220,10 +222,12 @@ def _build(entity: type, values: Mapping[str, Any]) -> Any:
     )
 
 
-def read_frame_size(prefix: bytes) -> int:
+def read_frame_size(prefix: bytes, limit: int) -> int:
+    """The size a frame declares, refused (before a byte of the frame is read) when it is not
+    positive or exceeds `limit`."""
     size: int = _SIZE.unpack(prefix)[0]
-    if not 0 < size <= MAX_FRAME:
-        raise BadRequest(f"a request of {size} bytes")
+    if not 0 < size <= limit:
+        raise BadRequest(f"a request of {size} bytes (at most {limit} here)", "too_large")
     return size
 
 

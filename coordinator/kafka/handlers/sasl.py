@@ -65,5 +65,5 @@ def authenticate_raw(client: Client, frame: bytes) -> bytes:
     client.raw_sasl = False
     failure = _check(client, frame)
     if failure:
-        raise BadRequest(f"SASL/PLAIN failed: {failure}")
+        raise BadRequest(f"SASL/PLAIN failed: {failure}", "authentication_failed")
     return struct.pack(">i", 0)
