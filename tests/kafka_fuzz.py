@@ -18,6 +18,7 @@ from typing import Any
 from kio.serial import entity_writer
 from kio.static.constants import EntityType
 
+from coordinator.kafka.handlers.groups import encode_subscription
 from coordinator.kafka.wire import SUPPORTED, payload_type
 from coordinator.log import recordbatch
 
@@ -51,8 +52,15 @@ def _primitive(kind: str, rng: random.Random) -> Any:
     if kind == "string":
         return rng.choice(_STRINGS)
     if kind in ("bytes", "records"):
-        if rng.random() < 0.5:
+        # Bytes the service reads inside a request: a record batch, a group member's
+        # subscription (well-formed, or declaring an absurd count), or noise.
+        choice = rng.randrange(4)
+        if choice == 0:
             return recordbatch.build([(0, b"k", b"v", [])], producer_id=-1, producer_epoch=-1)
+        if choice == 1:
+            return encode_subscription(["t", "fuzz"])
+        if choice == 2:
+            return struct.pack(">hi", rng.randrange(4), 2**31 - 1) + rng.randbytes(4)
         return rng.randbytes(rng.randrange(0, 80))
     if kind == "uuid":
         return uuid.UUID(int=rng.getrandbits(128)) if rng.random() < 0.5 else uuid.UUID(int=0)

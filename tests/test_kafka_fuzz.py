@@ -18,6 +18,7 @@ import pytest
 from kio.static.constants import EntityType
 
 from coordinator.kafka import guard
+from coordinator.kafka.handlers.groups import parse_subscription
 from coordinator.kafka.wire import BadRequest, decode, payload_type
 from tests.kafka_fuzz import mutate, random_request, served
 from tests.support import ServiceProcess, free_port, serve_on_fresh_store
@@ -64,6 +65,15 @@ def test_a_null_array_that_is_not_nullable_is_refused() -> None:
     frame = struct.pack(">hhih", 13, 3, 1, 1) + b"x" + struct.pack(">h", 1) + b"g"
     with pytest.raises(BadRequest, match="members: a null"):
         decode(frame + struct.pack(">i", -1))
+
+
+@pytest.mark.parametrize("version", [0, 1, 3])
+def test_a_subscription_declaring_an_absurd_count_is_refused_before_it_is_read(
+    version: int,
+) -> None:
+    # A JoinGroup member's metadata is the client's bytes too, read by kio inside the handler.
+    with pytest.raises(guard.Malformed, match="topics: 2147483647 elements declared"):
+        parse_subscription(struct.pack(">hi", version, 2**31 - 1))
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])

@@ -363,3 +363,58 @@ def test_serve_refuses_an_open_kafka_listener_without_tokens(
     code = main(["serve", "--kafka-listener", "0.0.0.0:9092"])
     assert code == 2
     assert "refusing to listen on 0.0.0.0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("listener", [{"transaction_max_timeout_ms": 30_000}], indirect=True)
+async def test_an_idempotent_producer_is_not_held_to_the_transaction_timeout_maximum(
+    listener: KafkaListener,
+) -> None:
+    connection = await connect(listener)
+    answer = await connection.call(
+        22,
+        4,
+        transactional_id=None,
+        transaction_timeout=datetime.timedelta(milliseconds=-1),
+        producer_id=-1,
+        producer_epoch=-1,
+    )
+    assert answer.error_code == ErrorCode.none
+    assert answer.producer_id >= 0
+
+
+@pytest.mark.parametrize(
+    ("api_key", "version", "fields", "code_of"),
+    [
+        pytest.param(
+            22,
+            4,
+            {
+                "transactional_id": "tx\0nul",
+                "transaction_timeout": datetime.timedelta(seconds=10),
+                "producer_id": -1,
+                "producer_epoch": -1,
+            },
+            lambda a: a.error_code,
+            id="init-producer-id",
+        ),
+        pytest.param(
+            15,
+            5,
+            {"groups": ("g\0nul",), "include_authorized_operations": False},
+            lambda a: a.groups[0].error_code,
+            id="describe-groups",
+        ),
+    ],
+)
+async def test_a_nul_in_a_kafka_id_is_answered_invalid_request_not_a_closed_connection(
+    listener: KafkaListener,
+    api_key: int,
+    version: int,
+    fields: dict[str, Any],
+    code_of: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    connection = await connect(listener)
+    answer = await connection.call(api_key, version, **fields)
+    assert code_of(answer) == ErrorCode.invalid_request
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

@@ -4,8 +4,9 @@ The tokens file names each token's principal, roles (`producer`, `consumer`, `ad
 transactional-id, topic and group prefixes it may use; `[""]` allows every name, `[]` none.
 Without a tokens file auth is off (and `coordinator serve` only listens on loopback).
 
-Every endpoint states what it needs through `Access` (`access.topic(...)`, ...), so the rule for
-a call is read where the call is. Tokens are compared in constant time and never logged.
+Every operation's rule is one method of `Access` (`access.produce(...)`,
+`access.transaction_offsets(...)`, ...) that the HTTP routes and the Kafka handlers both call, so
+the two doors cannot disagree. Tokens are compared in constant time and never logged.
 """
 
 from __future__ import annotations
@@ -173,6 +174,56 @@ class Access:
     def visible_topic(self, topic: str) -> bool:
         p = self.principal
         return p is None or p.is_admin or _under(topic, p.topic_prefixes)
+
+    # -- One rule per operation, which both doors call (Kafka checks access in one place,
+    # KafkaApis). Kafka's WRITE on a topic is the producer role, READ the consumer role; a
+    # transactional producer commits its input's offsets, so either role may name a group or a
+    # topic in a transaction's offsets, but only under the principal's own prefixes.
+
+    def produce(self, topic: str, transactional_id: str | None) -> None:
+        self.topic(topic, "producer")
+        if transactional_id is not None:
+            self.transactional_id(transactional_id)
+
+    def fetch(self, topic: str) -> None:
+        """Fetch and ListOffsets."""
+        self.topic(topic, "consumer")
+
+    def describe_topic(self, topic: str) -> None:
+        """A topic's description and configs."""
+        self.topic(topic, "producer", "consumer")
+
+    def init_pid(self, transactional_id: str | None) -> None:
+        if transactional_id is None:
+            self.idempotent_producer()
+        else:
+            self.transactional_id(transactional_id)
+
+    def add_partitions(self, transactional_id: str, topics: Iterable[str]) -> None:
+        self.transactional_id(transactional_id)
+        for topic in topics:
+            self.topic(topic, "producer")
+
+    def transaction_offsets(
+        self, transactional_id: str, group_id: str, topics: Iterable[str] = ()
+    ) -> None:
+        """AddOffsetsToTxn (no topics yet) and TxnOffsetCommit: the transactional id, the group
+        and every topic whose offsets it commits (Kafka: WRITE on the id, READ on the group and
+        the topics)."""
+        self.transactional_id(transactional_id)
+        self.group(group_id, "producer", "consumer")
+        for topic in topics:
+            self.topic(topic, "producer", "consumer")
+
+    def offsets(self, group_id: str, topics: Iterable[str]) -> None:
+        """OffsetCommit and OffsetFetch: READ on the group and on each topic named."""
+        self.group(group_id, "consumer")
+        for topic in topics:
+            self.topic(topic, "consumer")
+
+    def join(self, group_id: str, topics: Iterable[str]) -> None:
+        """A member's heartbeat or join: the group, and every topic it subscribes to."""
+        self.offsets(group_id, topics)
 
 
 def _bearer(request: Request) -> str | None:

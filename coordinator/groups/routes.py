@@ -35,9 +35,7 @@ async def list_groups(db: DB, access: AccessDep) -> Response:
 async def commit_offsets(
     group_id: IdPath, body: CommitOffsetsRequest, db: DB, access: AccessDep
 ) -> Response:
-    access.group(group_id, "consumer")
-    for o in body.offsets:
-        access.topic(o.topic, "consumer")
+    access.offsets(group_id, (o.topic for o in body.offsets))
     return json_response(await service.commit(db, group_id, body))
 
 
@@ -49,9 +47,7 @@ async def fetch_offsets(
     topic: Annotated[str | None, Query(pattern=TOPIC_PATTERN)] = None,
     require_stable: bool = False,
 ) -> Response:
-    access.group(group_id, "consumer")
-    if topic is not None:
-        access.topic(topic, "consumer")
+    access.offsets(group_id, () if topic is None else (topic,))
     return json_response(await service.fetch(db, group_id, topic, require_stable))
 
 
@@ -66,9 +62,7 @@ async def heartbeat(
 ) -> Response:
     """Join (member_epoch 0), heartbeat, or leave (member_epoch -1): the answer says which
     partitions the member may own now (API.md, Membership)."""
-    access.group(group_id, "consumer")
-    for topic in body.subscribed_topics or ():
-        access.topic(topic, "consumer")
+    access.join(group_id, body.subscribed_topics or ())
     client_id = body.client_id or request.headers.get("user-agent", "")[:255]
     client_host = request.client.host if request.client is not None else ""
     return json_response(

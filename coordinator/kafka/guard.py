@@ -16,7 +16,9 @@ import struct
 import types
 import typing
 from collections.abc import Callable
+from typing import Any
 
+from kio.serial import entity_reader
 from kio.serial._introspect import (
     EntityField,
     EntityTupleField,
@@ -63,6 +65,17 @@ def check(request_type: type, frame: bytes) -> int:
         return _plan(request_type)(frame, pos, len(frame))
     except (IndexError, struct.error):
         raise Malformed("the request ends inside a field") from None
+
+
+def read(entity: type, data: bytes, pos: int = 0) -> tuple[Any, int]:
+    """kio's reading of the `entity` encoded at `pos` of `data`, once its lengths are checked:
+    for payloads inside a request that kio is asked to read (a group member's subscription)."""
+    try:
+        _plan(entity)(data, pos, len(data))
+    except (IndexError, struct.error):
+        raise Malformed(f"{entity.__name__} ends inside a field") from None
+    result: tuple[Any, int] = entity_reader(entity)(data, pos)
+    return result
 
 
 def _header(frame: bytes, flexible: bool) -> int:

@@ -67,7 +67,7 @@ async def list_topics(db: DB, access: AccessDep) -> Response:
 
 @router.get("/{topic}", response_model=TopicDescription)
 async def describe_topic(topic: TopicPath, db: DB, access: AccessDep) -> Response:
-    access.topic(topic, "producer", "consumer")
+    access.describe_topic(topic)
     return json_response(await service.describe_topic(db, topic))
 
 
@@ -92,7 +92,7 @@ async def delete_records(
 async def describe_configs(
     topic: TopicPath, db: DB, settings: AppSettings, access: AccessDep
 ) -> Response:
-    access.topic(topic, "producer", "consumer")
+    access.describe_topic(topic)
     return json_response(await service.describe_configs(db, settings, topic))
 
 
@@ -191,18 +191,15 @@ async def produce(
     access: AccessDep,
     transactional_id: Annotated[TransactionalId | None, Query()] = None,
 ) -> Response:
-    access.topic(topic, "producer")
     if isinstance(body, bytes):
-        if transactional_id is not None:
-            access.transactional_id(transactional_id)
+        access.produce(topic, transactional_id)
         result = await service.produce_batch(db, settings, topic, partition, body, transactional_id)
     else:
         if transactional_id is not None:
             raise InvalidRequest(
                 "transactional_id: goes in the JSON body; the query parameter is for record batches"
             )
-        if body.transactional_id is not None:
-            access.transactional_id(body.transactional_id)
+        access.produce(topic, body.transactional_id)
         result = await service.produce_json(db, settings, topic, partition, body)
     return json_response(
         {
@@ -235,7 +232,7 @@ async def fetch(
     isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed",
     encoding: Literal["utf8", "base64"] = "utf8",
 ) -> Response:
-    access.topic(topic, "consumer")
+    access.fetch(topic)
     read_committed = isolation_level == "read_committed"
     limit = settings.fetch_max_bytes if max_bytes is None else max_bytes
     if _wants_batches(request.headers.get("accept")):

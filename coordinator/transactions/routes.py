@@ -39,9 +39,7 @@ async def commit_group(body: CommitGroupRequest, db: DB, access: AccessDep) -> R
 async def add_partitions(
     transactional_id: IdPath, body: AddPartitionsRequest, db: DB, access: AccessDep
 ) -> Response:
-    access.transactional_id(transactional_id)
-    for p in body.partitions:
-        access.topic(p.topic, "producer")
+    access.add_partitions(transactional_id, (p.topic for p in body.partitions))
     return json_response(await service.add_partitions(db, transactional_id, body))
 
 
@@ -49,8 +47,7 @@ async def add_partitions(
 async def add_offsets(
     transactional_id: IdPath, body: AddOffsetsRequest, db: DB, access: AccessDep
 ) -> Response:
-    access.transactional_id(transactional_id)
-    access.group(body.group_id, "producer", "consumer")
+    access.transaction_offsets(transactional_id, body.group_id, (o.topic for o in body.offsets))
     return json_response(await service.add_offsets(db, transactional_id, body))
 
 

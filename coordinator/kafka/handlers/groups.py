@@ -24,7 +24,7 @@ from kio.schema.consumer_protocol_subscription.v1 import data as subscription_v1
 from kio.schema.consumer_protocol_subscription.v2 import data as subscription_v2
 from kio.schema.consumer_protocol_subscription.v3 import data as subscription_v3
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_writer
 
 from coordinator.groups import membership
 from coordinator.groups import service as groups_service
@@ -37,6 +37,7 @@ from coordinator.groups.schemas import (
     HeartbeatRequest,
     HeartbeatResponse,
 )
+from coordinator.kafka import guard
 from coordinator.kafka.errors import FAILURES, error_code
 from coordinator.kafka.server import Client
 from coordinator.kafka.wire import Request, milliseconds
@@ -60,7 +61,8 @@ def parse_subscription(metadata: bytes) -> tuple[list[str], list[tuple[str, int]
         raise ValueError("subscription metadata shorter than its version")
     version = int.from_bytes(data[:2], "big", signed=True)
     module = _SUBSCRIPTIONS[max(0, min(version, len(_SUBSCRIPTIONS) - 1))]
-    subscription, _ = entity_reader(module.ConsumerProtocolSubscription)(data, 2)
+    # Lengths checked first: the subscription is the client's bytes, read by kio (see guard).
+    subscription, _ = guard.read(module.ConsumerProtocolSubscription, data, 2)
     owned = [
         (tp.topic, p) for tp in getattr(subscription, "owned_partitions", ()) for p in tp.partitions
     ]
@@ -138,8 +140,7 @@ async def join_group(client: Client, request: Request) -> Any:
             return reply.body(
                 error_code=ErrorCode.inconsistent_group_protocol, member_id=member_id, **failed
             )
-        for topic in topics:
-            client.access.topic(topic, "consumer")
+        client.access.join(body.group_id, topics)
         session_ms = milliseconds(body.session_timeout)
         rebalance_ms = milliseconds(getattr(body, "rebalance_timeout", None))
         common = {
@@ -302,9 +303,7 @@ async def offset_commit(client: Client, request: Request) -> Any:
     member_id, epoch = member_identity(body)
     code = ErrorCode.none
     try:
-        client.access.group(body.group_id, "consumer")
-        for t in body.topics:
-            client.access.topic(t.name, "consumer")
+        client.access.offsets(body.group_id, (t.name for t in body.topics))
         offsets = committed_offsets(body.topics)
         if offsets:
             await groups_service.commit(

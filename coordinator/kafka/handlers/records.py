@@ -42,9 +42,7 @@ async def produce(client: Client, request: Request) -> Any:
             try:
                 if body.acks not in (0, 1, -1):
                     raise Refused(ErrorCode.invalid_required_acks, f"acks={body.acks}: 0, 1 or -1")
-                client.access.topic(topic.name, "producer")
-                if tid is not None:
-                    client.access.transactional_id(tid)
+                client.access.produce(topic.name, tid)
                 if data.records is None:
                     raise Refused(ErrorCode.corrupt_message, "no record batch")
                 appended = await log_service.produce_batch(
@@ -104,7 +102,7 @@ async def _fetch_once(client: Client, request: Request) -> tuple[tuple[Any, ...]
                 "records": b"",
             }
             try:
-                client.access.topic(topic.topic, "consumer")
+                client.access.fetch(topic.topic)
                 if total >= budget:
                     # Over the fetch's budget: where the partition stands, no data (Kafka's way).
                     fetched = await log_service.fetch_batches(
@@ -171,7 +169,7 @@ async def list_offsets(client: Client, request: Request) -> Any:
         for asked in topic.partitions:
             answer: dict[str, Any] = {"offset": -1, "timestamp": -1, "leader_epoch": -1}
             try:
-                client.access.topic(topic.name, "consumer")
+                client.access.fetch(topic.name)
                 offset, timestamp = await log_service.list_offset(
                     client.db,
                     topic.name,

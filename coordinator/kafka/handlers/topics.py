@@ -98,7 +98,7 @@ async def describe_configs(client: Client, request: Request) -> Any:
         answer = outcome()
         try:
             if resource.resource_type == TOPIC:
-                client.access.topic(resource.resource_name, "producer", "consumer")
+                client.access.describe_topic(resource.resource_name)
                 listed = await log_service.describe_configs(
                     client.db, client.settings, resource.resource_name
                 )

@@ -26,8 +26,6 @@ from coordinator.transactions.schemas import (
 from coordinator.transactions.states import State
 
 TRANSACTION_VERSION = 1
-# An idempotent producer's InitProducerId carries no meaningful timeout.
-_IDEMPOTENT_TIMEOUT_MS = 60_000
 
 
 async def init_producer_id(client: Client, request: Request) -> Any:
@@ -35,12 +33,14 @@ async def init_producer_id(client: Client, request: Request) -> Any:
     assert client.access is not None
     tid = body.transactional_id
     try:
-        if tid is None:
-            client.access.idempotent_producer()
-            timeout = _IDEMPOTENT_TIMEOUT_MS
-        else:
-            client.access.transactional_id(tid)
-            timeout = milliseconds(body.transaction_timeout)
+        client.access.init_pid(tid)
+        # An idempotent producer has no transaction, and Kafka checks no timeout for it: it
+        # gets the largest allowed, which no check can refuse.
+        timeout = (
+            client.settings.transaction_max_timeout_ms
+            if tid is None
+            else milliseconds(body.transaction_timeout)
+        )
         # Version 3 on: a running producer gives its id and epoch to bump them (KIP-360).
         given = (getattr(body, "producer_id", -1), getattr(body, "producer_epoch", -1))
         answer = await producers.init_pid(
@@ -65,9 +65,7 @@ async def add_partitions_to_txn(client: Client, request: Request) -> Any:
     wanted = [(t.name, p) for t in body.v3_and_below_topics for p in t.partitions]
     code = ErrorCode.none
     try:
-        client.access.transactional_id(tid)
-        for topic, _ in wanted:
-            client.access.topic(topic, "producer")
+        client.access.add_partitions(tid, (topic for topic, _ in wanted))
         await transactions.add_partitions(
             client.db,
             tid,
@@ -97,8 +95,7 @@ async def add_offsets_to_txn(client: Client, request: Request) -> Any:
     body = request.body
     assert client.access is not None
     try:
-        client.access.transactional_id(body.transactional_id)
-        client.access.group(body.group_id, "producer", "consumer")
+        client.access.transaction_offsets(body.transactional_id, body.group_id)
         await transactions.add_offsets(
             client.db,
             body.transactional_id,
@@ -120,8 +117,9 @@ async def txn_offset_commit(client: Client, request: Request) -> Any:
     member_id, generation = member_identity(body)
     code = ErrorCode.none
     try:
-        client.access.transactional_id(body.transactional_id)
-        client.access.group(body.group_id, "producer", "consumer")
+        client.access.transaction_offsets(
+            body.transactional_id, body.group_id, (t.name for t in body.topics)
+        )
         await transactions.add_offsets(
             client.db,
             body.transactional_id,
