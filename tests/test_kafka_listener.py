@@ -418,3 +418,24 @@ async def test_a_nul_in_a_kafka_id_is_answered_invalid_request_not_a_closed_conn
     answer = await connection.call(api_key, version, **fields)
     assert code_of(answer) == ErrorCode.invalid_request
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+@pytest.mark.parametrize(
+    "listener", [{"max_uncompressed_batch_bytes": 2 * 1024 * 1024}], indirect=True
+)
+async def test_a_decompression_bomb_is_record_list_too_large_and_writes_nothing(
+    listener: KafkaListener,
+) -> None:
+    await log_service.create_topic(listener.db, CreateTopic(name="bombed", partitions=1))
+    bomb = recordbatch.build(
+        [(1, b"k", bytes(4 * 1024 * 1024), [])],
+        producer_id=-1,
+        producer_epoch=-1,
+        compression=recordbatch.COMPRESSION_GZIP,
+    )
+    connection = await connect(listener)
+    answer = await connection.produce("bombed", bomb)
+    result = answer.responses[0].partition_responses[0]
+    assert result.error_code == ErrorCode.record_list_too_large
+    described = await log_service.describe_topic(listener.db, "bombed")
+    assert described.partitions[0].high_watermark == 0

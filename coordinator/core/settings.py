@@ -66,6 +66,11 @@ class Settings(BaseSettings):
     max_header_bytes: int = Field(default=64 * 1024, ge=1024)
     # Largest request body accepted, in bytes; a produce over it is 413 RECORD_LIST_TOO_LARGE.
     max_request_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    # A compressed batch may inflate to at most this many bytes, and to at most
+    # max_compression_ratio times its own size (1 MiB is always allowed); past either it is
+    # refused as RECORD_LIST_TOO_LARGE with nothing written (a decompression bomb).
+    max_uncompressed_batch_bytes: int = Field(default=32 * 1024 * 1024, ge=1024 * 1024)
+    max_compression_ratio: int = Field(default=250, ge=1)
     # A fetch stops adding records once their payload passes this (it always returns at least one).
     fetch_max_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     # Connections per service process (Postgres).

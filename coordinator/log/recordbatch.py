@@ -116,6 +116,11 @@ class CorruptBatch(ValueError):
     """The bytes are not a well-formed record batch; the message says what is wrong."""
 
 
+class InflatesTooFar(CorruptBatch):
+    """A compressed records section that would inflate past the limit it was read with (a
+    decompression bomb, or a batch too large to be held uncompressed)."""
+
+
 class Header(NamedTuple):
     base_offset: int
     length: int  # bytes after the length field: the batch is `length + 12` bytes
@@ -250,7 +255,7 @@ def _decompress(codec: int, data: memoryview, limit: int) -> bytes:
         inflater = zlib.decompressobj(47)  # gzip or zlib header, detected
         out = inflater.decompress(data, limit + 1)
         if len(out) > limit or inflater.unconsumed_tail:
-            raise CorruptBatch(f"the records inflate past {limit} bytes")
+            raise InflatesTooFar(f"the records inflate past {limit} bytes")
         if not inflater.eof:
             raise CorruptBatch("the gzip stream is truncated")
         return out
@@ -258,7 +263,7 @@ def _decompress(codec: int, data: memoryview, limit: int) -> bytes:
         if bytes(data[:8]) == _XERIAL_MAGIC:
             return _xerial(data, limit)
         if cramjam.snappy.decompress_raw_len(data) > limit:
-            raise CorruptBatch(f"the records inflate past {limit} bytes")
+            raise InflatesTooFar(f"the records inflate past {limit} bytes")
         return bytes(cramjam.snappy.decompress_raw(data))
     decompress_into = cramjam.lz4.decompress_into
     if codec == COMPRESSION_ZSTD:
@@ -271,6 +276,8 @@ def _decompress(codec: int, data: memoryview, limit: int) -> bytes:
             written = decompress_into(data, buffer)
         except cramjam.DecompressionError:
             if size >= limit:
+                # Past the limit or not a stream at all: either way it is refused (as corrupt:
+                # the codec cannot tell which).
                 raise
             size = min(limit, size * 4)
             continue
@@ -278,7 +285,7 @@ def _decompress(codec: int, data: memoryview, limit: int) -> bytes:
             size = min(limit, size * 4)  # it may have stopped at the end of the buffer
             continue
         if written == size:
-            raise CorruptBatch(f"the records inflate to {limit} bytes or more")
+            raise InflatesTooFar(f"the records inflate to {limit} bytes or more")
         return bytes(memoryview(buffer)[:written])
 
 
@@ -298,7 +305,7 @@ def _xerial(data: memoryview, limit: int) -> bytes:
         block = data[pos : pos + length]
         total += cramjam.snappy.decompress_raw_len(block)
         if total > limit:
-            raise CorruptBatch(f"the records inflate past {limit} bytes")
+            raise InflatesTooFar(f"the records inflate past {limit} bytes")
         parts.append(bytes(cramjam.snappy.decompress_raw(block)))
         pos += length
     return b"".join(parts)

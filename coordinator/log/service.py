@@ -17,6 +17,7 @@ only the base offset (and, for LogAppendTime, the timestamps and CRC) rewritten.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 from collections.abc import Callable
@@ -395,11 +396,37 @@ async def produce_json(
     return await _append(db, settings, topic, partition, data, checked, body.transactional_id)
 
 
-def check_batch(data: bytes, transactional_id: str | None) -> recordbatch.Checked:
-    """A batch's own checks, before any database work: well formed (CORRUPT_MESSAGE), then
-    acceptable from a producer (INVALID_RECORD)."""
+# Compressed batches at least this large are checked on a worker thread: inflating and walking
+# them takes long enough that the event loop (every other client of the process) must not wait.
+_CHECK_OFF_LOOP_BYTES = 16 * 1024
+# Inflating up to this much is always allowed, whatever the ratio (small batches compress well).
+_INFLATION_FLOOR_BYTES = 1024 * 1024
+
+
+def inflation_limit(settings: Settings, size: int) -> int:
+    """How far a compressed batch of `size` bytes may inflate: the absolute cap, and the ratio
+    cap above a floor."""
+    by_ratio = max(_INFLATION_FLOOR_BYTES, size * settings.max_compression_ratio)
+    return min(settings.max_uncompressed_batch_bytes, by_ratio)
+
+
+async def check_batch(
+    settings: Settings, data: bytes, transactional_id: str | None
+) -> recordbatch.Checked:
+    """A batch's own checks, before any database work: well formed (CORRUPT_MESSAGE), not
+    inflating past its bounds (RECORD_LIST_TOO_LARGE), then acceptable from a producer
+    (INVALID_RECORD)."""
+    limit = inflation_limit(settings, len(data))
     try:
-        checked = recordbatch.check(data)
+        if len(data) >= _CHECK_OFF_LOOP_BYTES and recordbatch.read_header(data).compression:
+            checked = await asyncio.to_thread(recordbatch.check, data, limit)
+        else:
+            checked = recordbatch.check(data, limit)
+    except recordbatch.InflatesTooFar as exc:
+        raise RecordListTooLarge(
+            f"{exc} (a {len(data)}-byte batch may inflate to {limit} bytes: "
+            "COORDINATOR_MAX_UNCOMPRESSED_BATCH_BYTES, COORDINATOR_MAX_COMPRESSION_RATIO)"
+        ) from None
     except recordbatch.CorruptBatch as exc:
         raise CorruptMessage(f"not a well-formed record batch: {exc}") from None
     _acceptable(checked, transactional_id)
@@ -431,7 +458,7 @@ async def produce_batch(
     transactional_id: str | None,
 ) -> Appended:
     """Append one record batch, as API.md's Records section says, for every front door."""
-    checked = check_batch(data, transactional_id)
+    checked = await check_batch(settings, data, transactional_id)
     return await _append(db, settings, topic, partition, data, checked, transactional_id)
 
 
@@ -804,12 +831,22 @@ async def fetch_json(
     text = _text_of if encoding == "utf8" else _base64_of
     out: list[dict[str, Any]] = []
     next_offset = fetched.next_offset
+    # `max_bytes` bounds the answer too, not only the stored batches read: a compressed batch
+    # inflates, so records stop once their keys, values and headers pass it (the first is
+    # always given, as Kafka gives the first batch whatever its size).
+    taken = 0
     for payload in fetched.batches:
         for record in recordbatch.records(payload):
             record_offset = record.offset
             if record_offset < offset:
                 continue
             key, value = record.key, record.value
+            size = len(key or b"") + len(value or b"")
+            size += sum(len(name) + len(v or b"") for name, v in record.headers)
+            if out and taken + size > max_bytes:
+                next_offset = record_offset
+                break
+            taken += size
             out.append(
                 {
                     "offset": record_offset,
