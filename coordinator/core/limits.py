@@ -9,10 +9,13 @@ HTTP parser itself (`BoundedHttpToolsProtocol`), before the headers are held in 
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import re
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
+import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -23,7 +26,7 @@ from coordinator.core.errors import (
     RequestTooLarge,
     problem_response,
 )
-from coordinator.core.metrics import set_error_code
+from coordinator.core.metrics import record_refusal, set_error_code
 from coordinator.log.errors import RecordListTooLarge
 
 _PRODUCE_PATH = re.compile(r"^/v1/topics/[^/]+/partitions/[^/]+/records/?$")
@@ -119,19 +122,93 @@ def _replay(messages: list[Message]) -> Receive:
     return receive
 
 
+# Open HTTP connections of this process by client address (COORDINATOR_MAX_CONNECTIONS_PER_IP).
+_HTTP_CONNECTIONS: collections.Counter[str] = collections.Counter()
+
+
+def _problem_bytes(status: int, reason: str, title: str, code: str, detail: str) -> bytes:
+    body = orjson.dumps(
+        {
+            "type": f"urn:coordinator:error:{code.lower()}",
+            "title": title,
+            "status": status,
+            "detail": detail,
+            "code": code,
+            "retriable": status == 429,
+        }
+    )
+    return (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/problem+json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    ).encode() + body
+
+
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with a cap on a request's URL and header block: over
-    `max_header_bytes` the connection is answered 431 and closed, before the headers are held
-    (uvicorn's own parser keeps every header it is sent). The cap comes from the settings of
-    the process, so `serve --workers N` applies it in every worker."""
+    """uvicorn's httptools protocol with the limits a connection meets before the app sees it:
+    - the URL and header block are capped at `max_header_bytes` (431, and closed) before the
+      headers are held (uvicorn's own parser keeps every header it is sent);
+    - one client address holds at most `max_connections_per_ip` connections (429, and closed);
+    - a connection silent for `connections_max_idle_ms` while no request is being answered is
+      closed (uvicorn closes idle keep-alive connections, not ones that never finish a request).
+    The limits come from the settings of the process, so `serve --workers N` applies them in
+    every worker; each refusal is counted in `coordinator_connection_refusals`."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         from coordinator.core.settings import get_settings
 
         super().__init__(*args, **kwargs)
-        self._max_header_bytes = get_settings().max_header_bytes
+        settings = get_settings()
+        self._max_header_bytes = settings.max_header_bytes
+        self._max_connections = settings.max_connections_per_ip
+        self._idle_s = settings.connections_max_idle_ms / 1000
         self._header_bytes = 0
         self._headers_too_large = False
+        self._address = ""
+        self._idle: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._address = self.client[0] if self.client else ""
+        _HTTP_CONNECTIONS[self._address] += 1
+        if _HTTP_CONNECTIONS[self._address] > self._max_connections:
+            record_refusal("http", "connection_limit")
+            transport.write(
+                _problem_bytes(
+                    429,
+                    "Too Many Requests",
+                    "Too many connections",
+                    "THROTTLING_QUOTA_EXCEEDED",
+                    f"{self._max_connections} connections from this address already "
+                    "(COORDINATOR_MAX_CONNECTIONS_PER_IP)",
+                )
+            )
+            transport.close()
+            return
+        self._arm_idle()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        _HTTP_CONNECTIONS[self._address] -= 1
+        if _HTTP_CONNECTIONS[self._address] <= 0:
+            del _HTTP_CONNECTIONS[self._address]
+        if self._idle is not None:
+            self._idle.cancel()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        self._arm_idle()
+        super().data_received(data)
+
+    def _arm_idle(self) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
+        self._idle = asyncio.get_running_loop().call_later(self._idle_s, self._idle_out)
+
+    def _idle_out(self) -> None:
+        if self.cycle is not None and not self.cycle.response_complete:
+            self._arm_idle()  # an answer is being made (a long poll): not idle
+            return
+        record_refusal("http", "idle")
+        self.transport.close()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -157,16 +234,15 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if not self._headers_too_large:
             super().send_400_response(msg)
             return
-        body = (
-            b'{"type":"urn:coordinator:error:invalid_request","title":"Request header fields '
-            b'too large","status":431,"detail":"the request line and headers exceed '
-            + str(self._max_header_bytes).encode()
-            + b' bytes","code":"INVALID_REQUEST","retriable":false}'
-        )
+        record_refusal("http", "headers_too_large")
         self.transport.write(
-            b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
-            b"content-type: application/problem+json\r\n"
-            b"content-length: " + str(len(body)).encode() + b"\r\n"
-            b"connection: close\r\n\r\n" + body
+            _problem_bytes(
+                431,
+                "Request Header Fields Too Large",
+                "Request header fields too large",
+                "INVALID_REQUEST",
+                f"the request line and headers exceed {self._max_header_bytes} bytes "
+                "(COORDINATOR_MAX_HEADER_BYTES)",
+            )
         )
         self.transport.close()

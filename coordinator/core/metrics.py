@@ -88,17 +88,18 @@ REMOVED_BATCHES = Counter(
     ["cause"],
     registry=PROCESS,
 )
-KAFKA_REFUSALS = Counter(
-    "coordinator_kafka_refusals",
-    "Kafka connections closed by the listener, by reason (malformed, too_large, unsupported, "
-    "unauthenticated, authentication_failed, connection_limit, idle).",
-    ["reason"],
+CONNECTION_REFUSALS = Counter(
+    "coordinator_connection_refusals",
+    "Connections a door closed on a peer, by door (http, kafka) and reason: malformed, "
+    "too_large, unsupported, unauthenticated, authentication_failed (Kafka), headers_too_large "
+    "(HTTP), connection_limit, idle.",
+    ["door", "reason"],
     registry=PROCESS,
 )
 
 
-def record_kafka_refusal(reason: str) -> None:
-    KAFKA_REFUSALS.labels(reason=reason).inc()
+def record_refusal(door: str, reason: str) -> None:
+    CONNECTION_REFUSALS.labels(door=door, reason=reason).inc()
 
 
 def record_removed(cause: str, batches: int, size: int) -> None:

@@ -62,6 +62,15 @@ class Settings(BaseSettings):
     # sasl.server.max.receive.size), so an unauthenticated peer cannot make the service hold
     # large frames.
     kafka_sasl_max_receive_size: int = Field(default=512 * 1024, ge=1024)
+    # Connections one client address may hold open, per door and per process (Kafka's
+    # max.connections.per.ip); a connection past it is closed at once (HTTP: answered 429 first).
+    max_connections_per_ip: int = Field(default=1000, ge=1)
+    # A connection with no traffic this long is closed, through both doors, mid-request too
+    # (Kafka's connections.max.idle.ms): stalled connections do not pile up.
+    connections_max_idle_ms: int = Field(default=600_000, ge=1)
+    # A Kafka connection whose SASL authentication failed is closed this long after the answer
+    # (Kafka's connection.failed.authentication.delay.ms), so guessing tokens is slow.
+    connection_failed_authentication_delay_ms: int = Field(default=100, ge=0)
     # Largest HTTP request line and header block, in bytes; over it the answer is 431.
     max_header_bytes: int = Field(default=64 * 1024, ge=1024)
     # Largest request body accepted, in bytes; a produce over it is 413 RECORD_LIST_TOO_LARGE.

@@ -10,6 +10,7 @@ domain in `coordinator.kafka.handlers`; they check access, translate and call th
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import socket
@@ -22,7 +23,7 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.core.auth import Access, Authenticator
 from coordinator.core.database import Database
-from coordinator.core.metrics import record_kafka_refusal
+from coordinator.core.metrics import record_refusal
 from coordinator.core.settings import Settings
 from coordinator.kafka import wire
 from coordinator.kafka.wire import SUPPORTED, BadRequest, Request
@@ -53,6 +54,7 @@ class Client:
     last_request: str = ""  # "API key K version V" of the request being read or answered
     sasl_mechanism: str | None = None
     raw_sasl: bool = False  # SaslHandshake v0: the next frame is a bare SASL token
+    failed_authentication: bool = False  # answered, then the connection closes after a delay
     # Set when the listener closes: a waiting Fetch answers at once.
     closing: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -80,6 +82,7 @@ class KafkaListener:
         self._closing = asyncio.Event()
         self._handlers = _handlers()
         self._refusals = _Refusals()
+        self._per_address: collections.Counter[str] = collections.Counter()
 
     async def start(self) -> None:
         # Every worker process binds the same address (SO_REUSEPORT); the kernel spreads
@@ -124,7 +127,15 @@ class KafkaListener:
             access=Access(None) if self.authenticator is None else None,
             closing=self._closing,
         )
+        self._per_address[client.client_host] += 1
+        idle_s = self.settings.connections_max_idle_ms / 1000
         try:
+            if self._per_address[client.client_host] > self.settings.max_connections_per_ip:
+                raise BadRequest(
+                    f"{self.settings.max_connections_per_ip} connections from this address "
+                    "already (COORDINATOR_MAX_CONNECTIONS_PER_IP)",
+                    "connection_limit",
+                )
             while True:
                 # Before authentication a frame is held to SASL's small limit (Kafka's
                 # sasl.server.max.receive.size), after it to socket.request.max.bytes.
@@ -133,27 +144,43 @@ class KafkaListener:
                     if client.access is not None
                     else self.settings.kafka_sasl_max_receive_size
                 )
-                size = wire.read_frame_size(await reader.readexactly(4), limit)
-                frame = await reader.readexactly(size)
+                # A connection silent this long, between requests or inside one, is closed.
+                prefix = await asyncio.wait_for(reader.readexactly(4), idle_s)
+                size = wire.read_frame_size(prefix, limit)
+                frame = await asyncio.wait_for(reader.readexactly(size), idle_s)
                 answer = await self._answer(client, frame)
                 if writer.is_closing():
                     break  # the listener closed the connection while the request ran
                 if answer is not None:
                     writer.write(answer)
                     await writer.drain()
+                if client.failed_authentication:
+                    raise BadRequest("SASL authentication failed", "authentication_failed")
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
+        except TimeoutError:
+            record_refusal("kafka", "idle")
+            log.info("closing the idle Kafka connection of %s", client.client_host)
         except asyncio.CancelledError:
             # The listener is closing: the connection just ends (not an error to report).
             pass
         except BadRequest as exc:
-            record_kafka_refusal(exc.reason)
+            record_refusal("kafka", exc.reason)
             self._refusals.warn(client, exc)
+            if exc.reason == "authentication_failed":
+                # Kafka's connection.failed.authentication.delay.ms: a client guessing
+                # credentials waits before it may try again on a new connection.
+                delay = self.settings.connection_failed_authentication_delay_ms / 1000
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.sleep(delay)
         except Exception:
             # A bug: nothing is answered for the request (the client sees the connection close
             # and retries); it is logged so it gets fixed.
             log.exception("Kafka request from %s failed", client.client_host)
         finally:
+            self._per_address[client.client_host] -= 1
+            if not self._per_address[client.client_host]:
+                del self._per_address[client.client_host]
             self._connections.pop(task, None)
             writer.close()
             with contextlib.suppress(Exception):

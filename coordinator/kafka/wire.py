@@ -71,7 +71,7 @@ _HEAD = struct.Struct(">hhi")
 
 class BadRequest(Exception):
     """A frame that cannot be decoded or may not be served; the connection is closed, as
-    Kafka's broker does. `reason` is the metric's label (`coordinator_kafka_refusals`)."""
+    Kafka's broker does. `reason` is the metric's label (`coordinator_connection_refusals`)."""
 
     def __init__(self, detail: str, reason: str = "malformed") -> None:
         super().__init__(detail)

@@ -51,6 +51,8 @@ async def authenticate(client: Client, request: Request) -> Any:
             auth_bytes=b"",
         )
     failure = _check(client, bytes(request.body.auth_bytes))
+    # The answer says why; then the listener closes the connection after Kafka's delay.
+    client.failed_authentication = failure is not None
     return request.reply.body(
         error_code=ErrorCode.sasl_authentication_failed if failure else ErrorCode.none,
         error_message=failure,
