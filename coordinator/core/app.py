@@ -21,6 +21,7 @@ from coordinator.core.health import router as health_router
 from coordinator.core.limits import BodySizeLimit
 from coordinator.core.metrics import MetricsMiddleware
 from coordinator.core.openapi import install_openapi
+from coordinator.core.quotas import MutationQuota
 from coordinator.core.settings import Settings, get_settings
 from coordinator.effects.routes import router as effects_router
 from coordinator.effects.tasks import run_expiry
@@ -53,7 +54,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ]
         listener = None
         if settings.kafka_listener is not None:
-            listener = KafkaListener(db, settings, app.state.authenticator)
+            listener = KafkaListener(db, settings, app.state.authenticator, app.state.quota)
             await listener.start()
         try:
             yield
@@ -76,6 +77,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.db = db
+    # One per process, shared by both doors.
+    app.state.quota = MutationQuota(settings.controller_mutation_rate)
     app.state.authenticator = (
         Authenticator.from_file(settings.auth_tokens_file) if settings.auth_tokens_file else None
     )

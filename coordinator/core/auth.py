@@ -171,6 +171,11 @@ class Access:
             or (self._has(("consumer",)) and _under(group_id, p.group_prefixes))
         )
 
+    @property
+    def name(self) -> str:
+        """Who is asking, for quotas: the principal, or "" with auth off."""
+        return "" if self.principal is None else self.principal.name
+
     def visible_topic(self, topic: str) -> bool:
         p = self.principal
         return p is None or p.is_admin or _under(topic, p.topic_prefixes)

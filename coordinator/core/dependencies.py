@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from coordinator.core.database import Database
+from coordinator.core.quotas import MutationQuota
 from coordinator.core.settings import Settings
 
 
@@ -23,3 +24,11 @@ async def get_app_settings(request: Request) -> Settings:
 
 DB = Annotated[Database, Depends(get_db)]
 AppSettings = Annotated[Settings, Depends(get_app_settings)]
+
+
+async def get_quota(request: Request) -> MutationQuota:
+    quota: MutationQuota = request.app.state.quota
+    return quota
+
+
+Quota = Annotated[MutationQuota, Depends(get_quota)]

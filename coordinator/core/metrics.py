@@ -98,6 +98,19 @@ CONNECTION_REFUSALS = Counter(
 )
 
 
+LIMIT_REFUSALS = Counter(
+    "coordinator_limit_refusals",
+    "Requests refused by a limit of the domain, through either door: group_max_size, "
+    "partition_mutation_rate.",
+    ["limit"],
+    registry=PROCESS,
+)
+
+
+def record_limit_refusal(limit: str) -> None:
+    LIMIT_REFUSALS.labels(limit=limit).inc()
+
+
 def record_refusal(door: str, reason: str) -> None:
     CONNECTION_REFUSALS.labels(door=door, reason=reason).inc()
 

@@ -71,6 +71,9 @@ class Settings(BaseSettings):
     # A Kafka connection whose SASL authentication failed is closed this long after the answer
     # (Kafka's connection.failed.authentication.delay.ms), so guessing tokens is slow.
     connection_failed_authentication_delay_ms: int = Field(default=100, ge=0)
+    # Partitions one principal may create or delete per second, per process (Kafka's
+    # controller_mutation_rate quota, KIP-599); past it THROTTLING_QUOTA_EXCEEDED (HTTP 429).
+    controller_mutation_rate: float = Field(default=1000.0, gt=0)
     # Largest HTTP request line and header block, in bytes; over it the answer is 431.
     max_header_bytes: int = Field(default=64 * 1024, ge=1024)
     # Largest request body accepted, in bytes; a produce over it is 413 RECORD_LIST_TOO_LARGE.
@@ -91,6 +94,9 @@ class Settings(BaseSettings):
     group_max_session_timeout_ms: int = Field(default=1_800_000, ge=1)
     # The heartbeat interval answered to members (at most a third of their session timeout).
     group_heartbeat_interval_ms: int = Field(default=5_000, ge=1)
+    # Members one group may have (Kafka's group.consumer.max.size); one more is refused with
+    # GROUP_MAX_SIZE_REACHED.
+    group_consumer_max_size: int = Field(default=1000, ge=1)
     # How often each process looks for members whose session or rebalance timeout passed.
     group_check_interval_ms: int = Field(default=1_000, ge=1)
 

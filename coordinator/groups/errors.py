@@ -26,6 +26,15 @@ class FencedMemberEpoch(CoordinatorError):
     title = "Fenced member epoch"
 
 
+class GroupMaxSizeReached(CoordinatorError):
+    """A new member of a group already at COORDINATOR_GROUP_CONSUMER_MAX_SIZE members (Kafka's
+    group.consumer.max.size); the members it has keep going."""
+
+    code = "GROUP_MAX_SIZE_REACHED"
+    status = 409
+    title = "Group max size reached"
+
+
 class GroupIdNotFound(CoordinatorError):
     code = "GROUP_ID_NOT_FOUND"
     status = 404

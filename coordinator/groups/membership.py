@@ -28,10 +28,15 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from coordinator.core.clock import now_ms
 from coordinator.core.database import Database, insert_ignore
 from coordinator.core.errors import CoordinatorError, InvalidRequest
-from coordinator.core.metrics import record_rebalance
+from coordinator.core.metrics import record_limit_refusal, record_rebalance
 from coordinator.core.settings import Settings
 from coordinator.groups.assignor import assign
-from coordinator.groups.errors import FencedMemberEpoch, InvalidSessionTimeout, UnknownMemberId
+from coordinator.groups.errors import (
+    FencedMemberEpoch,
+    GroupMaxSizeReached,
+    InvalidSessionTimeout,
+    UnknownMemberId,
+)
 from coordinator.groups.models import (
     CONSUMER,
     ConsumerGroup,
@@ -373,6 +378,12 @@ async def heartbeat(
                 )
             else:
                 if body.member_epoch == JOIN_EPOCH:
+                    if member is None and len(state.members) >= settings.group_consumer_max_size:
+                        record_limit_refusal("group_max_size")
+                        raise GroupMaxSizeReached(
+                            f"group {group_id!r} has {len(state.members)} members, its most "
+                            "(COORDINATOR_GROUP_CONSUMER_MAX_SIZE)"
+                        )
                     member = _join(session, state, body, member, now)
                 else:
                     member = _require_member(group_id, body.member_id, member)
@@ -408,7 +419,7 @@ async def heartbeat(
                     heartbeat_interval_ms=_interval(settings, session_timeout_ms),
                     assignment=[TopicPartitionOut(topic=t, partition=p) for t, p in assignment],
                 )
-        except (UnknownMemberId, FencedMemberEpoch) as error:
+        except (UnknownMemberId, FencedMemberEpoch, GroupMaxSizeReached) as error:
             refusal = error
             await rebalance_if_needed(session, state, now)
         await write(session, state)

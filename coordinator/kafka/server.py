@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode
 from coordinator.core.auth import Access, Authenticator
 from coordinator.core.database import Database
 from coordinator.core.metrics import record_refusal
+from coordinator.core.quotas import MutationQuota
 from coordinator.core.settings import Settings
 from coordinator.kafka import wire
 from coordinator.kafka.wire import SUPPORTED, BadRequest, Request
@@ -57,6 +58,8 @@ class Client:
     failed_authentication: bool = False  # answered, then the connection closes after a delay
     # Set when the listener closes: a waiting Fetch answers at once.
     closing: asyncio.Event = field(default_factory=asyncio.Event)
+    # The process's controller mutation quota, shared with the HTTP door.
+    quota: MutationQuota = field(default_factory=lambda: MutationQuota(1e9))
 
 
 Handler = Callable[[Client, Request], Awaitable[Any]]
@@ -69,11 +72,18 @@ def _handlers() -> dict[int, Handler]:
 
 
 class KafkaListener:
-    def __init__(self, db: Database, settings: Settings, authenticator: Authenticator | None):
+    def __init__(
+        self,
+        db: Database,
+        settings: Settings,
+        authenticator: Authenticator | None,
+        quota: MutationQuota | None = None,
+    ):
         assert settings.kafka_listener is not None
         self.db = db
         self.settings = settings
         self.authenticator = authenticator
+        self.quota = quota or MutationQuota(settings.controller_mutation_rate)
         host, _, port = settings.kafka_listener.rpartition(":")
         self.host = host.strip("[]") or "127.0.0.1"
         self.port = int(port)
@@ -126,6 +136,7 @@ class KafkaListener:
             client_host=str(peer[0]),
             access=Access(None) if self.authenticator is None else None,
             closing=self._closing,
+            quota=self.quota,
         )
         self._per_address[client.client_host] += 1
         idle_s = self.settings.connections_max_idle_ms / 1000

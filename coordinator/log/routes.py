@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from starlette.responses import Response
 
 from coordinator.core.auth import AccessDep
-from coordinator.core.dependencies import DB, AppSettings
+from coordinator.core.dependencies import DB, AppSettings, Quota
 from coordinator.core.errors import InvalidRequest
 from coordinator.core.responses import json_response
 from coordinator.core.schemas import (
@@ -52,8 +52,9 @@ PartitionPath = Annotated[int, Digits, Path(ge=0, le=INT32_MAX, description="par
 
 
 @router.post("", status_code=201, response_model=TopicSummary)
-async def create_topic(body: CreateTopic, db: DB, access: AccessDep) -> Response:
+async def create_topic(body: CreateTopic, db: DB, access: AccessDep, quota: Quota) -> Response:
     access.cluster()
+    quota.admit(access.name, body.partitions)
     return json_response(await service.create_topic(db, body), 201)
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from coordinator.core.quotas import ThrottlingQuotaExceeded
 from coordinator.kafka.errors import FAILURES, Refused, outcome
 from coordinator.kafka.server import Client
 from coordinator.kafka.wire import Request
@@ -27,6 +28,7 @@ async def create_topics(client: Client, request: Request) -> Any:
     reply, body = request.reply, request.body
     assert client.access is not None
     results = []
+    throttle_ms = 0
     for topic in body.topics:
         partitions = 1 if topic.num_partitions == -1 else topic.num_partitions
         answer = outcome()
@@ -56,9 +58,12 @@ async def create_topics(client: Client, request: Request) -> Any:
                         ErrorCode.topic_already_exists, f"topic {topic.name!r} already exists"
                     )
             else:
+                client.quota.admit(client.access.name, spec.partitions)
                 await log_service.create_topic(client.db, spec)
         except FAILURES as failure:
             answer = outcome(failure)
+            if isinstance(failure, ThrottlingQuotaExceeded):
+                throttle_ms = max(throttle_ms, int(failure.extensions["throttle_time_ms"]))
         ok = answer["error_code"] is ErrorCode.none
         results.append(
             reply(
@@ -71,7 +76,7 @@ async def create_topics(client: Client, request: Request) -> Any:
                 **answer,
             )
         )
-    return reply.body(topics=tuple(results))
+    return reply.body(topics=tuple(results), throttle_time=throttle_ms)
 
 
 async def delete_topics(client: Client, request: Request) -> Any:
