@@ -1,8 +1,12 @@
 """The `coordinator` command: serve, migrate, and the admin commands over HTTP.
 
 coordinator serve [--host 127.0.0.1] [--port 8080] [--kafka-listener HOST:PORT]
+          [--tls-cert PEM --tls-key PEM [--tls-client-ca PEM]]
                                                      run the service (migrates the store first),
-                                                     with Kafka's protocol too (kafka/)
+                                                     with Kafka's protocol too (kafka/), over TLS
+coordinator scram set|delete|list                    SASL/SCRAM credentials of the Kafka
+                                                     listener, like kafka-configs.sh --entity-type
+                                                     users (admin/scram_cli.py)
 coordinator migrate                                  bring the store's schema to the newest version
 coordinator transactions list|describe|...           inspect and abort transactions over HTTP,
                                                      like kafka-transactions.sh (admin/cli.py)
@@ -21,11 +25,13 @@ import argparse
 import ipaddress
 import logging
 import os
+import ssl
 import sys
 from collections.abc import Sequence
 
 from coordinator.admin.cli import add_transactions_parser
 from coordinator.admin.groups_cli import add_groups_parser
+from coordinator.admin.scram_cli import add_scram_parser
 from coordinator.admin.topics_cli import add_topics_parser
 from coordinator.core.settings import Settings
 from jobs.demo import add_demo_parser
@@ -56,6 +62,22 @@ def _serve(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if args.kafka_listener is not None:
         settings = settings.model_copy(update={"kafka_listener": args.kafka_listener or None})
+    tls = {
+        name: getattr(args, arg)
+        for name, arg in (
+            ("tls_cert_file", "tls_cert"),
+            ("tls_key_file", "tls_key"),
+            ("tls_client_ca_file", "tls_client_ca"),
+        )
+        if getattr(args, arg) is not None
+    }
+    settings = settings.model_copy(update=tls)
+    if (settings.tls_cert_file is None) != (settings.tls_key_file is None):
+        print("TLS needs both a certificate and its key (--tls-cert, --tls-key)", file=sys.stderr)
+        return 2
+    if settings.tls_client_ca_file is not None and settings.tls_cert_file is None:
+        print("--tls-client-ca needs --tls-cert and --tls-key", file=sys.stderr)
+        return 2
     hosts = [args.host]
     if settings.kafka_listener is not None:
         hosts.append(settings.kafka_listener.rpartition(":")[0].strip("[]"))
@@ -78,6 +100,16 @@ def _serve(args: argparse.Namespace) -> int:
         # httptools with a cap on the header block (coordinator.core.limits).
         "http": BoundedHttpToolsProtocol,
     }
+    if settings.tls_cert_file is not None:
+        common |= {
+            "ssl_certfile": str(settings.tls_cert_file),
+            "ssl_keyfile": str(settings.tls_key_file),
+        }
+        if settings.tls_client_ca_file is not None:
+            common |= {
+                "ssl_ca_certs": str(settings.tls_client_ca_file),
+                "ssl_cert_reqs": ssl.CERT_REQUIRED,
+            }
     if args.workers == 1:
         uvicorn.run(create_app(settings), **common)
         return 0
@@ -86,6 +118,10 @@ def _serve(args: argparse.Namespace) -> int:
     os.environ["COORDINATOR_DATABASE_URL"] = settings.database_url
     if settings.kafka_listener is not None:
         os.environ["COORDINATOR_KAFKA_LISTENER"] = settings.kafka_listener
+    for name in ("tls_cert_file", "tls_key_file", "tls_client_ca_file"):
+        value = getattr(settings, name)
+        if value is not None:
+            os.environ[f"COORDINATOR_{name.upper()}"] = str(value)
     uvicorn.run("coordinator.core.app:create_app", factory=True, workers=args.workers, **common)
     return 0
 
@@ -146,6 +182,21 @@ def build_parser() -> argparse.ArgumentParser:
         "($COORDINATOR_KAFKA_LISTENER; default off)",
     )
     serve.add_argument(
+        "--tls-cert",
+        metavar="PEM",
+        help="serve HTTPS and Kafka over TLS with this certificate chain "
+        "($COORDINATOR_TLS_CERT_FILE; default: plain TCP)",
+    )
+    serve.add_argument(
+        "--tls-key", metavar="PEM", help="the certificate's private key ($COORDINATOR_TLS_KEY_FILE)"
+    )
+    serve.add_argument(
+        "--tls-client-ca",
+        metavar="PEM",
+        help="require client certificates signed by this CA, through both doors (mTLS; "
+        "$COORDINATOR_TLS_CLIENT_CA_FILE)",
+    )
+    serve.add_argument(
         "--insecure",
         action="store_true",
         help="allow a non-loopback --host or --kafka-listener without a tokens file (no "
@@ -170,6 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.set_defaults(run=_migrate)
 
     add_transactions_parser(commands)
+    add_scram_parser(commands)
     add_groups_parser(commands)
     add_topics_parser(commands)
     add_demo_parser(commands)

@@ -1,6 +1,7 @@
 """Every table, imported in one place so `Base.metadata` is complete (for Alembic and tests)."""
 
 from coordinator.core.database import Base
+from coordinator.core.scram import ScramCredential
 from coordinator.effects.models import Effect
 from coordinator.groups.models import (
     ConsumerGroup,
@@ -30,6 +31,7 @@ __all__ = [
     "Partition",
     "ProducerId",
     "ProducerState",
+    "ScramCredential",
     "TimedOutEpoch",
     "Topic",
     "Transaction",

@@ -69,17 +69,35 @@ def free_port() -> int:
 class ServiceProcess:
     """`coordinator serve` in a child process, as an operator would run it."""
 
-    def __init__(self, database_url: str, workdir: Path, **env: str) -> None:
+    def __init__(
+        self, database_url: str, workdir: Path, *, ca: Path | None = None, **env: str
+    ) -> None:
+        """`ca`: the service serves HTTPS (its env names the certificate), verified with this
+        CA; `client_cert` in `verify` below adds the client's certificate where mTLS asks."""
         self.database_url = database_url
         self.workdir = workdir
         self.port = free_port()
         self.env = env
+        self.ca = ca
+        self.client_cert: tuple[str, str] | None = None
         self.process: subprocess.Popen[bytes] | None = None
         self.log = workdir / f"service-{self.port}.log"
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        scheme = "https" if self.ca is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
+
+    def client(self, **kwargs: Any) -> httpx.Client:
+        """An HTTP client for this service (trusting its CA, with the client certificate)."""
+        if self.ca is None:
+            return httpx.Client(base_url=self.url, **kwargs)
+        import ssl
+
+        context = ssl.create_default_context(cafile=str(self.ca))
+        if self.client_cert is not None:
+            context.load_cert_chain(*self.client_cert)
+        return httpx.Client(base_url=self.url, verify=context, **kwargs)
 
     def start(self, timeout: float = 60.0) -> ServiceProcess:
         env = {**os.environ, "COORDINATOR_DATABASE_URL": self.database_url, **self.env}
@@ -96,8 +114,9 @@ class ServiceProcess:
             if self.process.poll() is not None:
                 raise RuntimeError(f"service exited: {self.log.read_text()[-2000:]}")
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
-                    return self
+                with self.client(timeout=1.0) as client:
+                    if client.get("/healthz").status_code == 200:
+                        return self
             except httpx.TransportError:
                 pass
             time.sleep(0.05)

@@ -88,6 +88,14 @@ class Authenticator:
     def from_file(cls, path: Path) -> Authenticator:
         return cls(TokensFile.model_validate_json(path.read_bytes()).tokens)
 
+    def named(self, name: str) -> Principal | None:
+        """The principal of that name (its roles and prefixes), for a SCRAM login, which
+        proves the name with a password instead of a token."""
+        for _, principal in self._entries:
+            if principal.name == name:
+                return principal
+        return None
+
     def principal(self, token: str) -> Principal | None:
         """The token's principal. Compares digests of every entry, in constant time each, so
         neither the answer's timing nor its length tells which token came close."""

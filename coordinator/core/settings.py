@@ -6,6 +6,7 @@ Read through the cached `get_settings()`; tests build `Settings(...)` directly a
 
 from __future__ import annotations
 
+import ssl
 from functools import lru_cache
 from pathlib import Path
 
@@ -53,6 +54,11 @@ class Settings(BaseSettings):
     effect_retention_ms: int = Field(default=604_800_000, ge=1)
     effect_retention_check_interval_ms: int = Field(default=300_000, ge=1)
     auth_tokens_file: Path | None = None
+    # TLS for both doors (HTTPS, and Kafka's SSL / SASL_SSL): a PEM certificate chain and its
+    # key; with a client CA, every client must present a certificate it signed (mTLS).
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_client_ca_file: Path | None = None
     # host:port of the Kafka protocol listener (API.md, "Kafka protocol"); None: off.
     kafka_listener: str | None = None
     # Largest Kafka request frame, in bytes (Kafka's socket.request.max.bytes); a larger one
@@ -114,6 +120,17 @@ class Settings(BaseSettings):
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ValueError(f"kafka_listener: host:port, not {value!r}")
         return value
+
+    def server_tls(self) -> ssl.SSLContext | None:
+        """The TLS context the doors serve with, or None without a certificate."""
+        if self.tls_cert_file is None:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(self.tls_cert_file, self.tls_key_file)
+        if self.tls_client_ca_file is not None:
+            context.load_verify_locations(self.tls_client_ca_file)
+            context.verify_mode = ssl.CERT_REQUIRED
+        return context
 
     @property
     def is_sqlite(self) -> bool:

@@ -53,7 +53,7 @@ class Client:
     access: Access | None = None  # None until authenticated
     client_id: str = ""
     last_request: str = ""  # "API key K version V" of the request being read or answered
-    sasl_mechanism: str | None = None
+    sasl: Any = None  # the SASL exchange under way (handlers.sasl.Exchange)
     raw_sasl: bool = False  # SaslHandshake v0: the next frame is a bare SASL token
     failed_authentication: bool = False  # answered, then the connection closes after a delay
     # Set when the listener closes: a waiting Fetch answers at once.
@@ -97,10 +97,17 @@ class KafkaListener:
     async def start(self) -> None:
         # Every worker process binds the same address (SO_REUSEPORT); the kernel spreads
         # connections over them, as uvicorn's shared socket does for HTTP.
+        tls = self.settings.server_tls()  # Kafka's SSL and SASL_SSL listeners
         self._server = await asyncio.start_server(
-            self._serve, self.host, self.port, reuse_port=hasattr(socket, "SO_REUSEPORT")
+            self._serve,
+            self.host,
+            self.port,
+            reuse_port=hasattr(socket, "SO_REUSEPORT"),
+            ssl=tls,
         )
-        log.info("Kafka protocol listener on %s:%d", self.host, self.port)
+        log.info(
+            "Kafka protocol listener on %s:%d%s", self.host, self.port, " (TLS)" if tls else ""
+        )
 
     async def close(self) -> None:
         """Stop accepting, end idle connections, and let requests under way finish (a waiting
@@ -160,6 +167,12 @@ class KafkaListener:
                 size = wire.read_frame_size(prefix, limit)
                 frame = await asyncio.wait_for(reader.readexactly(size), idle_s)
                 answer = await self._answer(client, frame)
+                if client.failed_authentication:
+                    # Kafka's connection.failed.authentication.delay.ms: the failure is told
+                    # late, then the connection closes, so guessing credentials is slow.
+                    await asyncio.sleep(
+                        self.settings.connection_failed_authentication_delay_ms / 1000
+                    )
                 if writer.is_closing():
                     break  # the listener closed the connection while the request ran
                 if answer is not None:
@@ -178,9 +191,8 @@ class KafkaListener:
         except BadRequest as exc:
             record_refusal("kafka", exc.reason)
             self._refusals.warn(client, exc)
-            if exc.reason == "authentication_failed":
-                # Kafka's connection.failed.authentication.delay.ms: a client guessing
-                # credentials waits before it may try again on a new connection.
+            if exc.reason == "authentication_failed" and not client.failed_authentication:
+                # A bare SASL frame (handshake v0) that failed: closed after the same delay.
                 delay = self.settings.connection_failed_authentication_delay_ms / 1000
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.sleep(delay)
@@ -201,7 +213,7 @@ class KafkaListener:
         if client.raw_sasl:
             from coordinator.kafka.handlers.sasl import authenticate_raw
 
-            return authenticate_raw(client, frame)
+            return await authenticate_raw(client, frame)
         api_key, version, correlation_id = wire.peek_header(frame)
         client.last_request = f"API key {api_key} version {version}"
         versions = SUPPORTED.get(api_key)
