@@ -59,6 +59,10 @@ def _serve(args: argparse.Namespace) -> int:
     from coordinator.core.limits import BoundedHttpToolsProtocol
     from coordinator.core.migrate import upgrade_to_head
 
+    # --log-level governs the service's own loggers (coordinator.*), not only uvicorn's; in
+    # worker processes too, which read it from the environment.
+    logging.getLogger("coordinator").setLevel(args.log_level.upper())
+    os.environ["COORDINATOR_LOG_LEVEL"] = args.log_level
     settings = _settings(args)
     if args.kafka_listener is not None:
         settings = settings.model_copy(update={"kafka_listener": args.kafka_listener or None})
@@ -206,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level",
         default=os.environ.get("COORDINATOR_LOG_LEVEL", "info"),
         choices=["critical", "error", "warning", "info", "debug"],
-        help="server log level (info)",
+        help="log level of the service and of uvicorn ($COORDINATOR_LOG_LEVEL, else info)",
     )
     serve.add_argument(
         "--access-log",

@@ -404,6 +404,34 @@ async def test_an_idempotent_producer_is_not_held_to_the_transaction_timeout_max
             lambda a: a.groups[0].error_code,
             id="describe-groups",
         ),
+        pytest.param(
+            26,
+            3,
+            {"transactional_id": "tx\0", "producer_id": 1, "producer_epoch": 0, "committed": True},
+            lambda a: a.error_code,
+            id="end-txn",
+        ),
+        pytest.param(
+            25,
+            3,
+            {"transactional_id": "tx", "producer_id": 1, "producer_epoch": 0, "group_id": "g\0"},
+            lambda a: a.error_code,
+            id="add-offsets-to-txn",
+        ),
+        pytest.param(
+            12,
+            4,
+            {"group_id": "g\0", "generation_id": 1, "member_id": "m", "group_instance_id": None},
+            lambda a: a.error_code,
+            id="heartbeat",
+        ),
+        pytest.param(
+            9,
+            7,
+            {"group_id": "g\0", "topics": None, "require_stable": False},
+            lambda a: a.error_code,
+            id="offset-fetch",
+        ),
     ],
 )
 async def test_a_nul_in_a_kafka_id_is_answered_invalid_request_not_a_closed_connection(

@@ -199,3 +199,9 @@ def test_a_failed_sasl_authentication_is_answered_then_the_connection_closes(
         assert struct.unpack_from(">ih", answer, 4) == (2, 58)
         assert _closed_by_peer(sock)
     assert _refusals(service, "kafka", "authentication_failed") >= 1
+
+
+def test_log_level_governs_the_service_own_loggers(service: ServiceProcess) -> None:
+    # `serve --log-level` defaults to info: the listener's own INFO line is in the log (the
+    # root logger alone would have kept only warnings).
+    assert "Kafka protocol listener on 127.0.0.1" in service.log.read_text(errors="replace")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import logging
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -37,6 +39,9 @@ from coordinator.transactions.tasks import run_sweeper
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
+    level = os.environ.get("COORDINATOR_LOG_LEVEL")
+    if level:  # a worker of `serve --workers N --log-level ...`
+        logging.getLogger("coordinator").setLevel(level.upper())
     # Built here, not in the lifespan, so in-process test clients (which skip it) work too.
     db = Database(settings)
 
