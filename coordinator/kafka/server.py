@@ -26,7 +26,7 @@ from coordinator.core.database import Database
 from coordinator.core.metrics import record_refusal
 from coordinator.core.quotas import MutationQuota
 from coordinator.core.settings import Settings
-from coordinator.kafka import wire
+from coordinator.kafka import versions, wire
 from coordinator.kafka.wire import SUPPORTED, BadRequest, Request
 
 log = logging.getLogger("coordinator.kafka")
@@ -216,8 +216,8 @@ class KafkaListener:
             return await authenticate_raw(client, frame)
         api_key, version, correlation_id = wire.peek_header(frame)
         client.last_request = f"API key {api_key} version {version}"
-        versions = SUPPORTED.get(api_key)
-        if versions is None or not versions[0] <= version <= versions[1]:
+        served = SUPPORTED.get(api_key)
+        if served is None or not served[0] <= version <= served[1]:
             if api_key == wire.API_VERSIONS:
                 # Kafka answers an ApiVersions it does not know in version 0, with the error and
                 # its versions, so the client can pick one it shares.
@@ -232,7 +232,7 @@ class KafkaListener:
         response = await self._handlers[api_key](client, request)
         if response is None:  # Produce with acks=0
             return None
-        return wire.encode(correlation_id, response)
+        return wire.encode(correlation_id, versions.for_version(api_key, version, response))
 
 
 class _Refusals:

@@ -46,13 +46,6 @@ CONSUMER_PROTOCOL = "consumer"
 _SUBSCRIPTIONS = [subscription_v0, subscription_v1, subscription_v2, subscription_v3]
 
 
-def _classic_code(failure: BaseException) -> ErrorCode:
-    """Classic clients know a stale generation as ILLEGAL_GENERATION."""
-    if isinstance(failure, FencedMemberEpoch):
-        return ErrorCode.illegal_generation
-    return error_code(failure)
-
-
 def parse_subscription(metadata: bytes) -> tuple[list[str], list[tuple[str, int]]]:
     """A member's ConsumerProtocolSubscription: its topics and the partitions it owns (versions
     1+; a newer version is read as the newest known, as Kafka's clients do)."""
@@ -175,7 +168,7 @@ async def join_group(client: Client, request: Request) -> Any:
                 protocol.name,
             )
     except FAILURES as failure:
-        return reply.body(error_code=_classic_code(failure), member_id=member_id, **failed)
+        return reply.body(error_code=error_code(failure), member_id=member_id, **failed)
     return reply.body(
         error_code=ErrorCode.none,
         generation_id=answer.member_epoch,
@@ -204,7 +197,7 @@ async def sync_group(client: Client, request: Request) -> Any:
                 error_code=ErrorCode.illegal_generation, assignment=b"", **extra
             )
     except FAILURES as failure:
-        return request.reply.body(error_code=_classic_code(failure), assignment=b"", **extra)
+        return request.reply.body(error_code=error_code(failure), assignment=b"", **extra)
     return request.reply.body(
         error_code=ErrorCode.none,
         assignment=encode_assignment(member.assigned),
@@ -235,7 +228,7 @@ async def heartbeat(client: Client, request: Request) -> Any:
             member.assignor if member else None,
         )
     except FAILURES as failure:
-        return request.reply.body(error_code=_classic_code(failure))
+        return request.reply.body(error_code=error_code(failure))
     if answer.member_epoch != body.generation_id:
         return request.reply.body(error_code=ErrorCode.rebalance_in_progress)
     return request.reply.body(error_code=ErrorCode.none)
@@ -258,7 +251,7 @@ async def leave_group(client: Client, request: Request) -> Any:
                 None,
             )
         except FAILURES as failure:
-            code = _classic_code(failure)
+            code = error_code(failure)
         codes.append(code)
     if not batched:
         return reply.body(error_code=codes[0])
@@ -314,7 +307,7 @@ async def offset_commit(client: Client, request: Request) -> Any:
                 ),
             )
     except FAILURES as failure:
-        code = _classic_code(failure)
+        code = error_code(failure)
     return reply.body(
         topics=reply.same_code(
             ((t.name, (p.partition_index for p in t.partitions)) for t in body.topics),

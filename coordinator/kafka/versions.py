@@ -1,0 +1,124 @@
+"""Error codes a request's version does not know, answered as Kafka's broker answers them.
+
+A client decodes only the codes of the versions it speaks: KafkaJS and aiokafka, which speak
+EndTxn 0-1 and InitProducerId 0-3, report PRODUCER_FENCED (added in Kafka 2.7) as "unknown error
+90" instead of fencing themselves. Kafka's broker rewrites such codes in its answers (KafkaApis:
+PRODUCER_FENCED is INVALID_PRODUCER_EPOCH to InitProducerId below 4 and to EndTxn,
+AddPartitionsToTxn and AddOffsetsToTxn below 2; a produce with a stale epoch is always
+INVALID_PRODUCER_EPOCH, ProducerAppendInfo). One table holds every such rule by API and version;
+the listener applies it to every answer, so no handler has to remember it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+# Every version (no served version of the API knows the code).
+ALWAYS = 1 << 15
+
+_FENCED = ErrorCode.producer_fenced
+_MEMBER_EPOCH = ErrorCode.fenced_member_epoch
+
+# api key -> code -> (the first version that knows it, what older versions are answered)
+TABLE: Mapping[int, Mapping[ErrorCode, tuple[int, ErrorCode]]] = {
+    # Produce: a stale epoch is INVALID_PRODUCER_EPOCH at every version (since Kafka 2.7, so the
+    # client may abort and go on), a transaction timed out included.
+    0: {_FENCED: (ALWAYS, ErrorCode.invalid_producer_epoch)},
+    # OffsetCommit: KIP-848's member epoch (9+) is a classic member's generation below.
+    8: {_MEMBER_EPOCH: (9, ErrorCode.illegal_generation)},
+    9: {_MEMBER_EPOCH: (9, ErrorCode.illegal_generation)},  # OffsetFetch: the same
+    # The classic group protocol knows generations, not member epochs.
+    11: {_MEMBER_EPOCH: (ALWAYS, ErrorCode.illegal_generation)},
+    12: {_MEMBER_EPOCH: (ALWAYS, ErrorCode.illegal_generation)},
+    13: {_MEMBER_EPOCH: (ALWAYS, ErrorCode.illegal_generation)},
+    14: {_MEMBER_EPOCH: (ALWAYS, ErrorCode.illegal_generation)},
+    # CreateTopics: THROTTLING_QUOTA_EXCEEDED arrived with version 6 (KIP-599); Kafka accepts
+    # and throttles an older client instead, this service refuses it as a policy.
+    19: {ErrorCode.throttling_quota_exceeded: (6, ErrorCode.policy_violation)},
+    22: {_FENCED: (4, ErrorCode.invalid_producer_epoch)},
+    24: {_FENCED: (2, ErrorCode.invalid_producer_epoch)},
+    25: {_FENCED: (2, ErrorCode.invalid_producer_epoch)},
+    26: {_FENCED: (2, ErrorCode.invalid_producer_epoch)},
+    # TxnOffsetCommit: fenced by the producer's epoch as a produce is; a stale generation.
+    28: {
+        _FENCED: (ALWAYS, ErrorCode.invalid_producer_epoch),
+        _MEMBER_EPOCH: (ALWAYS, ErrorCode.illegal_generation),
+    },
+}
+
+
+def code_for(api_key: int, version: int, code: ErrorCode) -> ErrorCode:
+    """`code` as a client of that API version is answered it."""
+    rule = TABLE.get(api_key, {}).get(code)
+    if rule is not None and version < rule[0]:
+        return rule[1]
+    return code
+
+
+def for_version(api_key: int, version: int, response: Any) -> Any:
+    """`response` with every error code its version does not know rewritten (the response
+    itself when nothing needs it)."""
+    rules = TABLE.get(api_key)
+    if not rules or not any(version < first for first, _ in rules.values()):
+        return response
+    return _rewrite(response, api_key, version)
+
+
+def _rewrite(entity: Any, api_key: int, version: int) -> Any:
+    changes: dict[str, Any] = {}
+    for name, kind in _shape(type(entity)):
+        value = getattr(entity, name)
+        if kind == "code":
+            new = code_for(api_key, version, value)
+            if new is not value:
+                changes[name] = new
+        elif kind == "entity" and value is not None:
+            new = _rewrite(value, api_key, version)
+            if new is not value:
+                changes[name] = new
+        elif kind == "entities" and value:
+            items = tuple(_rewrite(item, api_key, version) for item in value)
+            if any(a is not b for a, b in zip(items, value, strict=True)):
+                changes[name] = items
+    return dataclasses.replace(entity, **changes) if changes else entity
+
+
+def _shape(entity: type) -> tuple[tuple[str, str], ...]:
+    """The fields of a response entity that hold error codes or nested entities (once per
+    entity type)."""
+    cached = _SHAPES.get(entity)
+    if cached is None:
+        cached = _SHAPES[entity] = _fields_of(entity)
+    return cached
+
+
+_SHAPES: dict[type, tuple[tuple[str, str], ...]] = {}
+
+
+def _fields_of(entity: type) -> tuple[tuple[str, str], ...]:
+    found = []
+    for field in dataclasses.fields(entity):
+        if field.metadata.get("kafka_type") == "error_code":
+            found.append((field.name, "code"))
+            continue
+        annotation = field.type
+        args = getattr(annotation, "__args__", ())
+        nested = [a for a in (annotation, *args) if dataclasses.is_dataclass(a)]
+        tuples = [
+            a
+            for a in args
+            if getattr(a, "__origin__", None) is tuple
+            and any(dataclasses.is_dataclass(x) for x in getattr(a, "__args__", ()))
+        ]
+        if (
+            getattr(annotation, "__origin__", None) is tuple
+            and any(dataclasses.is_dataclass(x) for x in args)
+        ) or tuples:
+            found.append((field.name, "entities"))
+        elif nested:
+            found.append((field.name, "entity"))
+    return tuple(found)
