@@ -173,3 +173,62 @@ async def test_a_fenced_producer_producing_gets_invalid_producer_epoch(
     )
     code = answer.responses[0].partition_responses[0].error_code
     assert code == ErrorCode.invalid_producer_epoch
+
+
+async def test_txn_offset_commit_without_member_identity_is_fenced_by_the_epoch_alone(
+    listener: KafkaListener,
+) -> None:
+    # KafkaJS and aiokafka send TxnOffsetCommit v0-v2, which carry no member id: Kafka checks
+    # no generation there, so a group with members takes it (issue 22, item 2).
+    from coordinator.kafka.handlers.groups import encode_subscription
+
+    await log_service.create_topic(listener.db, CreateTopic(name="eos-in", partitions=1))
+    connection = await connect(listener)
+    join: Any = __import__("kio.schema.join_group.v7.request", fromlist=["x"])
+    joined = await connection.call(
+        11,
+        7,
+        group_id="eos-g",
+        session_timeout=datetime.timedelta(seconds=30),
+        rebalance_timeout=datetime.timedelta(seconds=30),
+        member_id="m-1",
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocols=(
+            join.JoinGroupRequestProtocol(name="range", metadata=encode_subscription(["eos-in"])),
+        ),
+    )
+    assert joined.error_code == ErrorCode.none
+    init = await connection.call(
+        22,
+        3,
+        transactional_id="eos-tx",
+        transaction_timeout=datetime.timedelta(seconds=30),
+        producer_id=-1,
+        producer_epoch=-1,
+    )
+    caller = {"producer_id": init.producer_id, "producer_epoch": init.producer_epoch}
+    added = await connection.call(25, 2, transactional_id="eos-tx", group_id="eos-g", **caller)
+    assert added.error_code == ErrorCode.none
+    commit: Any = __import__("kio.schema.txn_offset_commit.v2.request", fromlist=["x"])
+    answer = await connection.call(
+        28,
+        2,
+        transactional_id="eos-tx",
+        group_id="eos-g",
+        topics=(
+            commit.TxnOffsetCommitRequestTopic(
+                name="eos-in",
+                partitions=(
+                    commit.TxnOffsetCommitRequestPartition(
+                        partition_index=0,
+                        committed_offset=5,
+                        committed_leader_epoch=-1,
+                        committed_metadata=None,
+                    ),
+                ),
+            ),
+        ),
+        **caller,
+    )
+    assert answer.topics[0].partitions[0].error_code == ErrorCode.none

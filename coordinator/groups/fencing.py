@@ -8,8 +8,11 @@ any other front door that commits offsets.
   for a partition the member already owned at that epoch (as KIP-1251 has it): a commit sent just
   before a heartbeat raised the epoch is not a zombie's, since ownership only passes to another
   member after this one gave the partition up or left.
-- Without identity (a consumer that `assign`s, a Spark job, an operator): accepted only while the
-  group has no members, else UNKNOWN_MEMBER_ID, as Kafka does.
+- Without identity, plain (a consumer that `assign`s, an operator): accepted only while the group
+  has no members, else UNKNOWN_MEMBER_ID, as Kafka does.
+- Without identity, transactional (a Spark job's driver; Kafka's TxnOffsetCommit v0-v2, which
+  carry none): accepted whatever the group's members, as Kafka exempts it from the member check:
+  the producer's epoch fences it (a zombie's transaction cannot commit).
 
 The check locks the group row (FOR SHARE: commits do not wait for each other, heartbeats wait for
 them), so ownership cannot change before the commit's unit of work ends. A transactional commit is
@@ -38,6 +41,8 @@ async def check_offset_commit(
     member_id: str | None,
     member_epoch: int | None,
     partitions: Iterable[tuple[str, int]],
+    *,
+    transactional: bool = False,
 ) -> None:
     """Raise unless this caller may commit offsets of `partitions` for the group now. Locks the
     group row (creating the group for a commit without identity); call it after the locks of a
@@ -46,6 +51,8 @@ async def check_offset_commit(
     group = await lock_group(session, group_id, create=member_id is None, share=True)
     if member_id is None or member_epoch is None:
         assert group is not None
+        if transactional:
+            return
         members = (
             await session.scalars(select(GroupMember).where(GroupMember.group_id == group_id))
         ).all()

@@ -505,7 +505,7 @@ async def add_offsets(
         # nothing is committed, so there is nobody to check yet.
         if keys or body.member_id is not None:
             await check_offset_commit(
-                session, body.group_id, body.member_id, body.member_epoch, keys
+                session, body.group_id, body.member_id, body.member_epoch, keys, transactional=True
             )
         if keys:
             await require_partitions(session, keys)
