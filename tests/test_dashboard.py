@@ -343,3 +343,31 @@ async def test_admin_groups_describes_every_group_for_the_panel(client: httpx.As
     assert len(settlers["members"][0]["assignment"]) == 2
     assert (audit["group_id"], audit["state"], audit["members"]) == ("audit", "Empty", [])
     assert audit["offsets"][0]["lag"] == 0
+
+
+async def test_ends_of_transaction_version_1_are_each_counted(
+    client: httpx.AsyncClient, app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kafka's clients keep their epoch from one transaction to the next (transaction version
+    1): four commits of one producer at one epoch are four commits, not one."""
+    from coordinator.transactions import service
+    from coordinator.transactions.schemas import EndTxnRequest
+
+    # A clock that moves between any two readings, as it does between two database
+    # transactions on any real machine.
+    ticks = iter(range(now_ms(), now_ms() + 1_000_000))
+    monkeypatch.setattr(service, "now_ms", lambda: next(ticks))
+    await create_topic(client, "t", partitions=2)
+    producer = await started(client, "v1")
+    for round_ in range(4):
+        await producer.add(("t", 0), ("t", 1))
+        for partition in (0, 1):
+            assert (await producer.produce("t", partition, f"r{round_}")).status_code == 200
+        ended = await service.end(
+            app.state.db,
+            producer.tid,
+            EndTxnRequest(producer_id=producer.pid, producer_epoch=producer.epoch, commit=True),
+            version=1,
+        )
+        assert ended.producer_epoch == producer.epoch
+    assert totals(await get_stats(client, minutes=60)) == (4, 0)

@@ -139,8 +139,11 @@ def transaction_ends_query(since_ms: int) -> Select[Any]:
     minute as whole minutes since the Unix epoch.
 
     A transaction ending on n partitions writes n markers with one producer id, epoch and
-    timestamp, so it counts once, as a distinct (producer id, epoch, outcome) in its minute; every
-    end raises the epoch (KIP-890), so no two ends share one. A transaction with no partitions
+    timestamp, so it counts once, as a distinct (producer id, epoch, timestamp, outcome) in its
+    minute. The timestamp is needed: Kafka's clients speak transaction version 1, whose ends keep
+    the epoch, so one producer's ends differ only in their time (two of its ends in one
+    millisecond would count once; each is a database transaction of its own, so that takes a
+    clock that does not move). A transaction with no partitions
     (offsets only, or prepared empty) writes no marker and is not counted. Only marker rows are
     read, through the partial index `ix_batches_control_timestamp`.
     """
@@ -149,6 +152,7 @@ def transaction_ends_query(since_ms: int) -> Select[Any]:
             (Batch.timestamp // MINUTE_MS).label("minute"),
             Batch.producer_id,
             Batch.producer_epoch,
+            Batch.timestamp,
             Batch.control,
         )
         .where(Batch.control.is_not(None), Batch.timestamp >= since_ms)
