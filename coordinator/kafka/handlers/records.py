@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from kio.schema.errors import ErrorCode
+from pydantic import ValidationError
 
 from coordinator.kafka.errors import FAILURES, Refused, error_code, outcome
 from coordinator.kafka.server import Client
@@ -196,31 +197,38 @@ async def delete_records(client: Client, request: Request) -> Any:
     assert client.access is not None
     topics = []
     for topic in body.topics:
+        # Kafka answers each partition on its own: one above its high watermark is
+        # OFFSET_OUT_OF_RANGE, and the others still move.
         results: dict[int, Any] = {}
-        try:
-            client.access.cluster()
-            deleted = await log_service.delete_records(
-                client.db,
-                topic.name,
-                DeleteRecords.model_validate(
-                    {
-                        "partitions": [
-                            {"partition": p.partition_index, "offset": p.offset}
-                            for p in topic.partitions
-                        ]
-                    }
-                ),
-            )
-            results = {
-                s.partition: {"low_watermark": s.log_start_offset, "error_code": ErrorCode.none}
-                for s in deleted.partitions
-            }
-        except FAILURES as failure:
-            code = error_code(failure)
-            results = {
-                p.partition_index: {"low_watermark": -1, "error_code": code}
-                for p in topic.partitions
-            }
+        for p in topic.partitions:
+            try:
+                client.access.cluster()
+                deleted = await log_service.delete_records(
+                    client.db,
+                    topic.name,
+                    DeleteRecords.model_validate(
+                        {"partitions": [{"partition": p.partition_index, "offset": p.offset}]}
+                    ),
+                )
+                (moved,) = deleted.partitions
+                results[p.partition_index] = {
+                    "low_watermark": moved.log_start_offset,
+                    "error_code": ErrorCode.none,
+                }
+            except ValidationError:
+                # An offset below -1 is out of range, as Kafka says; a partition number no
+                # partition can have is unknown.
+                results[p.partition_index] = {
+                    "low_watermark": -1,
+                    "error_code": ErrorCode.offset_out_of_range
+                    if p.offset < -1
+                    else ErrorCode.unknown_topic_or_partition,
+                }
+            except FAILURES as failure:
+                results[p.partition_index] = {
+                    "low_watermark": -1,
+                    "error_code": error_code(failure),
+                }
         topics.append(
             reply(
                 "DeleteRecordsTopicResult",

@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.core.quotas import ThrottlingQuotaExceeded
 from coordinator.kafka.errors import FAILURES, Refused, outcome
+from coordinator.kafka.handlers.cluster import NODE_ID
 from coordinator.kafka.server import Client
 from coordinator.kafka.wire import Request
 from coordinator.log import configs
@@ -41,7 +42,7 @@ async def create_topics(client: Client, request: Request) -> Any:
                     "broker; the database keeps the copies (use 1 or -1)",
                 )
             if topic.assignments:
-                raise Refused(ErrorCode.invalid_request, "manual replica assignments: one broker")
+                partitions = _assigned_partitions(topic)
             spec = CreateTopic.model_validate(
                 {
                     "name": topic.name,
@@ -77,6 +78,27 @@ async def create_topics(client: Client, request: Request) -> Any:
             )
         )
     return reply.body(topics=tuple(results), throttle_time=throttle_ms)
+
+
+def _assigned_partitions(topic: Any) -> int:
+    """A manual replica assignment is taken when it names this one broker for every partition,
+    0 to n-1 (with num_partitions and replication_factor -1, as Kafka asks): n partitions."""
+    if topic.num_partitions != -1 or topic.replication_factor != -1:
+        raise Refused(
+            ErrorCode.invalid_request,
+            "with a replica assignment, num_partitions and replication_factor must be -1",
+        )
+    indexes = sorted(a.partition_index for a in topic.assignments)
+    if indexes != list(range(len(indexes))):
+        raise Refused(ErrorCode.invalid_replica_assignment, "partitions must be 0 to n-1")
+    for assignment in topic.assignments:
+        if list(assignment.broker_ids) != [NODE_ID]:
+            raise Refused(
+                ErrorCode.invalid_replica_assignment,
+                f"partition {assignment.partition_index}: this coordinator is one broker, node "
+                f"{NODE_ID}; its replicas are [{NODE_ID}]",
+            )
+    return len(indexes)
 
 
 async def delete_topics(client: Client, request: Request) -> Any:

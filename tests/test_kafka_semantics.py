@@ -1,0 +1,95 @@
+"""Kafka's own semantics where a request's answer differs from the HTTP API's (issue 22,
+item 8), spoken to the listener byte by byte on SQLite and on Postgres: DeleteRecords answers each
+partition on its own; a manual replica assignment naming this one broker is taken."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from coordinator.kafka.server import KafkaListener
+from coordinator.log import recordbatch
+from coordinator.log import service as log_service
+from coordinator.log.schemas import CreateTopic
+from tests.test_kafka_listener import connect, listener
+
+__all__ = ["listener"]
+
+
+async def test_delete_records_answers_each_partition_on_its_own(listener: KafkaListener) -> None:
+    # Kafka's DeleteRecords: an offset above the high watermark (or below -1) is
+    # OFFSET_OUT_OF_RANGE for that partition, and the others still move (issue 22, item 8).
+    await log_service.create_topic(listener.db, CreateTopic(name="trim", partitions=3))
+    connection = await connect(listener)
+    batch = recordbatch.build([(1, b"k", b"v", [])], producer_id=-1, producer_epoch=-1)
+    produce: Any = __import__("kio.schema.produce.v9.request", fromlist=["x"])
+    for _ in range(2):
+        await connection.call(
+            0,
+            9,
+            transactional_id=None,
+            acks=-1,
+            timeout=datetime.timedelta(seconds=5),
+            topic_data=(
+                produce.TopicProduceData(
+                    name="trim",
+                    partition_data=(produce.PartitionProduceData(index=0, records=batch),),
+                ),
+            ),
+        )
+    module: Any = __import__("kio.schema.delete_records.v2.request", fromlist=["x"])
+    answer = await connection.call(
+        21,
+        2,
+        topics=(
+            module.DeleteRecordsTopic(
+                name="trim",
+                partitions=(
+                    module.DeleteRecordsPartition(partition_index=0, offset=1),
+                    module.DeleteRecordsPartition(partition_index=1, offset=5),
+                    module.DeleteRecordsPartition(partition_index=2, offset=-7),
+                ),
+            ),
+        ),
+        timeout=datetime.timedelta(seconds=5),
+    )
+    results = {p.partition_index: p for p in answer.topics[0].partitions}
+    assert (results[0].error_code, results[0].low_watermark) == (ErrorCode.none, 1)
+    assert results[1].error_code == ErrorCode.offset_out_of_range
+    assert results[2].error_code == ErrorCode.offset_out_of_range
+    described = await log_service.describe_topic(listener.db, "trim")
+    assert described.partitions[0].log_start_offset == 1
+
+
+async def test_a_replica_assignment_naming_this_broker_is_taken(listener: KafkaListener) -> None:
+    connection = await connect(listener)
+    module: Any = __import__("kio.schema.create_topics.v7.request", fromlist=["x"])
+
+    async def create(name: str, brokers: tuple[int, ...]) -> Any:
+        answer = await connection.call(
+            19,
+            7,
+            topics=(
+                module.CreatableTopic(
+                    name=name,
+                    num_partitions=-1,
+                    replication_factor=-1,
+                    assignments=tuple(
+                        module.CreatableReplicaAssignment(partition_index=i, broker_ids=brokers)
+                        for i in range(2)
+                    ),
+                    configs=(),
+                ),
+            ),
+            timeout=datetime.timedelta(seconds=5),
+            validate_only=False,
+        )
+        return answer.topics[0]
+
+    taken = await create("assigned", (0,))
+    assert (taken.error_code, taken.num_partitions) == (ErrorCode.none, 2)
+    assert len((await log_service.describe_topic(listener.db, "assigned")).partitions) == 2
+    refused = await create("elsewhere", (1,))
+    assert refused.error_code == ErrorCode.invalid_replica_assignment
