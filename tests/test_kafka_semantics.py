@@ -93,3 +93,41 @@ async def test_a_replica_assignment_naming_this_broker_is_taken(listener: KafkaL
     assert len((await log_service.describe_topic(listener.db, "assigned")).partitions) == 2
     refused = await create("elsewhere", (1,))
     assert refused.error_code == ErrorCode.invalid_replica_assignment
+
+
+async def test_cleanup_policy_is_a_list_config_that_takes_append_and_subtract(
+    listener: KafkaListener,
+) -> None:
+    await log_service.create_topic(listener.db, CreateTopic(name="policy", partitions=1))
+    connection = await connect(listener)
+    module: Any = __import__("kio.schema.incremental_alter_configs.v1.request", fromlist=["x"])
+
+    async def alter(name: str, operation: int, value: str) -> ErrorCode:
+        answer = await connection.call(
+            44,
+            1,
+            resources=(
+                module.AlterConfigsResource(
+                    resource_type=2,
+                    resource_name="policy",
+                    configs=(
+                        module.AlterableConfig(name=name, config_operation=operation, value=value),
+                    ),
+                ),
+            ),
+            validate_only=False,
+        )
+        code: ErrorCode = answer.responses[0].error_code
+        return code
+
+    async def policy() -> str:
+        listed = await log_service.describe_configs(listener.db, listener.settings, "policy")
+        return {c.name: c.value for c in listed.configs}["cleanup.policy"]
+
+    assert await alter("cleanup.policy", 2, "compact") == ErrorCode.none  # APPEND
+    assert await policy() == "compact,delete"
+    assert await alter("cleanup.policy", 3, "delete") == ErrorCode.none  # SUBTRACT
+    assert await policy() == "compact"
+    assert await alter("cleanup.policy", 3, "compact") == ErrorCode.invalid_config  # nothing left
+    assert await alter("retention.ms", 2, "5") == ErrorCode.invalid_config  # not a list
+    assert await policy() == "compact"

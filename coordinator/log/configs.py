@@ -55,6 +55,21 @@ def _cleanup_policy(value: object) -> str:
     return ",".join(sorted(parts))
 
 
+# Configs whose value is a comma-separated list (Kafka's LIST type), which Kafka's
+# IncrementalAlterConfigs may APPEND to and SUBTRACT from.
+LISTS = frozenset({"cleanup.policy"})
+
+
+def edit_list(current: str, items: str, append: bool) -> str:
+    """A list config's value with `items` (comma-separated) appended or subtracted, in order,
+    without duplicates."""
+    values = [v for v in current.split(",") if v]
+    changes = [v.strip() for v in items.split(",") if v.strip()]
+    if append:
+        return ",".join(values + [v for v in changes if v not in values])
+    return ",".join(v for v in values if v not in changes)
+
+
 @dataclass(frozen=True)
 class ConfigDef:
     parse: Callable[[object], str]

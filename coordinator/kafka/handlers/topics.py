@@ -19,7 +19,7 @@ from coordinator.log.schemas import AlterConfigs, CreateTopic
 
 TOPIC = 2
 BROKER = 4
-SET, DELETE = 0, 1
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 # ConfigSource: DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG.
 _SOURCES = {"TOPIC": 1, "DEFAULT": 5}
 _NO_TOPIC_ID = uuid.UUID(int=0)
@@ -175,15 +175,32 @@ async def incremental_alter_configs(client: Client, request: Request) -> Any:
                 raise Refused(ErrorCode.invalid_request, "only topic configs can be altered")
             to_set: dict[str, Any] = {}
             to_delete: list[str] = []
+            current: dict[str, str] | None = None
             for config in resource.configs:
                 if config.config_operation == SET:
                     to_set[config.name] = config.value
                 elif config.config_operation == DELETE:
                     to_delete.append(config.name)
+                elif config.config_operation in (APPEND, SUBTRACT):
+                    if config.name not in configs.LISTS:
+                        raise Refused(
+                            ErrorCode.invalid_config,
+                            f"{config.name}: APPEND and SUBTRACT are for list configs "
+                            f"({', '.join(sorted(configs.LISTS))})",
+                        )
+                    if current is None:
+                        listed = await log_service.describe_configs(
+                            client.db, client.settings, resource.resource_name
+                        )
+                        current = {c.name: c.value for c in listed.configs}
+                    before = to_set.get(config.name, current[config.name])
+                    to_set[config.name] = configs.edit_list(
+                        before, config.value or "", config.config_operation == APPEND
+                    )
                 else:
                     raise Refused(
-                        ErrorCode.invalid_config,
-                        f"{config.name}: APPEND and SUBTRACT are for list configs, and none is one",
+                        ErrorCode.invalid_request,
+                        f"{config.name}: unknown operation {config.config_operation}",
                     )
             change = AlterConfigs.model_validate({"set": to_set, "delete": to_delete})
             if body.validate_only:
