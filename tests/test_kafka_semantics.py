@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from coordinator.kafka.server import KafkaListener
@@ -131,3 +132,56 @@ async def test_cleanup_policy_is_a_list_config_that_takes_append_and_subtract(
     assert await alter("cleanup.policy", 3, "compact") == ErrorCode.invalid_config  # nothing left
     assert await alter("retention.ms", 2, "5") == ErrorCode.invalid_config  # not a list
     assert await policy() == "compact"
+
+
+@pytest.mark.parametrize("max_bytes", [1_000_000, 100_000])
+async def test_only_the_first_partition_with_data_may_exceed_the_fetch_budget(
+    listener: KafkaListener, max_bytes: int
+) -> None:
+    import random
+
+    topic = f"budget-{max_bytes}"
+    await log_service.create_topic(listener.db, CreateTopic(name=topic, partitions=3))
+    noise = random.Random(0).randbytes(600_000)  # one 600 KB batch a partition
+    for partition in range(3):
+        batch = recordbatch.build([(1, b"k", noise, [])], producer_id=-1, producer_epoch=-1)
+        await log_service.produce_batch(
+            listener.db, listener.settings, topic, partition, batch, None
+        )
+    connection = await connect(listener)
+    module: Any = __import__("kio.schema.fetch.v12.request", fromlist=["x"])
+    answer = await connection.call(
+        1,
+        12,
+        cluster_id=None,
+        replica_id=-1,
+        max_wait=datetime.timedelta(0),
+        min_bytes=1,
+        max_bytes=max_bytes,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=(
+            module.FetchTopic(
+                topic=topic,
+                partitions=tuple(
+                    module.FetchPartition(
+                        partition=p,
+                        current_leader_epoch=-1,
+                        fetch_offset=0,
+                        last_fetched_epoch=-1,
+                        log_start_offset=-1,
+                        partition_max_bytes=1_000_000,
+                    )
+                    for p in range(3)
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
+    sizes = [len(p.records or b"") for p in answer.responses[0].partitions]
+    # The first partition's batch comes whatever the budget; the others would pass it.
+    assert sizes[0] > 600_000
+    assert sizes[1:] == [0, 0]
+    assert all(p.high_watermark == 1 for p in answer.responses[0].partitions)

@@ -721,12 +721,17 @@ async def fetch_batches(
     include_control: bool = False,
     include_aborted: bool | None = None,
     max_records: int | None = None,
+    fit: bool = False,
+    at_least_one: bool = True,
 ) -> Fetched:
     """Whole batches from the one holding `offset` up to the LSO (read_committed) or the high
     watermark, at least one and then while under `max_bytes` (and, given, until they hold
-    `max_records` records from `offset`). HTTP leaves out control batches always and aborted
-    batches under read_committed (the default of `include_aborted`); Kafka's door includes both
-    and sends `aborted_transactions` so its clients filter. An offset below the log start offset
+    `max_records` records from `offset`). With `fit` (Kafka's fetch), a batch is added only
+    while the batches stay within `max_bytes`, except a first one when `at_least_one` (Kafka
+    lets only the first non-empty partition's first batch exceed the budget). HTTP leaves out
+    control batches always and aborted batches under read_committed (the default of
+    `include_aborted`); Kafka's door includes both and sends `aborted_transactions` so its
+    clients filter. An offset below the log start offset
     or above the high watermark is OFFSET_OUT_OF_RANGE."""
     if include_aborted is None:
         include_aborted = not read_committed
@@ -757,6 +762,12 @@ async def fetch_batches(
             rows = (await connection.execute(statement, {**params, "limit": limit})).all()
             first = False
             for base_offset, last_offset, payload in rows:
+                if (
+                    fit
+                    and size + len(payload) > max_bytes
+                    and (fetched.batches or not at_least_one)
+                ):
+                    return fetched
                 fetched.batches.append(payload)
                 fetched.next_offset = last_offset + 1
                 size += len(payload)

@@ -119,6 +119,9 @@ async def _fetch_once(client: Client, request: Request) -> tuple[tuple[Any, ...]
                     )
                     fetched.batches = []
                 else:
+                    # Batches must fit the partition's and the fetch's budgets, but the first
+                    # batch of the first partition with data comes whatever its size, so a
+                    # client always makes progress (Kafka's rule).
                     fetched = await log_service.fetch_batches(
                         client.db,
                         topic.topic,
@@ -128,6 +131,8 @@ async def _fetch_once(client: Client, request: Request) -> tuple[tuple[Any, ...]
                         read_committed=read_committed,
                         include_control=True,
                         include_aborted=True,
+                        fit=True,
+                        at_least_one=total == 0,
                     )
                 records = b"".join(fetched.batches)
                 total += len(records)
