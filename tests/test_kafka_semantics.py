@@ -185,3 +185,23 @@ async def test_only_the_first_partition_with_data_may_exceed_the_fetch_budget(
     assert sizes[0] > 600_000
     assert sizes[1:] == [0, 0]
     assert all(p.high_watermark == 1 for p in answer.responses[0].partitions)
+
+
+async def test_list_offsets_by_time_answers_the_exact_record(listener: KafkaListener) -> None:
+    await log_service.create_topic(listener.db, CreateTopic(name="times", partitions=1))
+    for records in ([(100, b"a"), (200, b"b"), (300, b"c")], [(400, b"d"), (350, b"e")]):
+        batch = recordbatch.build(
+            [(ts, b"k", v, []) for ts, v in records], producer_id=-1, producer_epoch=-1
+        )
+        await log_service.produce_batch(listener.db, listener.settings, "times", 0, batch, None)
+
+    async def at(timestamp: int) -> tuple[int, int]:
+        return await log_service.list_offset(
+            listener.db, "times", 0, timestamp, read_committed=False
+        )
+
+    assert await at(150) == (1, 200)  # the first record at least that old, not its batch
+    assert await at(300) == (2, 300)
+    assert await at(360) == (3, 400)
+    assert await at(log_service.MAX_TIMESTAMP) == (3, 400)
+    assert await at(1000) == (-1, -1)

@@ -892,14 +892,19 @@ EARLIEST = -2
 MAX_TIMESTAMP = -3
 
 
+# Batches a ListOffsets by time reads at most before it answers none (the log start cuts through
+# at most one batch, so two would do).
+_LIST_OFFSET_BATCHES = 4
+
+
 async def list_offset(
     db: Database, topic: str, partition: int, timestamp: int, *, read_committed: bool
 ) -> tuple[int, int]:
     """Kafka's ListOffsets for one partition: (offset, timestamp). LATEST is the high
     watermark (the LSO for read_committed), EARLIEST the log start offset; MAX_TIMESTAMP the
-    batch holding the newest timestamp; a timestamp, the first batch whose newest record is at
-    least that old: its base offset (the store keeps timestamps per batch, so the answer may be
-    a few records early, never late: a reader loses nothing). -1 when there is none."""
+    first record holding the newest timestamp; a timestamp, the first record at least that
+    old. The store indexes timestamps per batch: the batch is found by its newest timestamp,
+    then its records are read for the exact one, as Kafka answers. -1 when there is none."""
     async with db.read() as session:
         connection = await session.connection()
         params = {"topic": topic, "partition": partition}
@@ -914,14 +919,18 @@ async def list_offset(
             return log_start, -1
         if timestamp < MAX_TIMESTAMP:
             raise InvalidRequest(f"timestamp {timestamp}: -3, -2, -1 or a time in ms")
-        query = select(Batch.base_offset, Batch.max_timestamp).where(
+        query = select(Batch.payload, Batch.max_timestamp).where(
             Batch.topic == topic, Batch.partition == partition, Batch.control.is_(None)
         )
         if timestamp == MAX_TIMESTAMP:
             query = query.order_by(Batch.max_timestamp.desc(), Batch.base_offset)
         else:
             query = query.where(Batch.max_timestamp >= timestamp).order_by(Batch.base_offset)
-        found = (await session.execute(query.limit(1))).first()
-        if found is None:
-            return -1, -1
-        return max(found[0], log_start), found[1]
+        # Usually the first batch found holds the answer; a batch the log start cuts through
+        # may not (its records at that time were deleted), and the next one is asked.
+        for payload, newest in await session.execute(query.limit(_LIST_OFFSET_BATCHES)):
+            wanted = newest if timestamp == MAX_TIMESTAMP else timestamp
+            for record in recordbatch.records(payload):
+                if record.offset >= log_start and record.timestamp >= wanted:
+                    return record.offset, record.timestamp
+        return -1, -1
