@@ -14,6 +14,7 @@ import pytest
 from crc32c import crc32c
 
 from coordinator.log import recordbatch as rb
+from coordinator.log.configs import ACTED_ON, CONFIGS
 from tests.api import (
     assert_problem,
     create_topic,
@@ -306,9 +307,11 @@ async def test_topic_configs_have_defaults_and_take_what_is_set(client: httpx.As
         json={"name": "t", "configs": {"retention.ms": 1000, "cleanup.policy": "delete,compact"}},
     )
     assert response.json() == {"name": "t", "partitions": 1}
-    described = await client.get("/v1/topics/t/configs")
-    assert configs_of(described.json()) == {
+    described = configs_of((await client.get("/v1/topics/t/configs")).json())
+    # The configs the coordinator acts on; every other config Kafka defines is listed too.
+    assert {name: described[name] for name in ACTED_ON} == {
         "cleanup.policy": ("compact,delete", "TOPIC"),
+        "compression.type": ("producer", "DEFAULT"),
         "delete.retention.ms": ("86400000", "DEFAULT"),
         "max.message.bytes": ("8388608", "DEFAULT"),
         "message.timestamp.type": ("CreateTime", "DEFAULT"),
@@ -316,6 +319,8 @@ async def test_topic_configs_have_defaults_and_take_what_is_set(client: httpx.As
         "retention.bytes": ("-1", "DEFAULT"),
         "retention.ms": ("1000", "TOPIC"),
     }
+    assert described["segment.bytes"] == ("1073741824", "DEFAULT")
+    assert set(described) == set(CONFIGS)
     patched = await client.patch(
         "/v1/topics/t/configs",
         json={"set": {"retention.bytes": "5000"}, "delete": ["retention.ms"]},
@@ -339,6 +344,9 @@ async def test_topic_configs_have_defaults_and_take_what_is_set(client: httpx.As
         ({"message.timestamp.type": "logappendtime"}, "message.timestamp.type"),
         ({"max.message.bytes": 2**31}, "max.message.bytes"),
         ({"min.compaction.lag.ms": -1}, "min.compaction.lag.ms"),
+        ({"compression.type": "brotli"}, "compression.type"),
+        ({"min.cleanable.dirty.ratio": 2}, "min.cleanable.dirty.ratio"),
+        ({"preallocate": "maybe"}, "preallocate"),
     ],
 )
 async def test_bad_configs_are_400_invalid_config_naming_them_and_change_nothing(
@@ -366,3 +374,44 @@ async def test_deleting_an_unknown_config_or_configs_of_an_unknown_topic(
         await client.patch("/v1/topics/u/configs", json={"set": {"retention.ms": 1}}),
     ):
         assert_problem(response, 404, "UNKNOWN_TOPIC_OR_PARTITION")
+
+
+async def test_every_kafka_topic_config_is_taken_and_stored(client: httpx.AsyncClient) -> None:
+    """Kafka's tools set configs the coordinator does not act on (segments, flushing): they
+    are accepted, stored and described, as Kafka's broker takes every config it defines."""
+    response = await client.post(
+        "/v1/topics",
+        json={"name": "t", "configs": {"segment.bytes": "1048576", "preallocate": "true"}},
+    )
+    assert response.status_code == 201, response.text
+    described = configs_of((await client.get("/v1/topics/t/configs")).json())
+    assert described["segment.bytes"] == ("1048576", "TOPIC")
+    assert described["preallocate"] == ("true", "TOPIC")
+
+
+@pytest.mark.parametrize("codec", ["uncompressed", "gzip", "snappy", "lz4", "zstd"])
+async def test_compression_type_recompresses_every_batch_as_kafka_does(
+    client: httpx.AsyncClient, codec: str
+) -> None:
+    response = await client.post(
+        "/v1/topics", json={"name": "t", "configs": {"compression.type": codec}}
+    )
+    assert response.status_code == 201, response.text
+    pid = await init_pid(client)
+    sent = rb.build(
+        [(1, b"k", b"v" * 500, []), (2, b"k2", b"w", [("h", b"1")])],
+        compression=rb.COMPRESSION_LZ4 if codec != "lz4" else rb.COMPRESSION_GZIP,
+        producer_id=pid,
+        producer_epoch=0,
+        base_sequence=0,
+    )
+    assert (await produce_batch(client, "t", 0, sent)).status_code == 200
+    stored = await fetch_batches(client, "t", 0)
+    header = rb.read_header(stored.content)
+    wanted = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}[codec]
+    assert header.compression == wanted
+    assert (header.producer_id, header.base_sequence) == (pid, 0)
+    assert records_of(stored.content) == [(0, b"k", b"v" * 500), (1, b"k2", b"w")]
+    # A retry of the same batch is still recognised as the duplicate it is.
+    again = await produce_batch(client, "t", 0, sent)
+    assert again.json()["duplicate"] is True

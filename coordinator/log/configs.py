@@ -46,6 +46,29 @@ def _choice(*choices: str) -> Callable[[object], str]:
     return parse
 
 
+def _bool(value: object) -> str:
+    text = str(value).strip().lower() if isinstance(value, str | bool) else ""
+    if text not in ("true", "false"):
+        raise ValueError("must be true or false")
+    return text
+
+
+def _ratio(value: object) -> str:
+    try:
+        number = float(str(value))
+    except ValueError:
+        raise ValueError("expected a number between 0 and 1") from None
+    if not 0 <= number <= 1:
+        raise ValueError("must be between 0 and 1")
+    return repr(number)
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError("expected a string")
+    return value
+
+
 def _cleanup_policy(value: object) -> str:
     if not isinstance(value, str):
         raise ValueError("must be delete, compact, or compact,delete")
@@ -76,17 +99,65 @@ class ConfigDef:
     default: Callable[[Settings], str]
 
 
-CONFIGS: dict[str, ConfigDef] = {
-    "cleanup.policy": ConfigDef(_cleanup_policy, lambda _: "delete"),
-    "delete.retention.ms": ConfigDef(_long(0), lambda _: "86400000"),
+def _fixed(value: str) -> Callable[[Settings], str]:
+    return lambda _: value
+
+
+# `compression.type`: the codec every stored batch gets, or the producer's own.
+PRODUCER = "producer"
+_COMPRESSION_TYPES = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+_LONG_MAX = str(INT64_MAX)
+
+# The configs the coordinator acts on. The produce path obeys cleanup.policy (keys on a
+# compacted topic), compression.type, max.message.bytes and message.timestamp.type; the log
+# cleaner obeys cleanup.policy, retention.ms, retention.bytes, min.compaction.lag.ms and
+# delete.retention.ms.
+ACTED_ON: dict[str, ConfigDef] = {
+    "cleanup.policy": ConfigDef(_cleanup_policy, _fixed("delete")),
+    "compression.type": ConfigDef(_choice(PRODUCER, *_COMPRESSION_TYPES), _fixed(PRODUCER)),
+    "delete.retention.ms": ConfigDef(_long(0), _fixed("86400000")),
     "max.message.bytes": ConfigDef(_long(0, INT32_MAX), lambda s: str(s.max_request_bytes)),
-    "message.timestamp.type": ConfigDef(
-        _choice(CREATE_TIME, LOG_APPEND_TIME), lambda _: CREATE_TIME
-    ),
-    "min.compaction.lag.ms": ConfigDef(_long(0), lambda _: "0"),
-    "retention.bytes": ConfigDef(_long(-1), lambda _: "-1"),
+    "message.timestamp.type": ConfigDef(_choice(CREATE_TIME, LOG_APPEND_TIME), _fixed(CREATE_TIME)),
+    "min.compaction.lag.ms": ConfigDef(_long(0), _fixed("0")),
+    "retention.bytes": ConfigDef(_long(-1), _fixed("-1")),
     "retention.ms": ConfigDef(_long(-1), lambda s: str(s.log_retention_ms)),
 }
+
+# Every other topic config Kafka defines, with Kafka's validation and defaults: accepted,
+# stored and described, so tools and clients that set them work, but not acted on (segments,
+# flushing, replicas and tiered storage are the database's business here).
+STORED_ONLY: dict[str, ConfigDef] = {
+    "compression.gzip.level": ConfigDef(_long(-1, 9), _fixed("-1")),
+    "compression.lz4.level": ConfigDef(_long(1, 17), _fixed("9")),
+    "compression.zstd.level": ConfigDef(_long(-131072, 22), _fixed("3")),
+    "file.delete.delay.ms": ConfigDef(_long(0), _fixed("60000")),
+    "flush.messages": ConfigDef(_long(1), _fixed(_LONG_MAX)),
+    "flush.ms": ConfigDef(_long(0), _fixed(_LONG_MAX)),
+    "follower.replication.throttled.replicas": ConfigDef(_text, _fixed("")),
+    "index.interval.bytes": ConfigDef(_long(0, INT32_MAX), _fixed("4096")),
+    "leader.replication.throttled.replicas": ConfigDef(_text, _fixed("")),
+    "local.retention.bytes": ConfigDef(_long(-2), _fixed("-2")),
+    "local.retention.ms": ConfigDef(_long(-2), _fixed("-2")),
+    "max.compaction.lag.ms": ConfigDef(_long(1), _fixed(_LONG_MAX)),
+    "message.downconversion.enable": ConfigDef(_bool, _fixed("true")),
+    "message.format.version": ConfigDef(_text, _fixed("3.0-IV1")),
+    "message.timestamp.after.max.ms": ConfigDef(_long(0), _fixed("3600000")),
+    "message.timestamp.before.max.ms": ConfigDef(_long(0), _fixed(_LONG_MAX)),
+    "message.timestamp.difference.max.ms": ConfigDef(_long(0), _fixed(_LONG_MAX)),
+    "min.cleanable.dirty.ratio": ConfigDef(_ratio, _fixed("0.5")),
+    "min.insync.replicas": ConfigDef(_long(1, INT32_MAX), _fixed("1")),
+    "preallocate": ConfigDef(_bool, _fixed("false")),
+    "remote.log.copy.disable": ConfigDef(_bool, _fixed("false")),
+    "remote.log.delete.on.disable": ConfigDef(_bool, _fixed("false")),
+    "remote.storage.enable": ConfigDef(_bool, _fixed("false")),
+    "segment.bytes": ConfigDef(_long(14, INT32_MAX), _fixed("1073741824")),
+    "segment.index.bytes": ConfigDef(_long(4, INT32_MAX), _fixed("10485760")),
+    "segment.jitter.ms": ConfigDef(_long(0), _fixed("0")),
+    "segment.ms": ConfigDef(_long(1), _fixed("604800000")),
+    "unclean.leader.election.enable": ConfigDef(_bool, _fixed("false")),
+}
+
+CONFIGS: dict[str, ConfigDef] = {**ACTED_ON, **STORED_ONLY}
 
 
 def validated(values: Mapping[str, object]) -> dict[str, str]:
@@ -137,15 +208,18 @@ class ProduceSettings:
     log_append_time: bool
     max_message_bytes: int
     compacted: bool
+    codec: int | None  # the codec `compression.type` asks for; None: the producer's
 
 
 @lru_cache(maxsize=1024)
 def produce_settings(stored: str, default_max_message_bytes: int) -> ProduceSettings:
     configs = decode(stored)
+    compression = configs.get("compression.type", PRODUCER)
     return ProduceSettings(
         log_append_time=configs.get("message.timestamp.type") == LOG_APPEND_TIME,
         max_message_bytes=int(configs.get("max.message.bytes", default_max_message_bytes)),
         compacted="compact" in configs.get("cleanup.policy", "delete"),
+        codec=None if compression == PRODUCER else _COMPRESSION_TYPES[compression],
     )
 
 

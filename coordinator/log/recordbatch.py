@@ -670,3 +670,25 @@ def with_log_append_time(data: bytes, timestamp: int) -> bytes:
     _MAX_TIMESTAMP.pack_into(out, 35, timestamp)
     _CRC.pack_into(out, 17, crc32c(memoryview(out)[CRC_START:]))
     return bytes(out)
+
+
+_LENGTH = struct.Struct(">i")
+
+
+def with_codec(data: bytes, codec: int, max_uncompressed: int = MAX_UNCOMPRESSED_BYTES) -> bytes:
+    """The batch with its records section in `codec`, as Kafka's broker recompresses for a
+    topic whose `compression.type` is not the producer's: the records' bytes are the same,
+    only their compression, the codec bits, the length and the CRC change (producer id, epoch,
+    sequences, offsets and timestamps are kept)."""
+    header = read_header(data)
+    if header.compression == codec:
+        return data
+    section = bytes(_records_section(data, 0, header, max_uncompressed))
+    if codec != COMPRESSION_NONE:
+        section = _compress(codec, section)
+    out = bytearray(data[:HEADER_SIZE])
+    out += section
+    _LENGTH.pack_into(out, 8, len(out) - LOG_OVERHEAD)
+    _ATTRIBUTES_AND_MAX.pack_into(out, 21, (header.attributes & ~CODEC_MASK) | codec)
+    _CRC.pack_into(out, 17, crc32c(memoryview(out)[CRC_START:]))
+    return bytes(out)

@@ -516,6 +516,12 @@ async def _append(
         )
         base_offset = high_watermark
         last_offset = high_watermark + count - 1
+        if topic_settings.codec is not None:
+            # The topic's compression.type, as Kafka's broker recompresses (the records' bytes
+            # were checked already; only their compression changes).
+            data = recordbatch.with_codec(
+                data, topic_settings.codec, inflation_limit(settings, len(data))
+            )
         payload = recordbatch.with_base_offset(data, base_offset)
         max_timestamp = checked.max_timestamp
         append_time = -1
