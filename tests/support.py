@@ -159,3 +159,77 @@ def serve_on_fresh_store(
         if postgres:
             drop_postgres_database(url)
     assert "Traceback" not in running.log.read_text(errors="replace")
+
+
+class TcpProxy:
+    """A TCP forwarder in a thread of its own, between a service and its store, that a test
+    can cut (every connection closed, new ones refused) and restore: a store outage without
+    restarting the store the other tests share."""
+
+    def __init__(self, upstream_host: str, upstream_port: int) -> None:
+        import threading
+
+        self.upstream = (upstream_host, upstream_port)
+        self.port = free_port()
+        self._up = True
+        self._loop = asyncio.new_event_loop()
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="tcp-proxy")
+
+    def start(self) -> TcpProxy:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def cut(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._set(False), self._loop).result(10)
+
+    def restore(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._set(True), self._loop).result(10)
+
+    def stop(self) -> None:
+        self.cut()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    async def _set(self, up: bool) -> None:
+        self._up = up
+        if not up:
+            for writer in list(self._writers):
+                writer.close()
+            self._writers.clear()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+
+        async def serve() -> None:
+            await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+            self._ready.set()
+
+        self._loop.run_until_complete(serve())
+        self._loop.run_forever()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if not self._up:
+            writer.close()
+            return
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.upstream)
+        except OSError:
+            writer.close()
+            return
+        self._writers |= {writer, up_writer}
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            try:
+                while data := await source.read(65536):
+                    sink.write(data)
+                    await sink.drain()
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                sink.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        self._writers -= {writer, up_writer}

@@ -9,12 +9,14 @@ serialises appends with row locks taken inside the unit (see `coordinator.log.se
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 from sqlalchemy import BigInteger, Integer, MetaData, and_, event, or_
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -24,6 +26,8 @@ from sqlalchemy.ext.asyncio import (
 from sqlalchemy.orm import DeclarativeBase
 
 from coordinator.core.settings import Settings
+
+log = logging.getLogger("coordinator.store")
 
 # A 64-bit key that SQLite still treats as its rowid alias (so it autoincrements).
 BigIntKey = BigInteger().with_variant(Integer(), "sqlite")
@@ -87,6 +91,20 @@ def _unstorable(value: str) -> None:
     raise UnstorableText(f"text may not hold a NUL character: {value[:64]!r}")
 
 
+def _is_outage(exc: BaseException) -> bool:
+    """A connection that was refused, lost, or closed under a statement (not a statement the
+    store refused: those are the caller's)."""
+    if isinstance(exc, OSError):
+        return True
+    assert isinstance(exc, DBAPIError)
+    return bool(exc.connection_invalidated) or isinstance(exc, OperationalError | InterfaceError)
+
+
+def _brief(exc: BaseException) -> str:
+    cause = getattr(exc, "orig", None) or exc
+    return f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}"[:200]
+
+
 class Database:
     """The store: `write()` and `read()` yield a session inside one database transaction."""
 
@@ -105,6 +123,7 @@ class Database:
         # starve; writers of this process queue here instead, first come first served. Other
         # processes still meet SQLite's own lock, which is what keeps the data correct.
         self._write_turn = asyncio.Lock() if self.is_sqlite else None
+        self._outage = False  # logged once when it begins, once when it ends
         for engine in {self.engine, self.read_engine}:
             event.listen(engine.sync_engine, "before_cursor_execute", _refuse_nul)
         self._writes = async_sessionmaker(self.engine, expire_on_commit=False)
@@ -113,12 +132,38 @@ class Database:
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncSession]:
         """A unit of work: commits when the block ends normally, rolls back when it raises.
-        Callables in `session.info["after_commit"]` run once the commit succeeded."""
-        async with self._turn(), self._writes() as session:
+        Callables in `session.info["after_commit"]` run once the commit succeeded. A store that
+        cannot be reached is `StoreUnavailable` (retriable), whatever statement met it."""
+        async with self._outages(), self._turn(), self._writes() as session:
             async with session.begin():
                 yield session
             for hook in session.info.pop("after_commit", ()):
                 hook()
+
+    @asynccontextmanager
+    async def _outages(self) -> AsyncIterator[None]:
+        """Translate a lost or refused connection into `StoreUnavailable`, logging one WARNING
+        when an outage begins and one when the store answers again (not one per request). The
+        pool drops the connection the store cut (SQLAlchemy invalidates it), so none is reused
+        mid-operation."""
+        try:
+            yield
+        except (DBAPIError, OSError) as exc:
+            if not _is_outage(exc):
+                raise
+            if not self._outage:
+                self._outage = True
+                log.warning(
+                    "the store is unavailable (%s); answering retriable errors", _brief(exc)
+                )
+            from coordinator.core.errors import StoreUnavailable
+
+            raise StoreUnavailable(
+                "the store is unavailable; retry shortly", {"cause": _brief(exc)}
+            ) from None
+        if self._outage:
+            self._outage = False
+            log.warning("the store answers again")
 
     @asynccontextmanager
     async def _turn(self) -> AsyncIterator[None]:
@@ -130,7 +175,7 @@ class Database:
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:
-        async with self._reads() as session, session.begin():
+        async with self._outages(), self._reads() as session, session.begin():
             yield session
 
     async def vacuum(self, *tables: str) -> None:

@@ -126,6 +126,13 @@ class CoordinatorNotAvailable(CoordinatorError):
     title = "Coordinator not available"
 
 
+class StoreUnavailable(CoordinatorNotAvailable):
+    """The database cannot be reached (restarting, failing over, the network cut): retriable,
+    503 over HTTP; over Kafka's protocol the code each API uses for it."""
+
+    title = "Store unavailable"
+
+
 class InternalError(CoordinatorError):
     code = "INTERNAL_ERROR"
     status = 500

@@ -8,6 +8,8 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+from coordinator.core.errors import StoreUnavailable
+
 
 async def run_periodically(
     interval_s: float, work: Callable[[], Awaitable[None]], log: logging.Logger
@@ -20,5 +22,7 @@ async def run_periodically(
             await work()
         except asyncio.CancelledError:
             raise
+        except StoreUnavailable:
+            pass  # the store logged the outage once; the next round tries again
         except Exception:
             log.exception("background round failed")

@@ -23,6 +23,7 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.core.auth import Access, Authenticator
 from coordinator.core.database import Database
+from coordinator.core.errors import StoreUnavailable
 from coordinator.core.metrics import record_refusal
 from coordinator.core.quotas import MutationQuota
 from coordinator.core.settings import Settings
@@ -196,6 +197,11 @@ class KafkaListener:
                 delay = self.settings.connection_failed_authentication_delay_ms / 1000
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.sleep(delay)
+        except StoreUnavailable as exc:
+            # A call with no per-item error to carry it (an all-topics Metadata): the client
+            # reconnects and retries; the outage itself is logged once by the store.
+            record_refusal("kafka", "store_unavailable")
+            log.info("closing the Kafka connection of %s: %s", client.client_host, exc)
         except Exception:
             # A bug: nothing is answered for the request (the client sees the connection close
             # and retries); it is logged so it gets fixed.

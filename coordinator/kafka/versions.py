@@ -1,4 +1,4 @@
-"""Error codes a request's version does not know, answered as Kafka's broker answers them.
+"""Error codes a request's API or version does not use, answered as Kafka's broker answers them.
 
 A client decodes only the codes of the versions it speaks: KafkaJS and aiokafka, which speak
 EndTxn 0-1 and InitProducerId 0-3, report PRODUCER_FENCED (added in Kafka 2.7) as "unknown error
@@ -6,7 +6,10 @@ EndTxn 0-1 and InitProducerId 0-3, report PRODUCER_FENCED (added in Kafka 2.7) a
 PRODUCER_FENCED is INVALID_PRODUCER_EPOCH to InitProducerId below 4 and to EndTxn,
 AddPartitionsToTxn and AddOffsetsToTxn below 2; a produce with a stale epoch is always
 INVALID_PRODUCER_EPOCH, ProducerAppendInfo). One table holds every such rule by API and version;
-the listener applies it to every answer, so no handler has to remember it.
+the listener applies it to every answer, so no handler has to remember it. The same table
+gives the data APIs Kafka's code for a store outage: the domain says COORDINATOR_NOT_AVAILABLE,
+which a produce or fetch client does not expect; KAFKA_STORAGE_ERROR is the retriable code
+Kafka's partition leader answers when its log cannot be written or read.
 """
 
 from __future__ import annotations
@@ -22,12 +25,16 @@ ALWAYS = 1 << 15
 
 _FENCED = ErrorCode.producer_fenced
 _MEMBER_EPOCH = ErrorCode.fenced_member_epoch
+_STORE_OUT = {ErrorCode.coordinator_not_available: (ALWAYS, ErrorCode.kafka_storage_error)}
 
 # api key -> code -> (the first version that knows it, what older versions are answered)
 TABLE: Mapping[int, Mapping[ErrorCode, tuple[int, ErrorCode]]] = {
     # Produce: a stale epoch is INVALID_PRODUCER_EPOCH at every version (since Kafka 2.7, so the
     # client may abort and go on), a transaction timed out included.
-    0: {_FENCED: (ALWAYS, ErrorCode.invalid_producer_epoch)},
+    0: {_FENCED: (ALWAYS, ErrorCode.invalid_producer_epoch), **_STORE_OUT},
+    1: _STORE_OUT,  # Fetch
+    2: _STORE_OUT,  # ListOffsets
+    21: _STORE_OUT,  # DeleteRecords
     # OffsetCommit: KIP-848's member epoch (9+) is a classic member's generation below.
     8: {_MEMBER_EPOCH: (9, ErrorCode.illegal_generation)},
     9: {_MEMBER_EPOCH: (9, ErrorCode.illegal_generation)},  # OffsetFetch: the same

@@ -8,6 +8,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from coordinator.core.errors import StoreUnavailable
 from coordinator.kafka.server import Client
 from coordinator.kafka.wire import SUPPORTED, Reply, Request
 from coordinator.log import service as log_service
@@ -36,8 +37,15 @@ def unsupported_api_versions() -> Any:
 async def metadata(client: Client, request: Request) -> Any:
     reply, body = request.reply, request.body
     assert client.access is not None
-    known = {t.name: t.partitions for t in (await log_service.list_topics(client.db)).topics}
-    if body.topics is None or (request.version == 0 and not body.topics):
+    all_topics = body.topics is None or (request.version == 0 and not body.topics)
+    try:
+        listed = await log_service.list_topics(client.db)
+    except StoreUnavailable:
+        if all_topics:
+            raise  # no answer can say "all topics, none known": the client retries elsewhere
+        listed = None
+    known = {t.name: t.partitions for t in listed.topics} if listed else {}
+    if all_topics:
         names = sorted(name for name in known if client.access.visible_topic(name))
     else:
         names = [t.name for t in body.topics if t.name is not None]
@@ -45,6 +53,9 @@ async def metadata(client: Client, request: Request) -> Any:
     for name in names:
         if not client.access.visible_topic(name):
             error, partitions = ErrorCode.topic_authorization_failed, 0
+        elif listed is None:
+            # The store is out: Kafka's retriable "no leader now", not "no such topic".
+            error, partitions = ErrorCode.leader_not_available, 0
         elif name not in known:
             error, partitions = ErrorCode.unknown_topic_or_partition, 0
         else:
