@@ -467,3 +467,17 @@ async def test_a_decompression_bomb_is_record_list_too_large_and_writes_nothing(
     assert result.error_code == ErrorCode.record_list_too_large
     described = await log_service.describe_topic(listener.db, "bombed")
     assert described.partitions[0].high_watermark == 0
+
+
+async def test_a_kafka_id_that_is_not_utf8_closes_the_connection_and_creates_nothing(
+    listener: KafkaListener, caplog: pytest.LogCaptureFixture
+) -> None:
+    # FindCoordinator v1 and DescribeGroups v0 are plain strings: one invalid byte in the id.
+    connection = await connect(listener)
+    frame = struct.pack(">hhih", 15, 0, 1, 4) + b"test" + struct.pack(">ih", 1, 3) + b"g\xff1"
+    await connection.send(frame)
+    assert await connection.closed()
+    groups = await connect(listener)
+    listed = await groups.call(16, 4, states_filter=())
+    assert [g.group_id for g in listed.groups] == []
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

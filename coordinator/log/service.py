@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -403,6 +404,17 @@ _CHECK_OFF_LOOP_BYTES = 16 * 1024
 _INFLATION_FLOOR_BYTES = 1024 * 1024
 
 
+# At most this many large batches are inflated at once per process, so concurrent bombs hold at
+# most this many times COORDINATOR_MAX_UNCOMPRESSED_BATCH_BYTES (the others wait their turn on
+# their worker thread, not on the event loop).
+_INFLATION_SLOTS = threading.BoundedSemaphore(2)
+
+
+def _check_inflating(data: bytes, limit: int) -> recordbatch.Checked:
+    with _INFLATION_SLOTS:
+        return recordbatch.check(data, limit)
+
+
 def inflation_limit(settings: Settings, size: int) -> int:
     """How far a compressed batch of `size` bytes may inflate: the absolute cap, and the ratio
     cap above a floor."""
@@ -419,7 +431,7 @@ async def check_batch(
     limit = inflation_limit(settings, len(data))
     try:
         if len(data) >= _CHECK_OFF_LOOP_BYTES and recordbatch.read_header(data).compression:
-            checked = await asyncio.to_thread(recordbatch.check, data, limit)
+            checked = await asyncio.to_thread(_check_inflating, data, limit)
         else:
             checked = recordbatch.check(data, limit)
     except recordbatch.InflatesTooFar as exc:
