@@ -97,6 +97,8 @@ CONTROL = 0x20
 CONTROL_ABORT = 0
 CONTROL_COMMIT = 1
 
+# gzip inflates in steps of this many bytes (see _decompress).
+_INFLATE_STEP = 1024 * 1024
 # A compressed batch that would inflate past this is refused (a decompression bomb).
 MAX_UNCOMPRESSED_BYTES = 256 * 1024 * 1024
 
@@ -252,13 +254,22 @@ def _records_section(
 
 def _decompress(codec: int, data: memoryview, limit: int) -> bytes:
     if codec == COMPRESSION_GZIP:
+        # In steps of a bounded size, so a bomb is refused having held at most `limit` bytes
+        # (one call with the limit as its bound holds the output twice while it grows).
         inflater = zlib.decompressobj(47)  # gzip or zlib header, detected
-        out = inflater.decompress(data, limit + 1)
-        if len(out) > limit or inflater.unconsumed_tail:
-            raise InflatesTooFar(f"the records inflate past {limit} bytes")
-        if not inflater.eof:
-            raise CorruptBatch("the gzip stream is truncated")
-        return out
+        parts: list[bytes] = []
+        total = 0
+        pending: bytes | memoryview = data
+        while not inflater.eof:
+            part = inflater.decompress(pending, _INFLATE_STEP)
+            total += len(part)
+            if total > limit:
+                raise InflatesTooFar(f"the records inflate past {limit} bytes")
+            parts.append(part)
+            pending = inflater.unconsumed_tail
+            if not part and not pending:
+                raise CorruptBatch("the gzip stream is truncated")
+        return parts[0] if len(parts) == 1 else b"".join(parts)
     if codec == COMPRESSION_SNAPPY:
         if bytes(data[:8]) == _XERIAL_MAGIC:
             return _xerial(data, limit)
