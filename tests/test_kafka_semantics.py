@@ -205,3 +205,87 @@ async def test_list_offsets_by_time_answers_the_exact_record(listener: KafkaList
     assert await at(360) == (3, 400)
     assert await at(log_service.MAX_TIMESTAMP) == (3, 400)
     assert await at(1000) == (-1, -1)
+
+
+async def test_offset_fetch_echoes_the_committed_leader_epoch_and_metadata(
+    listener: KafkaListener,
+) -> None:
+    # librdkafka's transactional test compares what it committed with what it fetches: the
+    # leader epoch, and metadata that may hold a NUL (issue 22, item 8).
+    await log_service.create_topic(listener.db, CreateTopic(name="echo", partitions=2))
+    connection = await connect(listener)
+    commit: Any = __import__("kio.schema.offset_commit.v8.request", fromlist=["x"])
+    committed = await connection.call(
+        8,
+        8,
+        group_id="echo-g",
+        generation_id_or_member_epoch=-1,
+        member_id="",
+        group_instance_id=None,
+        topics=(
+            commit.OffsetCommitRequestTopic(
+                name="echo",
+                partitions=(
+                    commit.OffsetCommitRequestPartition(
+                        partition_index=0,
+                        committed_offset=0,
+                        committed_leader_epoch=7,
+                        committed_metadata="a\0b",
+                    ),
+                ),
+            ),
+        ),
+    )
+    assert committed.topics[0].partitions[0].error_code == ErrorCode.none
+    # And through a transaction: TxnOffsetCommit v3, then EndTxn.
+    init = await connection.call(
+        22,
+        3,
+        transactional_id="echo-tx",
+        transaction_timeout=datetime.timedelta(seconds=30),
+        producer_id=-1,
+        producer_epoch=-1,
+    )
+    caller = {"producer_id": init.producer_id, "producer_epoch": init.producer_epoch}
+    assert (
+        await connection.call(25, 3, transactional_id="echo-tx", group_id="echo-g", **caller)
+    ).error_code == ErrorCode.none
+    txn: Any = __import__("kio.schema.txn_offset_commit.v3.request", fromlist=["x"])
+    await connection.call(
+        28,
+        3,
+        transactional_id="echo-tx",
+        group_id="echo-g",
+        generation_id=-1,
+        member_id="",
+        group_instance_id=None,
+        topics=(
+            txn.TxnOffsetCommitRequestTopic(
+                name="echo",
+                partitions=(
+                    txn.TxnOffsetCommitRequestPartition(
+                        partition_index=1,
+                        committed_offset=0,
+                        committed_leader_epoch=3,
+                        committed_metadata="in a transaction",
+                    ),
+                ),
+            ),
+        ),
+        **caller,
+    )
+    ended = await connection.call(26, 3, transactional_id="echo-tx", committed=True, **caller)
+    assert ended.error_code == ErrorCode.none
+    fetch: Any = __import__("kio.schema.offset_fetch.v7.request", fromlist=["x"])
+    answer = await connection.call(
+        9,
+        7,
+        group_id="echo-g",
+        topics=(fetch.OffsetFetchRequestTopic(name="echo", partition_indexes=(0, 1)),),
+        require_stable=True,
+    )
+    got = {
+        p.partition_index: (p.committed_offset, p.committed_leader_epoch, p.metadata)
+        for p in answer.topics[0].partitions
+    }
+    assert got == {0: (0, 7, "a\0b"), 1: (0, 3, "in a transaction")}

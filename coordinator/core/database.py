@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from sqlalchemy import BigInteger, Integer, MetaData, and_, event, or_
+from sqlalchemy import BigInteger, Integer, LargeBinary, MetaData, and_, event, or_
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import (
@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 from sqlalchemy.orm import DeclarativeBase
+from sqlalchemy.types import TypeDecorator
 
 from coordinator.core.settings import Settings
 
@@ -31,6 +32,24 @@ log = logging.getLogger("coordinator.store")
 
 # A 64-bit key that SQLite still treats as its rowid alias (so it autoincrements).
 BigIntKey = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class FreeText(TypeDecorator[str]):
+    """Text a client may fill with anything, a NUL included (Kafka's offset-commit metadata):
+    kept as its UTF-8 bytes, since Postgres text cannot hold a NUL. Rows written as text before
+    the column held bytes read back as they are."""
+
+    impl = LargeBinary
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: Any) -> bytes | None:
+        return None if value is None else value.encode("utf-8")
+
+    def process_result_value(self, value: bytes | str | None, dialect: Any) -> str | None:
+        if value is None or isinstance(value, str):
+            return value
+        return bytes(value).decode("utf-8")
+
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",

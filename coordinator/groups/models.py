@@ -18,11 +18,10 @@ from sqlalchemy import (
     Index,
     Integer,
     String,
-    Text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from coordinator.core.database import Base
+from coordinator.core.database import Base, FreeText
 
 # How a member talks to the coordinator (`GroupMember.protocol`); the coordinator assigns either
 # way, so both kinds share one group, as in Kafka 4's consumer groups with classic members.
@@ -37,7 +36,10 @@ class GroupOffset(Base):
     topic: Mapped[str] = mapped_column(String(249), primary_key=True)
     partition: Mapped[int] = mapped_column(Integer, primary_key=True)
     offset: Mapped[int] = mapped_column(BigInteger)
-    metadata_: Mapped[str | None] = mapped_column("metadata", Text, nullable=True)
+    # Kafka's offset metadata: any string, a NUL included (stored as UTF-8 bytes).
+    metadata_: Mapped[str | None] = mapped_column("metadata", FreeText, nullable=True)
+    # The leader epoch the client committed with (Kafka's committed_leader_epoch), echoed.
+    leader_epoch: Mapped[int | None] = mapped_column(Integer, nullable=True)
     committed_ms: Mapped[int] = mapped_column(BigInteger)
 
 

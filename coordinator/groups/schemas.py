@@ -24,6 +24,8 @@ class OffsetOut(BaseModel):
     partition: int
     offset: int
     metadata: str | None
+    # For Kafka's OffsetFetch only: not in API.md's answer.
+    leader_epoch: int | None = Field(default=None, exclude=True)
 
 
 class OffsetsResponse(BaseModel):

@@ -59,13 +59,20 @@ async def commit(db: Database, group_id: str, body: CommitOffsetsRequest) -> Off
                     "partition": o.partition,
                     "offset": o.offset,
                     "metadata": o.metadata,
+                    "leader_epoch": o.leader_epoch,
                     "committed_ms": now,
                 },
                 ["group_id", "topic", "partition"],
             )
     return OffsetsResponse(
         offsets=[
-            OffsetOut(topic=o.topic, partition=o.partition, offset=o.offset, metadata=o.metadata)
+            OffsetOut(
+                topic=o.topic,
+                partition=o.partition,
+                offset=o.offset,
+                metadata=o.metadata,
+                leader_epoch=o.leader_epoch,
+            )
             for o in sorted(body.offsets, key=lambda o: (o.topic, o.partition))
         ]
     )
@@ -95,7 +102,11 @@ async def fetch(
                 )
         query = (
             select(
-                GroupOffset.topic, GroupOffset.partition, GroupOffset.offset, GroupOffset.metadata_
+                GroupOffset.topic,
+                GroupOffset.partition,
+                GroupOffset.offset,
+                GroupOffset.metadata_,
+                GroupOffset.leader_epoch,
             )
             .where(GroupOffset.group_id == group_id)
             .order_by(GroupOffset.topic, GroupOffset.partition)
@@ -104,7 +115,10 @@ async def fetch(
             query = query.where(GroupOffset.topic == topic)
         rows = (await session.execute(query)).all()
     return OffsetsResponse(
-        offsets=[OffsetOut(topic=t, partition=p, offset=o, metadata=m) for t, p, o, m in rows]
+        offsets=[
+            OffsetOut(topic=t, partition=p, offset=o, metadata=m, leader_epoch=e)
+            for t, p, o, m, e in rows
+        ]
     )
 
 

@@ -3,10 +3,10 @@ offsets of its open transaction. The producer's epoch lives on its `producer_ids
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from coordinator.core.database import Base
+from coordinator.core.database import Base, FreeText
 
 
 class Transaction(Base):
@@ -86,6 +86,9 @@ class TransactionOffset(Base):
     topic: Mapped[str] = mapped_column(String(249), primary_key=True)
     partition: Mapped[int] = mapped_column(Integer, primary_key=True)
     offset: Mapped[int] = mapped_column(BigInteger)
-    metadata_: Mapped[str | None] = mapped_column("metadata", Text, nullable=True)
+    # Kafka's offset metadata: any string, a NUL included (stored as UTF-8 bytes).
+    metadata_: Mapped[str | None] = mapped_column("metadata", FreeText, nullable=True)
+    # The leader epoch the client committed with (Kafka's committed_leader_epoch), echoed.
+    leader_epoch: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
     __table_args__ = (Index("ix_transaction_offsets_group", "group_id", "topic", "partition"),)

@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 
 from coordinator.core.schemas import (
     EPOCH_MAX,
+    INT32_MAX,
     INT64_MAX,
     GroupId,
     Offset,
@@ -32,6 +33,8 @@ class OffsetIn(RequestModel):
     partition: PartitionNumber
     offset: Offset
     metadata: Annotated[str, Field(max_length=4096)] | None = None
+    # Beyond API.md: Kafka's committed_leader_epoch, kept and given back to Kafka's OffsetFetch.
+    leader_epoch: Annotated[int, Field(ge=-1, le=INT32_MAX)] | None = None
 
 
 class Caller(RequestModel):

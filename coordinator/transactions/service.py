@@ -86,6 +86,7 @@ _TAKE_OFFSETS = (
         _txn_offsets.c.partition,
         _txn_offsets.c.offset,
         _txn_offsets.c.metadata,
+        _txn_offsets.c.leader_epoch,
     )
 )
 
@@ -332,7 +333,7 @@ async def _finish(
         returning=_TAKE_OFFSETS,
         params={"tid": tid},
     )
-    for group_id, topic, partition, offset, metadata in pending if commit else ():
+    for group_id, topic, partition, offset, metadata, leader_epoch in pending if commit else ():
         await upsert(
             session,
             GroupOffset,
@@ -342,6 +343,7 @@ async def _finish(
                 "partition": partition,
                 "offset": offset,
                 "metadata": metadata,
+                "leader_epoch": leader_epoch,
                 "committed_ms": now,
             },
             ["group_id", "topic", "partition"],
@@ -522,6 +524,7 @@ async def add_offsets(
                     "partition": o.partition,
                     "offset": o.offset,
                     "metadata": o.metadata,
+                    "leader_epoch": o.leader_epoch,
                 },
                 ["transactional_id", "group_id", "topic", "partition"],
             )

@@ -284,6 +284,7 @@ def committed_offsets(topics: Any) -> list[dict[str, Any]]:
             "partition": p.partition_index,
             "offset": p.committed_offset,
             "metadata": p.committed_metadata,
+            "leader_epoch": getattr(p, "committed_leader_epoch", -1),
         }
         for t in topics
         for p in t.partitions
@@ -369,7 +370,11 @@ async def offset_fetch(client: Client, request: Request) -> Any:
                     "OffsetFetchResponsePartition",
                     partition_index=p,
                     committed_offset=found.offset if found and visible else -1,
-                    committed_leader_epoch=-1,
+                    committed_leader_epoch=(
+                        found.leader_epoch
+                        if found and visible and found.leader_epoch is not None
+                        else -1
+                    ),
                     metadata=(found.metadata or "") if found and visible else "",
                     error_code=ErrorCode.none if visible else ErrorCode.topic_authorization_failed,
                 )
