@@ -289,3 +289,36 @@ async def test_offset_fetch_echoes_the_committed_leader_epoch_and_metadata(
         for p in answer.topics[0].partitions
     }
     assert got == {0: (0, 7, "a\0b"), 1: (0, 3, "in a transaction")}
+
+
+async def test_describe_transactions_gives_the_start_time_in_milliseconds(
+    listener: KafkaListener,
+) -> None:
+    import time
+
+    await log_service.create_topic(listener.db, CreateTopic(name="described", partitions=1))
+    connection = await connect(listener)
+    init = await connection.call(
+        22,
+        4,
+        transactional_id="described-tx",
+        transaction_timeout=datetime.timedelta(seconds=30),
+        producer_id=-1,
+        producer_epoch=-1,
+    )
+    before = int(time.time() * 1000)
+    add: Any = __import__("kio.schema.add_partitions_to_txn.v3.request", fromlist=["x"])
+    await connection.call(
+        24,
+        3,
+        v3_and_below_transactional_id="described-tx",
+        v3_and_below_producer_id=init.producer_id,
+        v3_and_below_producer_epoch=init.producer_epoch,
+        v3_and_below_topics=(add.AddPartitionsToTxnTopic(name="described", partitions=(0,)),),
+    )
+    answer = await connection.call(65, 0, transactional_ids=("described-tx",))
+    (known,) = answer.transaction_states
+    assert (known.error_code, known.transaction_state) == (ErrorCode.none, "Ongoing")
+    started = int(known.transaction_start_time.timestamp() * 1000)
+    assert before - 1000 <= started <= int(time.time() * 1000) + 1000
+    assert [(t.topic, tuple(t.partitions)) for t in known.topics] == [("described", (0,))]

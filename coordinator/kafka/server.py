@@ -15,11 +15,6 @@ import contextlib
 import logging
 import socket
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any
-
-from kio.schema.errors import ErrorCode
 
 from coordinator.core.auth import Access, Authenticator
 from coordinator.core.database import Database
@@ -28,7 +23,11 @@ from coordinator.core.metrics import record_refusal
 from coordinator.core.quotas import MutationQuota
 from coordinator.core.settings import Settings
 from coordinator.kafka import versions, wire
-from coordinator.kafka.wire import SUPPORTED, BadRequest, Request
+from coordinator.kafka.connection import Client
+from coordinator.kafka.handlers import HANDLERS
+from coordinator.kafka.handlers.cluster import unsupported_api_versions
+from coordinator.kafka.handlers.sasl import authenticate_raw
+from coordinator.kafka.wire import SUPPORTED, BadRequest
 
 log = logging.getLogger("coordinator.kafka")
 
@@ -39,37 +38,6 @@ _BEFORE_AUTH = {wire.API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE}
 _GRACE_S = 5.0
 # At most one WARNING per this many seconds for closed connections (the rest are counted).
 _WARN_EVERY_S = 1.0
-
-
-@dataclass
-class Client:
-    """One connection: where it came from, who it is, and what the handlers need."""
-
-    db: Database
-    settings: Settings
-    authenticator: Authenticator | None
-    host: str  # the address the client reached (Metadata names it as the broker)
-    port: int
-    client_host: str
-    access: Access | None = None  # None until authenticated
-    client_id: str = ""
-    last_request: str = ""  # "API key K version V" of the request being read or answered
-    sasl: Any = None  # the SASL exchange under way (handlers.sasl.Exchange)
-    raw_sasl: bool = False  # SaslHandshake v0: the next frame is a bare SASL token
-    failed_authentication: bool = False  # answered, then the connection closes after a delay
-    # Set when the listener closes: a waiting Fetch answers at once.
-    closing: asyncio.Event = field(default_factory=asyncio.Event)
-    # The process's controller mutation quota, shared with the HTTP door.
-    quota: MutationQuota = field(default_factory=lambda: MutationQuota(1e9))
-
-
-Handler = Callable[[Client, Request], Awaitable[Any]]
-
-
-def _handlers() -> dict[int, Handler]:
-    from coordinator.kafka.handlers import HANDLERS
-
-    return HANDLERS
 
 
 class KafkaListener:
@@ -91,7 +59,7 @@ class KafkaListener:
         self._server: asyncio.Server | None = None
         self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self._closing = asyncio.Event()
-        self._handlers = _handlers()
+        self._handlers = HANDLERS
         self._refusals = _Refusals()
         self._per_address: collections.Counter[str] = collections.Counter()
 
@@ -217,8 +185,6 @@ class KafkaListener:
 
     async def _answer(self, client: Client, frame: bytes) -> bytes | None:
         if client.raw_sasl:
-            from coordinator.kafka.handlers.sasl import authenticate_raw
-
             return await authenticate_raw(client, frame)
         api_key, version, correlation_id = wire.peek_header(frame)
         client.last_request = f"API key {api_key} version {version}"
@@ -227,8 +193,6 @@ class KafkaListener:
             if api_key == wire.API_VERSIONS:
                 # Kafka answers an ApiVersions it does not know in version 0, with the error and
                 # its versions, so the client can pick one it shares.
-                from coordinator.kafka.handlers.cluster import unsupported_api_versions
-
                 return wire.encode(correlation_id, unsupported_api_versions())
             raise BadRequest(f"API key {api_key} version {version} is not served", "unsupported")
         if client.access is None and api_key not in _BEFORE_AUTH:
@@ -264,8 +228,3 @@ class _Refusals:
             refusal,
             f" ({untold} more closed since the last report)" if untold else "",
         )
-
-
-def error_only(request: Request, code: ErrorCode, **values: Any) -> Any:
-    """A response carrying only a top-level error, for calls that have one."""
-    return request.reply.body(error_code=code, **values)

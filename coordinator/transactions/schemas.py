@@ -83,6 +83,8 @@ class TransactionDescription(BaseModel):
     started_at: str | None
     partitions: list[TopicPartitionOut]
     groups: list[str]
+    # The domain's value of `started_at` (ms), for Kafka's DescribeTransactions; not in the JSON.
+    started_ms: int | None = Field(default=None, exclude=True)
 
 
 class GroupMember(RequestModel):

@@ -620,6 +620,7 @@ async def describe_rows(
             state=txn.state,
             timeout_ms=txn.timeout_ms,
             started_at=rfc3339(txn.started_ms),
+            started_ms=txn.started_ms,
             partitions=partitions[txn.transactional_id],
             groups=groups[txn.transactional_id],
         )

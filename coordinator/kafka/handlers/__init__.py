@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from coordinator.kafka.connection import Handler
 from coordinator.kafka.handlers import cluster, groups, records, sasl, topics, transactions
-from coordinator.kafka.server import Handler
 
 HANDLERS: dict[int, Handler] = {
     0: records.produce,

@@ -9,7 +9,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from coordinator.core.errors import StoreUnavailable
-from coordinator.kafka.server import Client
+from coordinator.kafka.connection import Client
 from coordinator.kafka.wire import SUPPORTED, Reply, Request
 from coordinator.log import service as log_service
 

@@ -38,8 +38,8 @@ from coordinator.groups.schemas import (
     HeartbeatResponse,
 )
 from coordinator.kafka import guard
+from coordinator.kafka.connection import Client
 from coordinator.kafka.errors import FAILURES, error_code
-from coordinator.kafka.server import Client
 from coordinator.kafka.wire import Request, milliseconds
 
 CONSUMER_PROTOCOL = "consumer"

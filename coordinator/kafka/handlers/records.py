@@ -12,8 +12,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from pydantic import ValidationError
 
+from coordinator.kafka.connection import Client
 from coordinator.kafka.errors import FAILURES, Refused, error_code, outcome
-from coordinator.kafka.server import Client
 from coordinator.kafka.wire import Request, milliseconds
 from coordinator.log import service as log_service
 from coordinator.log.schemas import DeleteRecords

@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.core import scram
 from coordinator.core.auth import Access
-from coordinator.kafka.server import Client
+from coordinator.kafka.connection import Client
 from coordinator.kafka.wire import BadRequest, Request
 
 PLAIN = "PLAIN"

@@ -9,9 +9,9 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from coordinator.core.quotas import ThrottlingQuotaExceeded
+from coordinator.kafka.connection import Client
 from coordinator.kafka.errors import FAILURES, Refused, outcome
 from coordinator.kafka.handlers.cluster import NODE_ID
-from coordinator.kafka.server import Client
 from coordinator.kafka.wire import Request
 from coordinator.log import configs
 from coordinator.log import service as log_service

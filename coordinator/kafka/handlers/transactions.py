@@ -11,9 +11,9 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from coordinator.admin import service as admin_service
+from coordinator.kafka.connection import Client
 from coordinator.kafka.errors import FAILURES, error_code
 from coordinator.kafka.handlers.groups import committed_offsets, member_identity
-from coordinator.kafka.server import Client
 from coordinator.kafka.wire import Request, milliseconds
 from coordinator.producers import service as producers
 from coordinator.producers.schemas import InitPidRequest
@@ -202,14 +202,6 @@ async def describe_producers(client: Client, request: Request) -> Any:
     return reply.body(topics=tuple(topics))
 
 
-def _started_ms(started_at: str | None) -> int:
-    if started_at is None:
-        return -1
-    from datetime import datetime
-
-    return int(datetime.fromisoformat(started_at.replace("Z", "+00:00")).timestamp() * 1000)
-
-
 async def describe_transactions(client: Client, request: Request) -> Any:
     reply, body = request.reply, request.body
     assert client.access is not None
@@ -228,7 +220,7 @@ async def describe_transactions(client: Client, request: Request) -> Any:
                     transactional_id=tid,
                     transaction_state=d.state,
                     transaction_timeout=d.timeout_ms,
-                    transaction_start_time=_started_ms(d.started_at),
+                    transaction_start_time=-1 if d.started_ms is None else d.started_ms,
                     producer_id=d.producer_id,
                     producer_epoch=d.producer_epoch,
                     topics=tuple(

@@ -1,0 +1,41 @@
+"""One Kafka connection as the handlers see it: where it came from, who it is, what it shares
+with the process (the store, the settings, the quota). Apart from the listener, so handlers and
+listener do not import each other."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from coordinator.core.auth import Access, Authenticator
+from coordinator.core.database import Database
+from coordinator.core.quotas import MutationQuota
+from coordinator.core.settings import Settings
+from coordinator.kafka.wire import Request
+
+
+@dataclass
+class Client:
+    """One connection: where it came from, who it is, and what the handlers need."""
+
+    db: Database
+    settings: Settings
+    authenticator: Authenticator | None
+    host: str  # the address the client reached (Metadata names it as the broker)
+    port: int
+    client_host: str
+    access: Access | None = None  # None until authenticated
+    client_id: str = ""
+    last_request: str = ""  # "API key K version V" of the request being read or answered
+    sasl: Any = None  # the SASL exchange under way (handlers.sasl.Exchange)
+    raw_sasl: bool = False  # SaslHandshake v0: the next frame is a bare SASL token
+    failed_authentication: bool = False  # answered, then the connection closes after a delay
+    # Set when the listener closes: a waiting Fetch answers at once.
+    closing: asyncio.Event = field(default_factory=asyncio.Event)
+    # The process's controller mutation quota, shared with the HTTP door.
+    quota: MutationQuota = field(default_factory=lambda: MutationQuota(1e9))
+
+
+Handler = Callable[[Client, Request], Awaitable[Any]]
