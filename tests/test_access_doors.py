@@ -375,6 +375,15 @@ def metadata(topic: str) -> KafkaCall:
     return call
 
 
+def delete_group(group: str) -> KafkaCall:
+    async def call(c: Connection, w: World) -> ErrorCode:
+        answer = await c.call(42, 2, groups_names=(group,))
+        code: ErrorCode = answer.results[0].error_code
+        return code
+
+    return call
+
+
 def create_topic(name: str) -> KafkaCall:
     async def call(c: Connection, w: World) -> ErrorCode:
         m = _module(19, 7)
@@ -645,6 +654,7 @@ OPERATIONS = [
         ),
         join("h-1", "payments"),
     ),
+    Operation("delete group g-1", NOBODY, _http("DELETE", "/v1/groups/g-1"), delete_group("g-1")),
     Operation(
         "create a topic",
         NOBODY,

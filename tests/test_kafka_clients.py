@@ -386,3 +386,27 @@ def test_kafka_python_group_of_two_shares_the_partitions(broker: Broker) -> None
     for thread in threads:
         thread.join(DEADLINE_S)
     assert errors == []
+
+
+def test_admin_client_describes_the_cluster_and_lists_and_deletes_groups(broker: Broker) -> None:
+    admin = cka.AdminClient(confluent_config(broker))
+    cluster = admin.describe_cluster().result(DEADLINE_S)
+    assert [node.id for node in cluster.nodes] == [0]
+    assert cluster.controller.id == 0
+    topic = create_topic(broker)
+    group = f"dg-{topic}"
+    committed = httpx.post(
+        f"{broker.url}/v1/groups/{group}/offsets",
+        json={"offsets": [{"topic": topic, "partition": 0, "offset": 1}]},
+    )
+    assert committed.status_code == 200
+    listed = admin.list_consumer_groups(types={ck.ConsumerGroupType.CONSUMER}).result(DEADLINE_S)
+    assert group in [g.group_id for g in listed.valid]
+    classic = admin.list_consumer_groups(types={ck.ConsumerGroupType.CLASSIC}).result(DEADLINE_S)
+    assert group not in [g.group_id for g in classic.valid]
+    deleted = admin.delete_consumer_groups([group, f"none-{topic}"])
+    deleted[group].result(DEADLINE_S)
+    with pytest.raises(ck.KafkaException) as refused:
+        deleted[f"none-{topic}"].result(DEADLINE_S)
+    assert refused.value.args[0].code() == ck.KafkaError.GROUP_ID_NOT_FOUND
+    assert httpx.get(f"{broker.url}/v1/groups/{group}").status_code == 404

@@ -32,7 +32,7 @@ from coordinator.kafka.wire import SUPPORTED, payload_type
 from coordinator.log import recordbatch
 from coordinator.log import service as log_service
 from coordinator.log.schemas import CreateTopic
-from tests.conftest import Store
+from tests.conftest import Store, empty_tables
 from tests.support import free_port
 
 TOKENS = [
@@ -125,6 +125,8 @@ async def listener(
         **overrides,
     )
     db = Database(settings)
+    # The store is shared with every other test of this backend: start from an empty one.
+    await empty_tables(db)
     running = KafkaListener(db, settings, Authenticator.from_file(tokens) if auth else None)
     await running.start()
     try:

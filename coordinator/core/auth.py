@@ -234,6 +234,10 @@ class Access:
         for topic in topics:
             self.topic(topic, "consumer")
 
+    def delete_group(self, group_id: str) -> None:
+        """Deleting a group and its offsets: an operator's act (Kafka: DELETE on the group)."""
+        self.cluster()
+
     def join(self, group_id: str, topics: Iterable[str]) -> None:
         """A member's heartbeat or join: the group, and every topic it subscribes to."""
         self.offsets(group_id, topics)

@@ -79,5 +79,5 @@ async def describe(group_id: IdPath, db: DB, access: AccessDep) -> Response:
 @router.delete("/{group_id:path}", response_model=DeletedGroup)
 async def delete(group_id: IdPath, db: DB, access: AccessDep) -> Response:
     """Delete a group with no members, with its committed offsets (admin)."""
-    access.cluster()
+    access.delete_group(group_id)
     return json_response(await service.delete_group(db, group_id))

@@ -44,7 +44,7 @@ SUPPORTED: Mapping[int, tuple[int, int]] = {
     13: (0, 4),  # LeaveGroup
     14: (0, 4),  # SyncGroup
     15: (0, 5),  # DescribeGroups
-    16: (0, 4),  # ListGroups
+    16: (0, 5),  # ListGroups
     17: (0, 1),  # SaslHandshake
     18: (0, 3),  # ApiVersions
     19: (2, 7),  # CreateTopics
@@ -57,7 +57,9 @@ SUPPORTED: Mapping[int, tuple[int, int]] = {
     28: (0, 3),  # TxnOffsetCommit
     32: (1, 4),  # DescribeConfigs
     36: (0, 2),  # SaslAuthenticate
+    42: (0, 2),  # DeleteGroups
     44: (0, 1),  # IncrementalAlterConfigs
+    60: (0, 1),  # DescribeCluster
     61: (0, 0),  # DescribeProducers
     65: (0, 0),  # DescribeTransactions
     66: (0, 1),  # ListTransactions

@@ -105,3 +105,36 @@ async def find_coordinator(client: Client, request: Request) -> Any:
             )
         )
     return reply.body(error_code=ErrorCode.none, error_message=None, **where)
+
+
+async def describe_cluster(client: Client, request: Request) -> Any:
+    """KIP-919's DescribeCluster: this one broker, which is also the controller."""
+    reply = request.reply
+    if getattr(request.body, "endpoint_type", 1) != 1:  # 1: brokers; 2: controllers
+        return reply.body(
+            error_code=ErrorCode.unsupported_endpoint_type,
+            error_message="only the brokers' endpoints (1) are described",
+            endpoint_type=request.body.endpoint_type,
+            cluster_id=CLUSTER_ID,
+            controller_id=-1,
+            brokers=(),
+            cluster_authorized_operations=-2147483648,
+        )
+    return reply.body(
+        error_code=ErrorCode.none,
+        error_message=None,
+        endpoint_type=1,
+        cluster_id=CLUSTER_ID,
+        controller_id=NODE_ID,
+        brokers=(
+            reply(
+                "DescribeClusterBroker",
+                broker_id=NODE_ID,
+                host=client.host,
+                port=client.port,
+                rack=None,
+            ),
+        ),
+        # KIP-430: -2^31 when the client did not ask for them.
+        cluster_authorized_operations=-2147483648,
+    )

@@ -388,6 +388,11 @@ async def list_groups(client: Client, request: Request) -> Any:
     assert client.access is not None
     listed = await groups_service.list_groups(client.db, client.access.visible_group)
     wanted = set(getattr(body, "states_filter", ()) or ())
+    # Version 5's type filter (KIP-848): every group here is a consumer group (its classic
+    # members run the classic protocol in it, as Kafka 4's consumer groups take them).
+    types = {t.lower() for t in getattr(body, "types_filter", ()) or ()}
+    if types and "consumer" not in types:
+        return reply.body(error_code=ErrorCode.none, groups=())
     return reply.body(
         error_code=ErrorCode.none,
         groups=tuple(
@@ -396,11 +401,27 @@ async def list_groups(client: Client, request: Request) -> Any:
                 group_id=g.group_id,
                 protocol_type=CONSUMER_PROTOCOL,
                 group_state=g.state,
+                group_type="consumer",
             )
             for g in listed.groups
             if not wanted or g.state in wanted
         ),
     )
+
+
+async def delete_groups(client: Client, request: Request) -> Any:
+    reply, body = request.reply, request.body
+    assert client.access is not None
+    results = []
+    for group_id in body.groups_names:
+        code = ErrorCode.none
+        try:
+            client.access.delete_group(group_id)
+            await groups_service.delete_group(client.db, group_id)
+        except FAILURES as failure:
+            code = error_code(failure)
+        results.append(reply("DeletableGroupResult", group_id=group_id, error_code=code))
+    return reply.body(results=tuple(results))
 
 
 async def describe_groups(client: Client, request: Request) -> Any:
