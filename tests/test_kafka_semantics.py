@@ -322,3 +322,65 @@ async def test_describe_transactions_gives_the_start_time_in_milliseconds(
     started = int(known.transaction_start_time.timestamp() * 1000)
     assert before - 1000 <= started <= int(time.time() * 1000) + 1000
     assert [(t.topic, tuple(t.partitions)) for t in known.topics] == [("described", (0,))]
+
+
+@pytest.mark.parametrize(
+    ("version", "allow", "created"),
+    [(4, True, True), (4, False, False), (1, True, True)],
+)
+async def test_metadata_creates_an_unknown_topic_as_auto_create_topics_enable_does(
+    listener: KafkaListener, version: int, allow: bool, created: bool
+) -> None:
+    connection = await connect(listener)
+    module: Any = __import__(f"kio.schema.metadata.v{version}.request", fromlist=["x"])
+    fields: dict[str, Any] = {"topics": (module.MetadataRequestTopic(name="auto"),)}
+    if version >= 4:
+        fields["allow_auto_topic_creation"] = allow
+    answer = await connection.call(3, version, **fields)
+    (topic,) = answer.topics
+    if created:
+        assert (topic.error_code, len(topic.partitions)) == (ErrorCode.none, 1)
+        assert len((await log_service.describe_topic(listener.db, "auto")).partitions) == 1
+    else:
+        assert topic.error_code == ErrorCode.unknown_topic_or_partition
+        assert "auto" not in [t.name for t in (await log_service.list_topics(listener.db)).topics]
+
+
+@pytest.mark.parametrize("listener", [{"auto_create_topics_enable": False}], indirect=True)
+async def test_auto_creation_is_a_setting(listener: KafkaListener) -> None:
+    connection = await connect(listener)
+    module: Any = __import__("kio.schema.metadata.v12.request", fromlist=["x"])
+    answer = await connection.call(
+        3,
+        12,
+        topics=(module.MetadataRequestTopic(topic_id=None, name="not-made"),),
+        allow_auto_topic_creation=True,
+        include_topic_authorized_operations=False,
+    )
+    assert answer.topics[0].error_code == ErrorCode.unknown_topic_or_partition
+
+
+@pytest.mark.parametrize("listener", [True], indirect=True)
+async def test_only_a_principal_that_may_create_topics_auto_creates_them(
+    listener: KafkaListener,
+) -> None:
+    from tests.test_kafka_listener import _authenticated
+
+    module: Any = __import__("kio.schema.metadata.v12.request", fromlist=["x"])
+
+    async def ask(user: str, token: str, name: str) -> ErrorCode:
+        connection, answer = await _authenticated(listener, user, token)
+        assert answer.error_code == ErrorCode.none
+        metadata = await connection.call(
+            3,
+            12,
+            topics=(module.MetadataRequestTopic(topic_id=None, name=name),),
+            allow_auto_topic_creation=True,
+            include_topic_authorized_operations=False,
+        )
+        code: ErrorCode = metadata.topics[0].error_code
+        return code
+
+    assert await ask("reader", "reader-token-1", "pay-auto") == ErrorCode.unknown_topic_or_partition
+    assert await ask("ops", "admin-token-1", "pay-auto") == ErrorCode.none
+    assert [t.name for t in (await log_service.list_topics(listener.db)).topics] == ["pay-auto"]

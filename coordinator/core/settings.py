@@ -61,6 +61,11 @@ class Settings(BaseSettings):
     tls_client_ca_file: Path | None = None
     # host:port of the Kafka protocol listener (API.md, "Kafka protocol"); None: off.
     kafka_listener: str | None = None
+    # Kafka's auto.create.topics.enable: a Metadata request naming an unknown topic creates it
+    # (with num.partitions partitions) when the request allows it and the principal may create
+    # topics. The HTTP API never creates a topic by itself.
+    auto_create_topics_enable: bool = True
+    num_partitions: int = Field(default=1, ge=1, le=10_000)
     # Largest Kafka request frame, in bytes (Kafka's socket.request.max.bytes); a larger one
     # closes the connection before a byte of it is read.
     kafka_socket_request_max_bytes: int = Field(default=100 * 1024 * 1024, ge=1024)

@@ -7,11 +7,15 @@ import uuid
 from typing import Any
 
 from kio.schema.errors import ErrorCode
+from pydantic import ValidationError
 
-from coordinator.core.errors import StoreUnavailable
+from coordinator.core.errors import ClusterAuthorizationFailed, StoreUnavailable
 from coordinator.kafka.connection import Client
+from coordinator.kafka.errors import FAILURES, error_code
 from coordinator.kafka.wire import SUPPORTED, Reply, Request
 from coordinator.log import service as log_service
+from coordinator.log.errors import TopicAlreadyExists
+from coordinator.log.schemas import CreateTopic
 
 NODE_ID = 0
 CLUSTER_ID = "txn-coordinator"
@@ -32,6 +36,32 @@ async def api_versions(client: Client, request: Request) -> Any:
 def unsupported_api_versions() -> Any:
     reply = Reply(18, 0)
     return reply.body(error_code=ErrorCode.unsupported_version, api_keys=_api_keys(reply))
+
+
+async def _auto_create(client: Client, request: Request, name: str) -> tuple[ErrorCode, int]:
+    """Kafka's auto.create.topics.enable for a topic a Metadata request names: created with
+    num.partitions partitions when the setting is on, the request allows it (version 4 on asks;
+    before, it always did) and the principal may create topics; else UNKNOWN_TOPIC_OR_PARTITION."""
+    settings = client.settings
+    allowed = getattr(request.body, "allow_auto_topic_creation", True)
+    assert client.access is not None
+    if not (settings.auto_create_topics_enable and allowed):
+        return ErrorCode.unknown_topic_or_partition, 0
+    try:
+        client.access.cluster()
+        spec = CreateTopic(name=name, partitions=settings.num_partitions)
+        client.quota.admit(client.access.name, spec.partitions)
+        await log_service.create_topic(client.db, spec)
+    except TopicAlreadyExists:
+        pass  # another client's request created it meanwhile
+    except ClusterAuthorizationFailed:
+        return ErrorCode.unknown_topic_or_partition, 0
+    except ValidationError:
+        return ErrorCode.invalid_topic_exception, 0
+    except FAILURES as failure:
+        return error_code(failure), 0
+    described = await log_service.describe_topic(client.db, name)
+    return ErrorCode.none, len(described.partitions)
 
 
 async def metadata(client: Client, request: Request) -> Any:
@@ -57,7 +87,7 @@ async def metadata(client: Client, request: Request) -> Any:
             # The store is out: Kafka's retriable "no leader now", not "no such topic".
             error, partitions = ErrorCode.leader_not_available, 0
         elif name not in known:
-            error, partitions = ErrorCode.unknown_topic_or_partition, 0
+            error, partitions = await _auto_create(client, request, name)
         else:
             error, partitions = ErrorCode.none, known[name]
         topics.append(
