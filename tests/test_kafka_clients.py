@@ -410,3 +410,30 @@ def test_admin_client_describes_the_cluster_and_lists_and_deletes_groups(broker:
         deleted[f"none-{topic}"].result(DEADLINE_S)
     assert refused.value.args[0].code() == ck.KafkaError.GROUP_ID_NOT_FOUND
     assert httpx.get(f"{broker.url}/v1/groups/{group}").status_code == 404
+
+
+def test_admin_client_grows_a_topic_and_a_group_takes_the_new_partitions(broker: Broker) -> None:
+    admin = cka.AdminClient(confluent_config(broker))
+    topic = create_topic(broker, partitions=2)
+    group = f"grow-{topic}"
+    consumer = ck.Consumer(
+        confluent_config(
+            broker,
+            **{
+                "group.id": group,
+                "heartbeat.interval.ms": 100,
+                "session.timeout.ms": 6000,
+                "topic.metadata.refresh.interval.ms": 500,
+            },
+        )
+    )
+    consumer.subscribe([topic])
+    until(lambda: consumer.poll(0.1) is None and len(consumer.assignment()) == 2, "2 partitions")
+    admin.create_partitions([cka.NewPartitions(topic, 4)])[topic].result(DEADLINE_S)
+    assert len(httpx.get(f"{broker.url}/v1/topics/{topic}").json()["partitions"]) == 4
+    until(lambda: consumer.poll(0.1) is None and len(consumer.assignment()) == 4, "4 partitions")
+    consumer.close()
+    shrink = admin.create_partitions([cka.NewPartitions(topic, 3)])[topic]
+    with pytest.raises(ck.KafkaException) as refused:
+        shrink.result(DEADLINE_S)
+    assert refused.value.args[0].code() == ck.KafkaError.INVALID_PARTITIONS

@@ -39,7 +39,7 @@ KNOWN_SINCE: dict[ErrorCode, dict[int, int | None]] = {
         28: None,
     },
     # KIP-599's THROTTLING_QUOTA_EXCEEDED: CreateTopics 6+.
-    ErrorCode.throttling_quota_exceeded: {19: 6},
+    ErrorCode.throttling_quota_exceeded: {19: 6, 37: 3},
 }
 
 

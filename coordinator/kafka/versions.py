@@ -46,6 +46,7 @@ TABLE: Mapping[int, Mapping[ErrorCode, tuple[int, ErrorCode]]] = {
     # CreateTopics: THROTTLING_QUOTA_EXCEEDED arrived with version 6 (KIP-599); Kafka accepts
     # and throttles an older client instead, this service refuses it as a policy.
     19: {ErrorCode.throttling_quota_exceeded: (6, ErrorCode.policy_violation)},
+    37: {ErrorCode.throttling_quota_exceeded: (3, ErrorCode.policy_violation)},  # KIP-599
     22: {_FENCED: (4, ErrorCode.invalid_producer_epoch)},
     24: {_FENCED: (2, ErrorCode.invalid_producer_epoch)},
     25: {_FENCED: (2, ErrorCode.invalid_producer_epoch)},

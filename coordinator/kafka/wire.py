@@ -57,6 +57,7 @@ SUPPORTED: Mapping[int, tuple[int, int]] = {
     28: (0, 3),  # TxnOffsetCommit
     32: (1, 4),  # DescribeConfigs
     36: (0, 2),  # SaslAuthenticate
+    37: (0, 3),  # CreatePartitions
     42: (0, 2),  # DeleteGroups
     44: (0, 1),  # IncrementalAlterConfigs
     60: (0, 1),  # DescribeCluster

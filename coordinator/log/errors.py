@@ -61,3 +61,11 @@ class OffsetOutOfRange(CoordinatorError):
     code = "OFFSET_OUT_OF_RANGE"
     status = 416
     title = "Offset out of range"
+
+
+class InvalidPartitions(CoordinatorError):
+    """A partition count a topic cannot take (it only grows, up to the limit)."""
+
+    code = "INVALID_PARTITIONS"
+    status = 400
+    title = "Invalid partition count"

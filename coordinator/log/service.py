@@ -40,6 +40,7 @@ from coordinator.log import appends, configs, recordbatch
 from coordinator.log.errors import (
     CorruptMessage,
     InvalidConfig,
+    InvalidPartitions,
     InvalidProducerEpoch,
     InvalidRecord,
     OffsetOutOfRange,
@@ -52,6 +53,7 @@ from coordinator.log.errors import (
 from coordinator.log.markers import lock_partitions
 from coordinator.log.models import CONTROL_ABORT, Batch, Partition, ProducerState, Topic
 from coordinator.log.schemas import (
+    MAX_PARTITIONS,
     AlterConfigs,
     ConfigEntry,
     ConfigList,
@@ -130,6 +132,36 @@ async def create_topic(db: Database, body: CreateTopic) -> TopicSummary:
         # Another process created it between our check and our insert.
         raise TopicAlreadyExists(f"topic {body.name!r} already exists") from None
     return TopicSummary(name=body.name, partitions=body.partitions)
+
+
+async def grow_topic(db: Database, name: str, count: int, *, validate_only: bool = False) -> int:
+    """Kafka's CreatePartitions: the topic's partition count raised to `count` (it never
+    shrinks), the new partitions empty. Producers see them in the topic's description; a group
+    subscribed to the topic rebalances over them at its next heartbeat (its count changed).
+    Returns how many partitions were added."""
+    async with db.write() as session:
+        current = await session.scalar(
+            select(Topic.partitions).where(Topic.name == name).with_for_update()
+        )
+        if current is None:
+            raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
+        if count <= current:
+            raise InvalidPartitions(
+                f"topic {name!r} has {current} partitions; a count only grows (asked {count})"
+            )
+        if count > MAX_PARTITIONS:
+            raise InvalidPartitions(f"{count} partitions: at most {MAX_PARTITIONS}")
+        if validate_only:
+            return count - current
+        await session.execute(update(Topic).where(Topic.name == name).values(partitions=count))
+        await session.execute(
+            insert(Partition),
+            [
+                {"topic": name, "partition": p, "log_start_offset": 0, "high_watermark": 0}
+                for p in range(current, count)
+            ],
+        )
+        return count - current
 
 
 async def list_topics(db: Database) -> TopicList:

@@ -31,6 +31,7 @@ HANDLERS: dict[int, Handler] = {
     28: transactions.txn_offset_commit,
     32: topics.describe_configs,
     36: sasl.authenticate,
+    37: topics.create_partitions,
     42: groups.delete_groups,
     44: topics.incremental_alter_configs,
     60: cluster.describe_cluster,

@@ -101,6 +101,37 @@ def _assigned_partitions(topic: Any) -> int:
     return len(indexes)
 
 
+async def create_partitions(client: Client, request: Request) -> Any:
+    """`kafka-topics --alter --partitions N`: a topic's partitions only grow."""
+    reply, body = request.reply, request.body
+    assert client.access is not None
+    results = []
+    throttle_ms = 0
+    for topic in body.topics:
+        answer = outcome()
+        try:
+            client.access.cluster()
+            if topic.assignments and any(
+                list(a.broker_ids) != [NODE_ID] for a in topic.assignments
+            ):
+                raise Refused(
+                    ErrorCode.invalid_replica_assignment,
+                    f"this coordinator is one broker, node {NODE_ID}",
+                )
+            added = await log_service.grow_topic(
+                client.db, topic.name, topic.count, validate_only=True
+            )
+            if not body.validate_only:
+                client.quota.admit(client.access.name, added)
+                await log_service.grow_topic(client.db, topic.name, topic.count)
+        except FAILURES as failure:
+            answer = outcome(failure)
+            if isinstance(failure, ThrottlingQuotaExceeded):
+                throttle_ms = max(throttle_ms, int(failure.extensions["throttle_time_ms"]))
+        results.append(reply("CreatePartitionsTopicResult", name=topic.name, **answer))
+    return reply.body(results=tuple(results), throttle_time=throttle_ms)
+
+
 async def delete_topics(client: Client, request: Request) -> Any:
     reply, body = request.reply, request.body
     assert client.access is not None
