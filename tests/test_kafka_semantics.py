@@ -384,3 +384,88 @@ async def test_only_a_principal_that_may_create_topics_auto_creates_them(
     assert await ask("reader", "reader-token-1", "pay-auto") == ErrorCode.unknown_topic_or_partition
     assert await ask("ops", "admin-token-1", "pay-auto") == ErrorCode.none
     assert [t.name for t in (await log_service.list_topics(listener.db)).topics] == ["pay-auto"]
+
+
+async def test_alter_configs_replaces_every_config_as_kafka_does(listener: KafkaListener) -> None:
+    await log_service.create_topic(
+        listener.db,
+        CreateTopic(name="replaced", partitions=1, configs={"retention.ms": "1000"}),
+    )
+    connection = await connect(listener)
+    module: Any = __import__("kio.schema.alter_configs.v2.request", fromlist=["x"])
+    answer = await connection.call(
+        33,
+        2,
+        resources=(
+            module.AlterConfigsResource(
+                resource_type=2,
+                resource_name="replaced",
+                configs=(module.AlterableConfig(name="cleanup.policy", value="compact"),),
+            ),
+        ),
+        validate_only=False,
+    )
+    assert answer.responses[0].error_code == ErrorCode.none
+    listed = await log_service.describe_configs(listener.db, listener.settings, "replaced")
+    by_name = {c.name: (c.value, c.source) for c in listed.configs}
+    assert by_name["cleanup.policy"] == ("compact", "TOPIC")
+    assert by_name["retention.ms"][1] == "DEFAULT"  # not given: back to its default
+
+
+async def test_offset_delete_removes_offsets_but_of_subscribed_topics(
+    listener: KafkaListener,
+) -> None:
+    from coordinator.groups import membership
+    from coordinator.groups import service as groups_service
+    from coordinator.groups.schemas import CommitOffsetsRequest, HeartbeatRequest
+
+    for name in ("kept", "gone"):
+        await log_service.create_topic(listener.db, CreateTopic(name=name, partitions=1))
+    offsets = [{"topic": t, "partition": 0, "offset": 1} for t in ("kept", "gone")]
+    await groups_service.commit(
+        listener.db, "od-g", CommitOffsetsRequest.model_validate({"offsets": offsets})
+    )
+    await membership.heartbeat(
+        listener.db,
+        listener.settings,
+        "od-g",
+        HeartbeatRequest(member_id="m", member_epoch=0, subscribed_topics=["kept"]),
+        "test",
+        "127.0.0.1",
+    )
+    connection = await connect(listener)
+    module: Any = __import__("kio.schema.offset_delete.v0.request", fromlist=["x"])
+    answer = await connection.call(
+        47,
+        0,
+        group_id="od-g",
+        topics=tuple(
+            module.OffsetDeleteRequestTopic(
+                name=t, partitions=(module.OffsetDeleteRequestPartition(partition_index=0),)
+            )
+            for t in ("kept", "gone")
+        ),
+    )
+    codes = {t.name: t.partitions[0].error_code for t in answer.topics}
+    assert codes == {"kept": ErrorCode.group_subscribed_to_topic, "gone": ErrorCode.none}
+    left = await groups_service.fetch(listener.db, "od-g", None, False)
+    assert [(o.topic, o.offset) for o in left.offsets] == [("kept", 1)]
+    unknown = await connection.call(47, 0, group_id="no-such-group", topics=())
+    assert unknown.error_code == ErrorCode.group_id_not_found
+
+
+async def test_acl_calls_say_security_is_the_tokens_file(listener: KafkaListener) -> None:
+    connection = await connect(listener)
+    answer = await connection.call(
+        29,
+        3,
+        resource_type_filter=1,
+        resource_name_filter=None,
+        pattern_type_filter=1,
+        principal_filter=None,
+        host_filter=None,
+        operation=1,
+        permission_type=1,
+    )
+    assert answer.error_code == ErrorCode.security_disabled
+    assert "tokens file" in answer.error_message

@@ -238,6 +238,10 @@ class Access:
         """Deleting a group and its offsets: an operator's act (Kafka: DELETE on the group)."""
         self.cluster()
 
+    def delete_offsets(self, group_id: str, topics: Iterable[str]) -> None:
+        """Kafka's OffsetDelete: DELETE on the group, READ on the topics; here an operator's."""
+        self.cluster()
+
     def join(self, group_id: str, topics: Iterable[str]) -> None:
         """A member's heartbeat or join: the group, and every topic it subscribes to."""
         self.offsets(group_id, topics)

@@ -50,3 +50,12 @@ class NonEmptyGroup(CoordinatorError):
 class InvalidSessionTimeout(InvalidRequest):
     """A session timeout outside the service's bounds: INVALID_REQUEST over HTTP, Kafka's
     INVALID_SESSION_TIMEOUT over its protocol."""
+
+
+class GroupSubscribedToTopic(CoordinatorError):
+    """Offsets of a topic the group's members subscribe to cannot be deleted (Kafka's
+    OffsetDelete): they would be committed again, or lost under a consumer reading them."""
+
+    code = "GROUP_SUBSCRIBED_TO_TOPIC"
+    status = 409
+    title = "Group subscribed to topic"

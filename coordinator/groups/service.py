@@ -12,8 +12,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from coordinator.core.clock import now_ms, rfc3339
 from coordinator.core.database import Database, upsert
-from coordinator.core.errors import InvalidRequest
-from coordinator.groups.errors import GroupIdNotFound, NonEmptyGroup, UnstableOffsetCommit
+from coordinator.core.errors import CoordinatorError, InvalidRequest
+from coordinator.groups.errors import (
+    GroupIdNotFound,
+    GroupSubscribedToTopic,
+    NonEmptyGroup,
+    UnstableOffsetCommit,
+)
 from coordinator.groups.fencing import check_offset_commit
 from coordinator.groups.membership import GroupState, group_state, is_gone, load, lock_group
 from coordinator.groups.models import (
@@ -251,6 +256,39 @@ async def list_groups(db: Database, visible: Callable[[str], bool]) -> GroupList
             )
         )
     return GroupList(groups=summaries)
+
+
+async def delete_offsets(
+    db: Database, group_id: str, partitions: list[tuple[str, int]]
+) -> dict[tuple[str, int], CoordinatorError | None]:
+    """Kafka's OffsetDelete: the group's committed offsets of `partitions` removed, but for the
+    topics its live members subscribe to (GROUP_SUBSCRIBED_TO_TOPIC for those); each partition
+    answered on its own."""
+    async with db.write() as session:
+        group = await lock_group(session, group_id, create=False)
+        if group is None:
+            raise GroupIdNotFound(f"group {group_id!r} does not exist")
+        now = now_ms()
+        members = (
+            await session.scalars(select(GroupMember).where(GroupMember.group_id == group_id))
+        ).all()
+        subscribed = {t for m in members if not is_gone(m, now) for t in m.subscribed_topics}
+        answers: dict[tuple[str, int], CoordinatorError | None] = {}
+        for topic, partition in partitions:
+            if topic in subscribed:
+                answers[(topic, partition)] = GroupSubscribedToTopic(
+                    f"group {group_id!r} has members subscribed to {topic!r}"
+                )
+                continue
+            await session.execute(
+                delete(GroupOffset).where(
+                    GroupOffset.group_id == group_id,
+                    GroupOffset.topic == topic,
+                    GroupOffset.partition == partition,
+                )
+            )
+            answers[(topic, partition)] = None
+    return answers
 
 
 async def delete_group(db: Database, group_id: str) -> DeletedGroup:

@@ -168,3 +168,48 @@ async def describe_cluster(client: Client, request: Request) -> Any:
         # KIP-430: -2^31 when the client did not ask for them.
         cluster_authorized_operations=-2147483648,
     )
+
+
+# ACLs: the rights here are the tokens file's roles and prefixes, which Kafka's ACLs cannot
+# express one to one (a role spans operations on several resource types; a prefix is a
+# principal's, not a resource's). The ACL calls are answered as Kafka's broker without an
+# authorizer answers them: SECURITY_DISABLED, with where the rights are instead.
+_NO_ACLS = (
+    "ACLs are not kept: rights are the tokens file's roles and prefixes "
+    "(COORDINATOR_AUTH_TOKENS_FILE)"
+)
+
+
+async def describe_acls(client: Client, request: Request) -> Any:
+    return request.reply.body(
+        error_code=ErrorCode.security_disabled, error_message=_NO_ACLS, resources=()
+    )
+
+
+async def create_acls(client: Client, request: Request) -> Any:
+    reply = request.reply
+    return reply.body(
+        results=tuple(
+            reply(
+                "AclCreationResult",
+                error_code=ErrorCode.security_disabled,
+                error_message=_NO_ACLS,
+            )
+            for _ in request.body.creations
+        )
+    )
+
+
+async def delete_acls(client: Client, request: Request) -> Any:
+    reply = request.reply
+    return reply.body(
+        filter_results=tuple(
+            reply(
+                "DeleteAclsFilterResult",
+                error_code=ErrorCode.security_disabled,
+                error_message=_NO_ACLS,
+                matching_acls=(),
+            )
+            for _ in request.body.filters
+        )
+    )

@@ -475,3 +475,32 @@ async def describe_groups(client: Client, request: Request) -> Any:
             )
         )
     return reply.body(groups=tuple(described))
+
+
+async def offset_delete(client: Client, request: Request) -> Any:
+    """Kafka's OffsetDelete: a group's committed offsets removed, per partition, but for topics
+    its members subscribe to."""
+    reply, body = request.reply, request.body
+    assert client.access is not None
+    wanted = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
+    try:
+        client.access.delete_offsets(body.group_id, (t.name for t in body.topics))
+        answers = await groups_service.delete_offsets(client.db, body.group_id, wanted)
+    except FAILURES as failure:
+        return reply.body(error_code=error_code(failure), topics=())
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, partition), refusal in answers.items():
+        by_topic.setdefault(topic, []).append(
+            reply(
+                "OffsetDeleteResponsePartition",
+                partition_index=partition,
+                error_code=ErrorCode.none if refusal is None else error_code(refusal),
+            )
+        )
+    return reply.body(
+        error_code=ErrorCode.none,
+        topics=tuple(
+            reply("OffsetDeleteResponseTopic", name=name, partitions=tuple(partitions))
+            for name, partitions in by_topic.items()
+        ),
+    )

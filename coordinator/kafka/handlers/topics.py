@@ -194,6 +194,44 @@ async def describe_configs(client: Client, request: Request) -> Any:
     return reply.body(results=tuple(results))
 
 
+async def alter_configs(client: Client, request: Request) -> Any:
+    """Kafka's (non-incremental) AlterConfigs: the resource's configs become exactly those
+    given; every other config goes back to its default."""
+    reply, body = request.reply, request.body
+    assert client.access is not None
+    results = []
+    for resource in body.resources:
+        answer = outcome()
+        try:
+            client.access.cluster()
+            if resource.resource_type != TOPIC:
+                raise Refused(ErrorCode.invalid_request, "only topic configs can be altered")
+            given = {c.name: c.value for c in resource.configs}
+            change = AlterConfigs.model_validate(
+                {"set": given, "delete": sorted(set(configs.CONFIGS) - set(given))}
+            )
+            if body.validate_only:
+                configs.validated(change.set)
+                await log_service.describe_configs(
+                    client.db, client.settings, resource.resource_name
+                )
+            else:
+                await log_service.alter_configs(
+                    client.db, client.settings, resource.resource_name, change
+                )
+        except FAILURES as failure:
+            answer = outcome(failure)
+        results.append(
+            reply(
+                "AlterConfigsResourceResponse",
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+                **answer,
+            )
+        )
+    return reply.body(responses=tuple(results))
+
+
 async def incremental_alter_configs(client: Client, request: Request) -> Any:
     reply, body = request.reply, request.body
     assert client.access is not None
