@@ -469,3 +469,32 @@ async def test_acl_calls_say_security_is_the_tokens_file(listener: KafkaListener
     )
     assert answer.error_code == ErrorCode.security_disabled
     assert "tokens file" in answer.error_message
+
+
+@pytest.mark.parametrize("listener", [True], indirect=True)
+async def test_authorized_operations_follow_the_principal_s_rights(
+    listener: KafkaListener,
+) -> None:
+    # KIP-430, for Metadata: the reader may READ, DESCRIBE and DESCRIBE_CONFIGS its topics.
+    from tests.test_kafka_listener import _authenticated
+
+    await log_service.create_topic(listener.db, CreateTopic(name="pay-ops", partitions=1))
+    module: Any = __import__("kio.schema.metadata.v12.request", fromlist=["x"])
+
+    async def operations(user: str, token: str, asked: bool) -> int:
+        connection, answer = await _authenticated(listener, user, token)
+        assert answer.error_code == ErrorCode.none
+        metadata = await connection.call(
+            3,
+            12,
+            topics=(module.MetadataRequestTopic(topic_id=None, name="pay-ops"),),
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=asked,
+        )
+        found: int = metadata.topics[0].topic_authorized_operations
+        return found
+
+    bits = lambda *ops: sum(1 << op for op in ops)  # noqa: E731
+    assert await operations("reader", "reader-token-1", True) == bits(3, 8, 10)
+    assert await operations("ops", "admin-token-1", True) == bits(3, 4, 5, 6, 7, 8, 10, 11)
+    assert await operations("reader", "reader-token-1", False) == -(2**31)

@@ -107,6 +107,10 @@ class Authenticator:
         return found
 
 
+def _bits(*operations: int) -> int:
+    return sum(1 << op for op in set(operations))
+
+
 def _under(name: str, prefixes: tuple[str, ...]) -> bool:
     return any(name.startswith(p) for p in prefixes)
 
@@ -178,6 +182,36 @@ class Access:
             or p.is_admin
             or (self._has(("consumer",)) and _under(group_id, p.group_prefixes))
         )
+
+    # -- KIP-430: what a principal may do, as Kafka's AclOperation bits (READ 3, WRITE 4, CREATE
+    # 5, DELETE 6, ALTER 7, DESCRIBE 8, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11), derived from the
+    # same rules as the checks above.
+
+    def topic_operations(self, topic: str) -> int:
+        p = self.principal
+        if p is None or p.is_admin:
+            return _bits(3, 4, 5, 6, 7, 8, 10, 11)
+        if not _under(topic, p.topic_prefixes):
+            return 0
+        ops = set()
+        if self._has(("producer",)):
+            ops |= {4, 8, 10}
+        if self._has(("consumer",)):
+            ops |= {3, 8, 10}
+        return _bits(*ops)
+
+    def group_operations(self, group_id: str) -> int:
+        p = self.principal
+        if p is None or p.is_admin:
+            return _bits(3, 6, 8)
+        if not _under(group_id, p.group_prefixes):
+            return 0
+        ops = set()
+        if self._has(("consumer",)):
+            ops |= {3, 8}
+        if self._has(("producer",)):
+            ops |= {3}  # its transactions' offsets
+        return _bits(*ops)
 
     @property
     def name(self) -> str:

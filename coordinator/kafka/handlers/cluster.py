@@ -18,6 +18,8 @@ from coordinator.log.errors import TopicAlreadyExists
 from coordinator.log.schemas import CreateTopic
 
 NODE_ID = 0
+# KIP-430: the authorized operations' value when the client did not ask for them.
+NOT_ASKED = -(2**31)
 CLUSTER_ID = "txn-coordinator"
 _NO_TOPIC_ID = uuid.UUID(int=0)
 
@@ -97,6 +99,11 @@ async def metadata(client: Client, request: Request) -> Any:
                 name=name,
                 topic_id=_NO_TOPIC_ID,
                 is_internal=False,
+                topic_authorized_operations=(
+                    client.access.topic_operations(name)
+                    if getattr(body, "include_topic_authorized_operations", False)
+                    else NOT_ASKED
+                ),
                 partitions=tuple(
                     reply(
                         "MetadataResponsePartition",
@@ -148,7 +155,7 @@ async def describe_cluster(client: Client, request: Request) -> Any:
             cluster_id=CLUSTER_ID,
             controller_id=-1,
             brokers=(),
-            cluster_authorized_operations=-2147483648,
+            cluster_authorized_operations=NOT_ASKED,
         )
     return reply.body(
         error_code=ErrorCode.none,
@@ -165,8 +172,7 @@ async def describe_cluster(client: Client, request: Request) -> Any:
                 rack=None,
             ),
         ),
-        # KIP-430: -2^31 when the client did not ask for them.
-        cluster_authorized_operations=-2147483648,
+        cluster_authorized_operations=NOT_ASKED,
     )
 
 

@@ -40,6 +40,7 @@ from coordinator.groups.schemas import (
 from coordinator.kafka import guard
 from coordinator.kafka.connection import Client
 from coordinator.kafka.errors import FAILURES, error_code
+from coordinator.kafka.handlers.cluster import NOT_ASKED
 from coordinator.kafka.wire import Request, milliseconds
 
 CONSUMER_PROTOCOL = "consumer"
@@ -445,6 +446,7 @@ async def describe_groups(client: Client, request: Request) -> Any:
                     group_state="Dead",
                     protocol_type="",
                     protocol_data="",
+                    authorized_operations=NOT_ASKED,
                     members=(),
                 )
             )
@@ -458,6 +460,11 @@ async def describe_groups(client: Client, request: Request) -> Any:
                 group_state=d.state,
                 protocol_type=CONSUMER_PROTOCOL,
                 protocol_data=sorted(assignors)[0] if assignors else "",
+                authorized_operations=(
+                    client.access.group_operations(group_id)
+                    if getattr(body, "include_authorized_operations", False)
+                    else NOT_ASKED
+                ),
                 members=tuple(
                     reply(
                         "DescribedGroupMember",
