@@ -258,6 +258,21 @@ async def list_groups(db: Database, visible: Callable[[str], bool]) -> GroupList
     return GroupList(groups=summaries)
 
 
+async def _live_members_of_locked(
+    session: AsyncSession, group_id: str
+) -> tuple[ConsumerGroup, list[GroupMember]]:
+    """The group, its row locked, and its members whose timeouts have not passed;
+    GROUP_ID_NOT_FOUND without one."""
+    group = await lock_group(session, group_id, create=False)
+    if group is None:
+        raise GroupIdNotFound(f"group {group_id!r} does not exist")
+    now = now_ms()
+    members = (
+        await session.scalars(select(GroupMember).where(GroupMember.group_id == group_id))
+    ).all()
+    return group, [m for m in members if not is_gone(m, now)]
+
+
 async def delete_offsets(
     db: Database, group_id: str, partitions: list[tuple[str, int]]
 ) -> dict[tuple[str, int], CoordinatorError | None]:
@@ -265,14 +280,8 @@ async def delete_offsets(
     topics its live members subscribe to (GROUP_SUBSCRIBED_TO_TOPIC for those); each partition
     answered on its own."""
     async with db.write() as session:
-        group = await lock_group(session, group_id, create=False)
-        if group is None:
-            raise GroupIdNotFound(f"group {group_id!r} does not exist")
-        now = now_ms()
-        members = (
-            await session.scalars(select(GroupMember).where(GroupMember.group_id == group_id))
-        ).all()
-        subscribed = {t for m in members if not is_gone(m, now) for t in m.subscribed_topics}
+        _, members = await _live_members_of_locked(session, group_id)
+        subscribed = {t for m in members for t in m.subscribed_topics}
         answers: dict[tuple[str, int], CoordinatorError | None] = {}
         for topic, partition in partitions:
             if topic in subscribed:
@@ -296,15 +305,9 @@ async def delete_group(db: Database, group_id: str) -> DeletedGroup:
     it). Offsets still pending in an open transaction stay there and, if it commits, bring the
     group back, as in Kafka."""
     async with db.write() as session:
-        group = await lock_group(session, group_id, create=False)
-        if group is None:
-            raise GroupIdNotFound(f"group {group_id!r} does not exist")
-        now = now_ms()
-        live = (
-            await session.scalars(select(GroupMember).where(GroupMember.group_id == group_id))
-        ).all()
-        if any(not is_gone(m, now) for m in live):
-            count = sum(not is_gone(m, now) for m in live)
+        group, live = await _live_members_of_locked(session, group_id)
+        if live:
+            count = len(live)
             raise NonEmptyGroup(
                 f"group {group_id!r} still has {count} member(s); they must leave (or their "
                 "session time out) before it can be deleted"

@@ -4,6 +4,7 @@ kafka-configs.sh's calls (and AdminClient's), onto the log's topic services."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -194,9 +195,13 @@ async def describe_configs(client: Client, request: Request) -> Any:
     return reply.body(results=tuple(results))
 
 
-async def alter_configs(client: Client, request: Request) -> Any:
-    """Kafka's (non-incremental) AlterConfigs: the resource's configs become exactly those
-    given; every other config goes back to its default."""
+# How a request turns one resource's configs into the domain's change (set, delete).
+ChangeOf = Callable[[Client, Any], Awaitable[AlterConfigs]]
+
+
+async def _alter_each(client: Client, request: Request, change_of: ChangeOf) -> Any:
+    """AlterConfigs and IncrementalAlterConfigs: each topic resource's change, applied (or,
+    with validate_only, checked), answered on its own."""
     reply, body = request.reply, request.body
     assert client.access is not None
     results = []
@@ -206,72 +211,7 @@ async def alter_configs(client: Client, request: Request) -> Any:
             client.access.cluster()
             if resource.resource_type != TOPIC:
                 raise Refused(ErrorCode.invalid_request, "only topic configs can be altered")
-            given = {c.name: c.value for c in resource.configs}
-            change = AlterConfigs.model_validate(
-                {"set": given, "delete": sorted(set(configs.CONFIGS) - set(given))}
-            )
-            if body.validate_only:
-                configs.validated(change.set)
-                await log_service.describe_configs(
-                    client.db, client.settings, resource.resource_name
-                )
-            else:
-                await log_service.alter_configs(
-                    client.db, client.settings, resource.resource_name, change
-                )
-        except FAILURES as failure:
-            answer = outcome(failure)
-        results.append(
-            reply(
-                "AlterConfigsResourceResponse",
-                resource_type=resource.resource_type,
-                resource_name=resource.resource_name,
-                **answer,
-            )
-        )
-    return reply.body(responses=tuple(results))
-
-
-async def incremental_alter_configs(client: Client, request: Request) -> Any:
-    reply, body = request.reply, request.body
-    assert client.access is not None
-    results = []
-    for resource in body.resources:
-        answer = outcome()
-        try:
-            client.access.cluster()
-            if resource.resource_type != TOPIC:
-                raise Refused(ErrorCode.invalid_request, "only topic configs can be altered")
-            to_set: dict[str, Any] = {}
-            to_delete: list[str] = []
-            current: dict[str, str] | None = None
-            for config in resource.configs:
-                if config.config_operation == SET:
-                    to_set[config.name] = config.value
-                elif config.config_operation == DELETE:
-                    to_delete.append(config.name)
-                elif config.config_operation in (APPEND, SUBTRACT):
-                    if config.name not in configs.LISTS:
-                        raise Refused(
-                            ErrorCode.invalid_config,
-                            f"{config.name}: APPEND and SUBTRACT are for list configs "
-                            f"({', '.join(sorted(configs.LISTS))})",
-                        )
-                    if current is None:
-                        listed = await log_service.describe_configs(
-                            client.db, client.settings, resource.resource_name
-                        )
-                        current = {c.name: c.value for c in listed.configs}
-                    before = to_set.get(config.name, current[config.name])
-                    to_set[config.name] = configs.edit_list(
-                        before, config.value or "", config.config_operation == APPEND
-                    )
-                else:
-                    raise Refused(
-                        ErrorCode.invalid_request,
-                        f"{config.name}: unknown operation {config.config_operation}",
-                    )
-            change = AlterConfigs.model_validate({"set": to_set, "delete": to_delete})
+            change = await change_of(client, resource)
             if body.validate_only:
                 configs.validated(change.set)
                 configs.known(change.delete)
@@ -293,3 +233,54 @@ async def incremental_alter_configs(client: Client, request: Request) -> Any:
             )
         )
     return reply.body(responses=tuple(results))
+
+
+async def _replacing(client: Client, resource: Any) -> AlterConfigs:
+    """Kafka's non-incremental AlterConfigs: the configs given replace all; every other
+    config goes back to its default."""
+    given = {c.name: c.value for c in resource.configs}
+    return AlterConfigs.model_validate(
+        {"set": given, "delete": sorted(set(configs.CONFIGS) - set(given))}
+    )
+
+
+async def _incremental(client: Client, resource: Any) -> AlterConfigs:
+    """IncrementalAlterConfigs: SET, DELETE, and APPEND / SUBTRACT on list configs."""
+    to_set: dict[str, Any] = {}
+    to_delete: list[str] = []
+    current: dict[str, str] | None = None
+    for config in resource.configs:
+        if config.config_operation == SET:
+            to_set[config.name] = config.value
+        elif config.config_operation == DELETE:
+            to_delete.append(config.name)
+        elif config.config_operation in (APPEND, SUBTRACT):
+            if config.name not in configs.LISTS:
+                raise Refused(
+                    ErrorCode.invalid_config,
+                    f"{config.name}: APPEND and SUBTRACT are for list configs "
+                    f"({', '.join(sorted(configs.LISTS))})",
+                )
+            if current is None:
+                listed = await log_service.describe_configs(
+                    client.db, client.settings, resource.resource_name
+                )
+                current = {c.name: c.value for c in listed.configs}
+            before = to_set.get(config.name, current[config.name])
+            to_set[config.name] = configs.edit_list(
+                before, config.value or "", config.config_operation == APPEND
+            )
+        else:
+            raise Refused(
+                ErrorCode.invalid_request,
+                f"{config.name}: unknown operation {config.config_operation}",
+            )
+    return AlterConfigs.model_validate({"set": to_set, "delete": to_delete})
+
+
+async def alter_configs(client: Client, request: Request) -> Any:
+    return await _alter_each(client, request, _replacing)
+
+
+async def incremental_alter_configs(client: Client, request: Request) -> Any:
+    return await _alter_each(client, request, _incremental)
