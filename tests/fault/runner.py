@@ -37,7 +37,12 @@ from tests.fault.history import (
 from tests.fault.nemesis import NEMESIS_KINDS, Nemesis, NemesisTiming, Targets, restart
 from tests.fault.proxy import FAULT_KINDS, FaultProxy, ProxyFaults
 from tests.fault.workers import INPUT_TOPIC, TOPIC, group_of, history_path, plans_path
-from tests.support import ServiceProcess, create_postgres_database, drop_postgres_database
+from tests.support import (
+    ServiceProcess,
+    create_postgres_database,
+    drop_postgres_database,
+    free_port,
+)
 
 SWEEP_INTERVAL_MS = 500  # COORDINATOR_TIMEOUT_CHECK_INTERVAL_MS: timeouts must bite within a run
 SETTLE_S = 60.0  # bound on waiting for the last open transactions to end before the final read
@@ -61,6 +66,9 @@ class Profile:
     txn_timeout_ms: int = 5_000
     producer_think_ms: int = 100
     min_committed: int = 0
+    # Which door the producers use: "http" (the SDK, through the fault proxy) or "kafka"
+    # (confluent-kafka to the services' Kafka listeners; the readers stay on HTTP).
+    door: str = "http"
 
     @property
     def fault_kinds(self) -> tuple[str, ...]:
@@ -208,6 +216,11 @@ class _Run:
             "COORDINATOR_TIMEOUT_CHECK_INTERVAL_MS": str(SWEEP_INTERVAL_MS),
             "COORDINATOR_POOL_SIZE": "5",
         }
+        if self.profile.door == "kafka":
+            # Both services listen on one address (SO_REUSEPORT, as `serve --workers N` does):
+            # Kafka's clients know the one broker, node 0, by one address, and a killed
+            # service's connections go to the other when they reconnect.
+            env["COORDINATOR_KAFKA_LISTENER"] = f"127.0.0.1:{free_port()}"
         for _ in range(2):  # one after the other: the first `serve` migrates the database
             service = ServiceProcess(self.database, self.logs, **env)
             self.services.append(service)
@@ -242,7 +255,11 @@ class _Run:
             str(self.profile.txn_timeout_ms),
             "--plans",
             str(self.plans),
+            *(["--bootstrap", self.bootstrap()] if self.profile.door == "kafka" else []),
         ]
+
+    def bootstrap(self) -> str:
+        return self.services[0].env["COORDINATOR_KAFKA_LISTENER"]
 
     def spawn_producer(self, name: str) -> subprocess.Popen[bytes]:
         args = [*self.producing_args(), "--think-ms", str(self.profile.producer_think_ms)]

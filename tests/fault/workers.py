@@ -82,6 +82,8 @@ def _should_stop(parent: int) -> bool:
 class ProducerSettings:
     url: str
     txn_timeout_ms: int
+    # The Kafka door: the listeners' addresses (host:port,...); None: the HTTP API at `url`.
+    bootstrap: str | None = None
     request_timeout_ms: int = 3_000
     api_timeout_ms: int = 10_000
 
@@ -286,6 +288,157 @@ class TransactionalWorker:
         return outcome
 
 
+class KafkaTransactionalWorker(TransactionalWorker):
+    """The same transactions through the Kafka door: confluent-kafka (librdkafka) speaking
+    Kafka's protocol to the services' listeners, as a Kafka application would. The outcome it
+    can vouch for: only commit_transaction sends EndTxn(commit), so a failure before it is a
+    definite abort; one inside it is unknown unless librdkafka says the transaction must be
+    aborted (then it never committed)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.kafka: Any = None
+        self.group_metadata: Any = None
+        self._consumer: Any = None
+
+    def ready(self, deadline: float | None = None) -> bool:
+        import confluent_kafka as ck
+
+        attempt = 0
+        while self.kafka is None:
+            if _should_stop(self.parent) or (deadline is not None and time.monotonic() > deadline):
+                return False
+            s = self.settings
+            common: dict[str, Any] = {
+                "bootstrap.servers": s.bootstrap,
+                "client.id": self.name,
+                "log_level": 3,
+            }
+            if os.environ.get("FAULT_KAFKA_DEBUG"):
+                common |= {"log_level": 7, "debug": os.environ["FAULT_KAFKA_DEBUG"]}
+            producer = ck.Producer(
+                {
+                    **common,
+                    "transactional.id": self.tid,
+                    "transaction.timeout.ms": s.txn_timeout_ms,
+                    "linger.ms": 2,
+                    "retry.backoff.ms": 50,
+                    "retry.backoff.max.ms": 500,
+                }
+            )
+            try:
+                producer.init_transactions(s.api_timeout_ms / 1000)
+            except ck.KafkaException as exc:
+                log.info("%s: init_transactions failed: %s", self.name, exc)
+                time.sleep(min(2.0, 0.1 * 2**attempt))
+                attempt += 1
+                continue
+            self._consumer = ck.Consumer({**common, "group.id": group_of(self.name)})
+            self.group_metadata = self._consumer.consumer_group_metadata()
+            self.kafka = producer
+        # The base class's checks look for a producer; this worker's is the Kafka one.
+        self.producer = self.kafka
+        return True
+
+    def drop_producer(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+        self.kafka = self.producer = self._consumer = self.group_metadata = None
+
+    def transaction(self, commit: bool, think_s: float = 0.0) -> Outcome:
+        import confluent_kafka as ck
+
+        producer = self.kafka
+        assert producer is not None
+        txn = self.next_txn
+        self.next_txn += 1
+        writes, offsets = self.plan(txn)
+        with self.plans.open("ab") as f:
+            f.write(
+                orjson.dumps(
+                    {
+                        "producer": self.name,
+                        "txn": txn,
+                        "tid": self.tid,
+                        "writes": [asdict(w) for w in writes],
+                        "offsets": [asdict(o) for o in offsets],
+                    }
+                )
+                + b"\n"
+            )
+        self.recorder.record(Begin(producer=self.name, txn=txn))
+        timeout = self.settings.api_timeout_ms / 1000
+        error: str | None = None
+        usable = True
+        in_commit = False
+        try:
+            producer.begin_transaction()
+            for write in writes:
+                producer.produce(TOPIC, value=write.value.encode(), partition=write.partition)
+            time.sleep(think_s)
+            sent = [
+                ck.TopicPartition(o.topic, o.partition, o.offset, metadata=o.metadata)
+                for o in offsets
+            ]
+            producer.send_offsets_to_transaction(sent, self.group_metadata, timeout)
+            if commit:
+                in_commit = True
+                _kafka_retrying(lambda: producer.commit_transaction(timeout))
+                outcome: Outcome = "committed"
+            else:
+                _kafka_retrying(lambda: producer.abort_transaction(timeout))
+                outcome = "aborted"
+        except ck.KafkaException as exc:
+            failure = exc.args[0]
+            error = failure.name()
+            abortable = failure.txn_requires_abort() and not failure.fatal()
+            outcome = "unknown" if in_commit and not abortable else "aborted"
+            usable = abortable
+            if abortable:
+                try:
+                    producer.abort_transaction(timeout)
+                except ck.KafkaException as again:
+                    log.info("%s: txn %d: abort failed too: %s", self.name, txn, again)
+                    usable = False
+            log.info("%s: txn %d %s: %s", self.name, txn, outcome, exc)
+        self.recorder.record(
+            Txn(
+                producer=self.name,
+                txn=txn,
+                outcome=outcome,
+                tid=self.tid,
+                pid=-1,
+                epoch=-1,
+                writes=writes,
+                offsets=offsets,
+                error=error,
+            )
+        )
+        if not usable:
+            self.drop_producer()
+            if error in ("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "_FENCED"):
+                time.sleep(self.rng.uniform(0.2, 1.0))
+        return outcome
+
+
+def _kafka_retrying(call: Callable[[], T]) -> T:
+    """commit_transaction and abort_transaction, called again after a retriable error (a
+    timeout, a coordinator moving), as librdkafka's documentation says to."""
+    import confluent_kafka as ck
+
+    for attempt in range(TIMEOUT_RETRIES):
+        try:
+            return call()
+        except ck.KafkaException as exc:
+            if not exc.args[0].retriable() or attempt == TIMEOUT_RETRIES - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _worker_class(settings: ProducerSettings) -> type[TransactionalWorker]:
+    return TransactionalWorker if settings.bootstrap is None else KafkaTransactionalWorker
+
+
 def _retrying(call: Callable[[], T]) -> T:
     """A transaction step, called again after a timeout, as the SDK's docstrings say to."""
     for attempt in range(TIMEOUT_RETRIES):
@@ -306,9 +459,11 @@ def run_producer(args: argparse.Namespace) -> int:
     parent = os.getppid()
     out = Path(args.out)
     rng = random.Random(args.seed)
-    settings = ProducerSettings(url=args.url, txn_timeout_ms=args.txn_timeout_ms)
+    settings = ProducerSettings(
+        url=args.url, txn_timeout_ms=args.txn_timeout_ms, bootstrap=args.bootstrap
+    )
     with Recorder(history_path(out, args.name), args.name, origin=args.t0) as recorder:
-        worker = TransactionalWorker(
+        worker = _worker_class(settings)(
             args.name,
             tid_of(args.name),
             settings,
@@ -332,9 +487,11 @@ def run_second(args: argparse.Namespace) -> int:
     parent = os.getppid()
     out = Path(args.out)
     rng = random.Random(args.seed)
-    settings = ProducerSettings(url=args.url, txn_timeout_ms=args.txn_timeout_ms)
+    settings = ProducerSettings(
+        url=args.url, txn_timeout_ms=args.txn_timeout_ms, bootstrap=args.bootstrap
+    )
     with Recorder(history_path(out, args.name), args.name, origin=args.t0) as recorder:
-        worker = TransactionalWorker(
+        worker = _worker_class(settings)(
             args.name,
             args.tid,
             settings,
@@ -494,6 +651,11 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--seed", type=int, required=True)
         p.add_argument("--txn-timeout-ms", type=int, default=5_000)
         p.add_argument("--plans", required=True, help="directory of the transaction plans")
+        p.add_argument(
+            "--bootstrap",
+            help="the Kafka listeners (host:port,...): produce through the Kafka door with "
+            "confluent-kafka instead of the SDK over HTTP",
+        )
 
     producer = kinds.add_parser("producer", help="transactions until SIGTERM")
     producing(producer)
