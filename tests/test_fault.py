@@ -1,7 +1,8 @@
-"""Exactly-once under faults, the short profile of `python -m tests.fault`: for about a minute
-services are SIGKILLed and restarted, producers are paused past their transaction timeout into
-zombies and fenced by second instances, and requests are dropped, delayed and duplicated; the
-history must show no anomaly, every fault kind injected, and real work done.
+"""Exactly-once under faults, the short profile of `python -m tests.fault`, through each door
+(the SDK over HTTP, confluent-kafka through the Kafka listener): for about a minute services are
+SIGKILLed and restarted, producers are paused past their transaction timeout into zombies and
+fenced by second instances, and requests are dropped, delayed and duplicated; the history must
+show no anomaly, every fault kind injected, and real work done.
 
 The run is a child process (as an operator runs it), so its threads, signals and sockets stay
 out of this one; its last line of output is the summary this test judges.
@@ -32,8 +33,9 @@ CLEANUP_S = 60  # what the runner gets, after SIGTERM, to stop its processes and
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_short_profile(out: Path) -> tuple[int, str, str]:
+def run_short_profile(out: Path, door: str) -> tuple[int, str, str]:
     command = [sys.executable, "-m", "tests.fault", "--profile", "short", "--seed", str(SEED)]
+    command += ["--door", door]
     process = subprocess.Popen(
         [*command, "--out", str(out)],
         cwd=REPO,
@@ -63,9 +65,12 @@ def summary_of(stdout: str) -> dict[str, Any]:
 
 
 @pytest.mark.timeout(RUN_TIMEOUT_S + CLEANUP_S + 30)
-def test_short_fault_run_keeps_exactly_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("door", ["http", "kafka"])
+def test_short_fault_run_keeps_exactly_once(tmp_path: Path, door: str) -> None:
+    """Through either door: the SDK over HTTP (through the fault proxy), or confluent-kafka's
+    transactional producers through the Kafka listener (issue 22, item 10)."""
     profile = PROFILES["short"]
-    code, stdout, stderr = run_short_profile(tmp_path / "run")
+    code, stdout, stderr = run_short_profile(tmp_path / "run", door)
     assert code in (0, 1), f"the run broke (exit {code}):\n{stdout}\n{stderr[-6000:]}"
     summary = summary_of(stdout)
     report = f"{stdout}\n(seed {SEED}; history in {tmp_path / 'run'})"

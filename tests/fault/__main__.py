@@ -20,8 +20,9 @@ from tests.fault.runner import PROFILES, RunError, default_postgres_url, run, wi
 DESCRIPTION = """\
 Exactly-once under faults. Starts two `coordinator serve` processes on a fresh Postgres database
 (COORDINATOR_TEST_POSTGRES_URL, default postgresql://postgres@127.0.0.1:5432/test; dropped at the
-end), four transactional producers (processes, through the SDK and a fault proxy) that commit and
-abort at random, and two read_committed readers. Meanwhile a nemesis kills and restarts a service
+end), four transactional producers (processes, through the SDK and a fault proxy, or with --door
+kafka through confluent-kafka and the services' Kafka listener) that commit and abort at random,
+and two read_committed readers. Meanwhile a nemesis kills and restarts a service
 (SIGKILL), pauses a producer past its transaction timeout (SIGSTOP, then SIGCONT: a zombie),
 starts a second instance of a live transactional id, and, in the long profile (or with
 --restart-postgres), restarts Postgres; the proxy drops requests, drops answers after the
@@ -72,11 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         choices=("http", "kafka"),
         default="http",
         help="the producers' door: http (the SDK through the fault proxy; default) or kafka "
-        "(confluent-kafka transactional producers to the services' Kafka listener, sending "
-        "their input offsets in every transaction; the readers stay on HTTP). Work in "
-        "progress: with kafka, producers stall inside send_offsets_to_transaction once the "
-        "faults begin (AddOffsetsToTxn answered, no TxnOffsetCommit sent), so the run ends "
-        "without a verdict; FAULT_KAFKA_DEBUG=eos,protocol shows librdkafka's side",
+        "(confluent-kafka transactional producers through the services' Kafka listener, "
+        "sending their input offsets in every transaction; the readers stay on HTTP)",
     )
     restarts = parser.add_mutually_exclusive_group()
     restarts.add_argument(

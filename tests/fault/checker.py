@@ -396,7 +396,9 @@ def _check_groups(
         if where in checked:
             continue
         checked.add(where)
-        named = _parse(group.metadata, parts=2)
+        # confluent-kafka (the Kafka door's producers) sends metadata with its C string's
+        # terminating NUL, which Kafka, and this service, keep as part of the text.
+        named = _parse(group.metadata.rstrip("\0"), parts=2)
         txn = txns.get((named[0], named[1])) if named else None
         seen = f"{group.group} {group.topic}/{group.partition} at {group.offset} ({group.phase})"
         if txn is None:

@@ -313,6 +313,10 @@ class KafkaTransactionalWorker(TransactionalWorker):
                 "bootstrap.servers": s.bootstrap,
                 "client.id": self.name,
                 "log_level": 3,
+                # librdkafka 2.12+ re-bootstraps when every known broker is down, which with
+                # one broker is every restart, and a transaction open then can hang past its
+                # timeouts (its broker handle is never released); the README says so.
+                "metadata.recovery.strategy": "none",
             }
             if os.environ.get("FAULT_KAFKA_DEBUG"):
                 common |= {"log_level": 7, "debug": os.environ["FAULT_KAFKA_DEBUG"]}
