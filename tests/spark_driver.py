@@ -63,13 +63,18 @@ def ledger_rows(
 ) -> DataFrame:
     """Rows (id, value) 0..rows-1 in `partitions` Spark partitions of consecutive ids. `fault`
     `{"kind": "fail" or "stall", "at": id, "attempts": [0], "seconds": 120}`: the attempts
-    listed fail (or stall) when they reach row `id`, after writing the rows before it."""
+    listed fail (or stall) when they reach row `id`, after writing the rows before it. With
+    `"after": {"url": postgresql_url, "table": name, "rows": n}` an attempt first waits (a poll
+    with a deadline) until that table holds n rows: the other tasks' commits, which a failing
+    task would otherwise race (the job is aborted, and its running tasks killed, at the last
+    failure)."""
     df = spark.range(rows, numPartitions=partitions)
     if fault is None:
         return df.selectExpr("id", "cast(id as string) as value")
     from pyspark.sql import functions as F
 
     kind, at, attempts = fault["kind"], fault["at"], tuple(fault.get("attempts", [0]))
+    after = fault.get("after")
 
     @F.udf("string", useArrow=False)  # pandas is not installed; plain rows will do
     def decide(value: int) -> str | None:
@@ -77,12 +82,27 @@ def ledger_rows(
 
         context = TaskContext.get()
         hit = value == at and context is not None and context.attemptNumber() in attempts
+        if hit and after is not None:
+            _wait_for_rows(after["url"], after["table"], after["rows"])
         return kind if hit else None
 
     action = JVM_FAULT.format(ms=int(fault.get("seconds", 120) * 1000))
     return df.withColumn("fault", decide("id")).selectExpr(
         "id", f"concat(cast(id as string), coalesce({action}, '')) as value"
     )
+
+
+def _wait_for_rows(url: str, table: str, rows: int, deadline_s: float = 120.0) -> None:
+    import time
+
+    import psycopg
+
+    deadline = time.monotonic() + deadline_s
+    with psycopg.connect(url, autocommit=True) as connection:
+        while connection.execute(f"SELECT count(*) FROM {table}").fetchone()[0] < rows:  # type: ignore[index]
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{table} did not reach {rows} rows in {deadline_s} s")
+            time.sleep(0.1)
 
 
 def write_sql(df: DataFrame, fmt: str, options: dict[str, str]) -> None:

@@ -98,7 +98,14 @@ def test_a_job_whose_task_keeps_failing_leaves_nothing_with_txsql_and_half_with_
     assert ids(url, dbtable) == Counter(range(ROWS))
 
     jdbc_table = create_ledger(url, unique("jdbc").replace("-", "_"))
-    fault = {"kind": "fail", "at": 20 + KILLED_AFTER, "attempts": [0, 1, 2]}
+    # The failing task fails once partitions 0 and 2 committed (with two cores, partition 2
+    # may not even have started before partition 1's third failure aborts the job).
+    fault = {
+        "kind": "fail",
+        "at": 20 + KILLED_AFTER,
+        "attempts": [0, 1, 2],
+        "after": {"url": url, "table": jdbc_table, "rows": 40},
+    }
     with pytest.raises(Py4JJavaError, match="failed 3 times"):
         write_sql(
             ledger_rows(spark, ROWS, PARTITIONS, fault), "jdbc", jdbc_options(url, jdbc_table)
