@@ -22,35 +22,9 @@ from coordinator.kafka.handlers.groups import encode_subscription
 from coordinator.kafka.server import KafkaListener
 from coordinator.log import recordbatch
 from tests.support import free_port
+from tests.test_auth import TOKENS  # the same principals as the HTTP matrix
 from tests.test_kafka_listener import Connection
 
-TOKENS = {
-    "admin": {"token": "admin-token-1", "principal": "ops", "roles": ["admin"]},
-    "producer": {
-        "token": "producer-token-1",
-        "principal": "etl-writer",
-        "roles": ["producer"],
-        "transactional_id_prefixes": ["a-"],
-        "topic_prefixes": ["pay"],
-        "group_prefixes": ["g-"],
-    },
-    "consumer": {
-        "token": "consumer-token-1",
-        "principal": "etl-reader",
-        "roles": ["consumer"],
-        "topic_prefixes": ["pay"],
-        "group_prefixes": ["g-"],
-    },
-    # Both roles, but no prefix: may name nothing.
-    "nothing": {
-        "token": "nothing-token-1",
-        "principal": "nobody",
-        "roles": ["producer", "consumer"],
-        "transactional_id_prefixes": [],
-        "topic_prefixes": [],
-        "group_prefixes": [],
-    },
-}
 PRINCIPALS = ("producer", "consumer", "nothing")
 REFUSED_HTTP = {
     "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",

@@ -20,8 +20,6 @@ import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,60 +30,15 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError
 
-from tests.support import ServiceProcess, free_port, serve_on_fresh_store
+# The same brokers (a service per store, its Kafka listener) and helpers as the other clients'.
+from tests.test_kafka_clients import Broker, broker, create_topic, http_produce, http_values
+
+__all__ = ["broker"]
 
 pytestmark = pytest.mark.slow
 
 DEADLINE_S = 30.0
 JS = Path(__file__).parent / "clients" / "js"
-
-
-@dataclass
-class Broker:
-    service: ServiceProcess
-    bootstrap: str
-
-    @property
-    def url(self) -> str:
-        return self.service.url
-
-
-@pytest.fixture(scope="module", params=["sqlite", "postgres"])
-def broker(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Broker]:
-    port = free_port()
-    for service in serve_on_fresh_store(
-        request.param,
-        tmp_path_factory.mktemp("matrix"),
-        "matrix",
-        COORDINATOR_KAFKA_LISTENER=f"127.0.0.1:{port}",
-        COORDINATOR_GROUP_MIN_SESSION_TIMEOUT_MS="1000",
-    ):
-        yield Broker(service, f"127.0.0.1:{port}")
-
-
-def create_topic(broker: Broker, partitions: int = 1) -> str:
-    name = f"m{uuid.uuid4().hex[:10]}"
-    response = httpx.post(f"{broker.url}/v1/topics", json={"name": name, "partitions": partitions})
-    assert response.status_code == 201, response.text
-    return name
-
-
-def http_values(broker: Broker, topic: str, partition: int = 0) -> list[str]:
-    body = httpx.get(
-        f"{broker.url}/v1/topics/{topic}/partitions/{partition}/records",
-        params={"offset": 0, "isolation_level": "read_committed"},
-    ).json()
-    return [r["value"] for r in body["records"]]
-
-
-def http_produce(broker: Broker, topic: str, partition: int, values: list[str]) -> None:
-    response = httpx.post(
-        f"{broker.url}/v1/topics/{topic}/partitions/{partition}/records",
-        json={"records": [{"value": v} for v in values]},
-    )
-    assert response.status_code == 200, response.text
 
 
 def committed_offsets(broker: Broker, group: str) -> set[tuple[int, int]]:
@@ -116,7 +69,7 @@ def test_aiokafka_idempotent_producer_every_codec(broker: Broker, codec: str | N
             await producer.stop()
 
     run(scenario())
-    assert http_values(broker, topic) == [f"v{i}" for i in range(5)]
+    assert http_values(broker, topic, 0) == [f"v{i}" for i in range(5)]
 
 
 def test_aiokafka_commit_abort_and_read_committed(broker: Broker) -> None:
@@ -143,7 +96,7 @@ def test_aiokafka_commit_abort_and_read_committed(broker: Broker) -> None:
     committed, everything = run(scenario())
     assert committed == ["0-0", "0-1", "2-0", "2-1"]
     assert sorted(everything) == ["0-0", "0-1", "1-0", "1-1", "2-0", "2-1"]
-    assert http_values(broker, topic) == committed
+    assert http_values(broker, topic, 0) == committed
 
 
 async def read(broker: Broker, topic: str, isolation: str, count: int) -> list[str]:
@@ -245,7 +198,7 @@ def test_aiokafka_zombie_sees_its_own_fencing(broker: Broker) -> None:
 
     fenced = run(scenario())
     assert type(fenced).__name__ == "ProducerFenced", fenced
-    assert http_values(broker, topic) == ["from the successor"]
+    assert http_values(broker, topic, 0) == ["from the successor"]
 
 
 def test_aiokafka_group_of_two_splits_four_partitions_and_one_leaves(broker: Broker) -> None:
@@ -344,7 +297,7 @@ def kafkajs(broker: Broker, scenario: str, *args: str) -> dict[str, Any]:
 def test_kafkajs_idempotent_producer_every_codec(broker: Broker, codec: str) -> None:
     topic = create_topic(broker)
     kafkajs(broker, "idempotent", topic, codec)
-    assert http_values(broker, topic) == [f"v{i}" for i in range(5)]
+    assert http_values(broker, topic, 0) == [f"v{i}" for i in range(5)]
 
 
 def test_kafkajs_commit_abort_and_read_committed(broker: Broker) -> None:
@@ -352,7 +305,7 @@ def test_kafkajs_commit_abort_and_read_committed(broker: Broker) -> None:
     result = kafkajs(broker, "transactions", topic)
     assert result["committed"] == ["0-0", "0-1", "2-0", "2-1"]
     assert sorted(result["all"]) == ["0-0", "0-1", "1-0", "1-1", "2-0", "2-1"]
-    assert http_values(broker, topic) == result["committed"]
+    assert http_values(broker, topic, 0) == result["committed"]
 
 
 def test_kafkajs_consume_transform_produce_is_exactly_once(broker: Broker) -> None:
@@ -371,7 +324,7 @@ def test_kafkajs_zombie_sees_its_own_fencing(broker: Broker) -> None:
     # KafkaJS speaks EndTxn 0-1, which knows no PRODUCER_FENCED: Kafka's answer is
     # INVALID_PRODUCER_EPOCH, which KafkaJS knows (it reported "unknown error 90" before).
     assert kafkajs(broker, "zombie", topic) == {"error": "INVALID_PRODUCER_EPOCH"}
-    assert http_values(broker, topic) == ["from the successor"]
+    assert http_values(broker, topic, 0) == ["from the successor"]
 
 
 def test_kafkajs_admin_creates_lists_describes_and_deletes(broker: Broker) -> None:

@@ -131,10 +131,13 @@ class KafkaListener:
                     if client.access is not None
                     else self.settings.kafka_sasl_max_receive_size
                 )
-                # A connection silent this long, between requests or inside one, is closed.
-                prefix = await asyncio.wait_for(reader.readexactly(4), idle_s)
+                # A connection silent this long, between requests or inside one, is closed
+                # (a deadline on the read, not a task per read as wait_for would make).
+                async with asyncio.timeout(idle_s):
+                    prefix = await reader.readexactly(4)
                 size = wire.read_frame_size(prefix, limit)
-                frame = await asyncio.wait_for(reader.readexactly(size), idle_s)
+                async with asyncio.timeout(idle_s):
+                    frame = await reader.readexactly(size)
                 answer = await self._answer(client, frame)
                 if client.failed_authentication:
                     # Kafka's connection.failed.authentication.delay.ms: the failure is told

@@ -209,11 +209,9 @@ class TransactionalWorker:
         ]
         return writes, offsets
 
-    def transaction(self, commit: bool, think_s: float = 0.0) -> Outcome:
-        """Run one transaction with the current producer and record it; the producer is dropped
-        when it cannot go on (fenced, timed out, outcome in doubt)."""
-        assert self.producer is not None and self.witness is not None
-        producer, witness = self.producer, self.witness
+    def next_plan(self) -> tuple[int, list[Write], list[SentOffset]]:
+        """The next transaction's number, writes and offsets, written to the plans file first
+        (the checker reads what was meant, whatever the run then did)."""
         txn = self.next_txn
         self.next_txn += 1
         writes, offsets = self.plan(txn)
@@ -230,6 +228,14 @@ class TransactionalWorker:
                 )
                 + b"\n"
             )
+        return txn, writes, offsets
+
+    def transaction(self, commit: bool, think_s: float = 0.0) -> Outcome:
+        """Run one transaction with the current producer and record it; the producer is dropped
+        when it cannot go on (fenced, timed out, outcome in doubt)."""
+        assert self.producer is not None and self.witness is not None
+        producer, witness = self.producer, self.witness
+        txn, writes, offsets = self.next_plan()
         # The SDK's own idea of (pid, epoch) as the transaction starts; for reading a history only.
         pid, epoch = producer._producer_id, producer._epoch
         self.recorder.record(Begin(producer=self.name, txn=txn))
@@ -354,22 +360,7 @@ class KafkaTransactionalWorker(TransactionalWorker):
 
         producer = self.kafka
         assert producer is not None
-        txn = self.next_txn
-        self.next_txn += 1
-        writes, offsets = self.plan(txn)
-        with self.plans.open("ab") as f:
-            f.write(
-                orjson.dumps(
-                    {
-                        "producer": self.name,
-                        "txn": txn,
-                        "tid": self.tid,
-                        "writes": [asdict(w) for w in writes],
-                        "offsets": [asdict(o) for o in offsets],
-                    }
-                )
-                + b"\n"
-            )
+        txn, writes, offsets = self.next_plan()
         self.recorder.record(Begin(producer=self.name, txn=txn))
         timeout = self.settings.api_timeout_ms / 1000
         error: str | None = None
