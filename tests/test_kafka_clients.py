@@ -18,6 +18,11 @@ import confluent_kafka.admin as cka
 import httpx
 import kafka
 import pytest
+from kafka.coordinator.assignors.abstract import (
+    AbstractPartitionAssignor,
+    ConsumerProtocolAssignment,
+    ConsumerProtocolSubscription,
+)
 
 from tests.support import ServiceProcess, free_port, serve_on_fresh_store
 
@@ -48,6 +53,8 @@ def broker(
         "kafka",
         COORDINATOR_KAFKA_LISTENER=f"127.0.0.1:{port}",
         COORDINATOR_GROUP_MIN_SESSION_TIMEOUT_MS="1000",
+        # A classic group's first rebalance waits less than Kafka's 3 s for more members.
+        COORDINATOR_GROUP_INITIAL_REBALANCE_DELAY_MS="200",
     ):
         yield Broker(service, f"127.0.0.1:{port}")
 
@@ -380,12 +387,150 @@ def test_kafka_python_group_of_two_shares_the_partitions(broker: Broker) -> None
         return len(a) == 2 and len(b) == 2 and not a & b
 
     until(shared, "the two members to own two partitions each")
+    # kafka-python's default assignor is range, run by the group's leader: the member ids
+    # sorted, the first takes the first half.
+    assert sorted(sorted(a) for a in assignments.values()) == [[0, 1], [2, 3]]
     description = httpx.get(f"{broker.url}/v1/groups/{group}").json()
     assert {m["protocol"] for m in description["members"]} == {"classic"}
     stop.set()
     for thread in threads:
         thread.join(DEADLINE_S)
     assert errors == []
+
+
+class _ToTheNamed(AbstractPartitionAssignor):
+    """A client-side assignor with its own data, as Kafka Streams and Faust have: each member
+    names itself in its subscription's user data, and the leader gives every partition to the
+    member named b (to the first member while there is none)."""
+
+    name = "to-the-named"
+    version = 0
+    user_data = b""
+
+    @classmethod
+    def assign(cls, cluster: Any, members: Any) -> dict[str, Any]:
+        named = {m.metadata.user_data: m.member_id for m in members}
+        chosen = named.get(b"b", min(m.member_id for m in members))
+        topics = sorted({t for m in members for t in m.metadata.topics})
+        everything = [(t, sorted(cluster.partitions_for_topic(t))) for t in topics]
+        return {
+            m.member_id: ConsumerProtocolAssignment(
+                cls.version, everything if m.member_id == chosen else [], b""
+            )
+            for m in members
+        }
+
+    @classmethod
+    def metadata(cls, topics: Any) -> Any:
+        return ConsumerProtocolSubscription(cls.version, list(topics), cls.user_data)
+
+    @classmethod
+    def on_assignment(cls, assignment: Any, generation: Any = None) -> None:
+        pass
+
+
+class _NamedA(_ToTheNamed):
+    user_data = b"a"
+
+
+class _NamedB(_ToTheNamed):
+    user_data = b"b"
+
+
+def test_kafka_python_custom_assignor_gets_every_members_user_data(broker: Broker) -> None:
+    topic = create_topic(broker, partitions=4)
+    group = f"named-{topic}"
+    consumers = {
+        name: kafka.KafkaConsumer(
+            topic,
+            bootstrap_servers=broker.bootstrap,
+            group_id=group,
+            heartbeat_interval_ms=100,
+            session_timeout_ms=6000,
+            partition_assignment_strategy=[assignor],
+        )
+        for name, assignor in (("a", _NamedA), ("b", _NamedB))
+    }
+
+    def owned() -> dict[str, set[int]]:
+        for consumer in consumers.values():
+            consumer.poll(50)
+        return {n: {tp.partition for tp in c.assignment()} for n, c in consumers.items()}
+
+    until(lambda: owned() == {"a": set(), "b": {0, 1, 2, 3}}, "b to own everything")
+    description = httpx.get(f"{broker.url}/v1/groups/{group}").json()
+    assert description["type"] == "classic"
+    assert {m["assignor"] for m in description["members"]} == {"to-the-named"}
+    for consumer in consumers.values():
+        consumer.close()
+
+
+def _static(broker: Broker, group: str, instance: str) -> ck.Consumer:
+    return ck.Consumer(
+        confluent_config(
+            broker,
+            **{
+                "group.id": group,
+                "group.instance.id": instance,
+                "session.timeout.ms": 6000,
+                "heartbeat.interval.ms": 100,
+            },
+        )
+    )
+
+
+def _owned(*consumers: ck.Consumer) -> list[set[int]]:
+    for consumer in consumers:
+        consumer.poll(0.05)
+    return [{tp.partition for tp in c.assignment()} for c in consumers]
+
+
+def test_a_static_member_restarted_within_its_session_keeps_its_partitions(
+    broker: Broker,
+) -> None:
+    topic = create_topic(broker, partitions=4)
+    group = f"static-{topic}"
+    a, b = _static(broker, group, "a"), _static(broker, group, "b")
+    a.subscribe([topic])
+    b.subscribe([topic])
+    until(lambda: sorted(map(sorted, _owned(a, b))) == [[0, 1], [2, 3]], "a split")
+    before = httpx.get(f"{broker.url}/v1/groups/{group}").json()
+    _, kept = _owned(a, b)
+    b.close()  # a static member leaves no LeaveGroup behind: its partitions wait for it
+    again = _static(broker, group, "b")
+    again.subscribe([topic])
+    until(lambda: _owned(a, again)[1] == kept, "b's partitions back")
+    after = httpx.get(f"{broker.url}/v1/groups/{group}").json()
+    assert after["group_epoch"] == before["group_epoch"]  # no rebalance
+    assert _owned(a)[0] == {0, 1, 2, 3} - kept
+    a.close()
+    again.close()
+
+
+def test_a_second_member_with_the_same_instance_id_fences_the_first(broker: Broker) -> None:
+    topic = create_topic(broker, partitions=2)
+    group = f"fence-{topic}"
+    first = _static(broker, group, "one")
+    first.subscribe([topic])
+    until(lambda: _owned(first)[0] == {0, 1}, "the first to own both partitions")
+    second = _static(broker, group, "one")
+    second.subscribe([topic])
+    until(lambda: _owned(second)[0] == {0, 1}, "the second to take them over")
+    seen: list[ck.KafkaError] = []
+
+    def fenced() -> bool:
+        message = first.poll(0.05)
+        if message is not None and message.error() is not None:
+            seen.append(message.error())
+        return any(e.code() == ck.KafkaError._FATAL for e in seen)
+
+    # The first's next heartbeat is FENCED_INSTANCE_ID, fatal to a librdkafka consumer.
+    until(fenced, "the first to learn it is fenced")
+    assert "fenced" in seen[-1].str()
+    members = httpx.get(f"{broker.url}/v1/groups/{group}").json()["members"]
+    assert len(members) == 1
+    first.close()
+    second.close()
 
 
 def test_admin_client_describes_the_cluster_and_lists_and_deletes_groups(broker: Broker) -> None:

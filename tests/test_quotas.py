@@ -5,6 +5,7 @@ THROTTLING_QUOTA_EXCEEDED); each refusal changes nothing and is counted. SQLite 
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from collections.abc import AsyncIterator
 from typing import Any
@@ -32,22 +33,27 @@ RATE = 1.0  # partitions a second: a bucket of 10
 def settings_overrides() -> dict[str, Any]:
     return {
         "group_consumer_max_size": MAX_MEMBERS,
+        # A classic group's first rebalance outlasts the test: its members stay parked in it.
+        "group_initial_rebalance_delay_ms": 60_000,
         "controller_mutation_rate": RATE,
         "kafka_listener": f"127.0.0.1:{free_port()}",
     }
 
 
 @pytest.fixture
-async def kafka(app: Any) -> AsyncIterator[Connection]:
-    import asyncio
-
+async def listener(app: Any) -> AsyncIterator[KafkaListener]:
     state = app.state
     listener = KafkaListener(state.db, state.settings, state.authenticator, state.quota)
     await listener.start()
+    yield listener
+    await listener.close()
+
+
+@pytest.fixture
+async def kafka(listener: KafkaListener) -> AsyncIterator[Connection]:
     connection = Connection(*await asyncio.open_connection(listener.host, listener.port))
     yield connection
     connection.writer.close()
-    await listener.close()
 
 
 def refusals(limit: str) -> float:
@@ -96,31 +102,50 @@ async def test_a_group_past_its_max_size_refuses_a_new_member_over_http(
 
 
 async def test_a_group_past_its_max_size_refuses_a_new_member_over_kafka(
-    client: httpx.AsyncClient, kafka: Connection
+    client: httpx.AsyncClient, listener: KafkaListener
 ) -> None:
     await create_topic(client, "t")
     module = load_payload_module(11, 7, EntityType.request)
 
     async def join(member_id: str) -> ErrorCode:
-        answer = await kafka.call(
-            11,
-            7,
-            group_id="g",
-            session_timeout=datetime.timedelta(seconds=30),
-            rebalance_timeout=datetime.timedelta(seconds=30),
-            member_id=member_id,
-            group_instance_id=None,
-            protocol_type="consumer",
-            protocols=(
-                module.JoinGroupRequestProtocol(name="range", metadata=encode_subscription(["t"])),
-            ),
-        )
+        # Each member on its own connection: a JoinGroup is parked until the rebalance ends.
+        kafka = Connection(*await asyncio.open_connection(listener.host, listener.port))
+        try:
+            answer = await kafka.call(
+                11,
+                7,
+                group_id="g",
+                session_timeout=datetime.timedelta(seconds=30),
+                rebalance_timeout=datetime.timedelta(seconds=30),
+                member_id=member_id,
+                group_instance_id=None,
+                protocol_type="consumer",
+                protocols=(
+                    module.JoinGroupRequestProtocol(
+                        name="range", metadata=encode_subscription(["t"])
+                    ),
+                ),
+            )
+        finally:
+            kafka.writer.close()
         code: ErrorCode = answer.error_code
         return code
 
-    for i in range(MAX_MEMBERS):
-        assert await join(f"m-{i}") == ErrorCode.none
+    parked = [asyncio.create_task(join(f"m-{i}")) for i in range(MAX_MEMBERS)]
+
+    async def members() -> int:
+        described = await client.get("/v1/groups/g")
+        return len(described.json()["members"]) if described.status_code == 200 else 0
+
+    deadline = asyncio.get_running_loop().time() + 10
+    while await members() < MAX_MEMBERS:
+        assert asyncio.get_running_loop().time() < deadline, "the members did not join"
+        await asyncio.sleep(0.01)
     assert await join("m-extra") == ErrorCode.group_max_size_reached
+    assert not any(task.done() for task in parked)  # still in the group's first rebalance
+    for task in parked:
+        task.cancel()
+    await asyncio.gather(*parked, return_exceptions=True)
 
 
 async def test_topic_creation_past_the_mutation_quota_is_429_and_creates_nothing(

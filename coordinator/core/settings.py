@@ -108,6 +108,9 @@ class Settings(BaseSettings):
     # Members one group may have (Kafka's group.consumer.max.size); one more is refused with
     # GROUP_MAX_SIZE_REACHED.
     group_consumer_max_size: int = Field(default=1000, ge=1)
+    # A classic group's first rebalance waits this long for more members to join, once more for
+    # each one that does, up to the rebalance timeout (Kafka's group.initial.rebalance.delay.ms).
+    group_initial_rebalance_delay_ms: int = Field(default=3_000, ge=0)
     # How often each process looks for members whose session or rebalance timeout passed.
     group_check_interval_ms: int = Field(default=1_000, ge=1)
 

@@ -59,3 +59,51 @@ class GroupSubscribedToTopic(CoordinatorError):
     code = "GROUP_SUBSCRIBED_TO_TOPIC"
     status = 409
     title = "Group subscribed to topic"
+
+
+# -- the classic protocol (Kafka's JoinGroup, SyncGroup, Heartbeat, LeaveGroup) ---------------
+
+
+class IllegalGeneration(FencedMemberEpoch):
+    """A classic group's member sent a generation other than the group's: rejoin."""
+
+    code = "ILLEGAL_GENERATION"
+
+
+class RebalanceInProgress(CoordinatorError):
+    """The classic group is rebalancing: the member joins again (JoinGroup)."""
+
+    code = "REBALANCE_IN_PROGRESS"
+    status = 409
+    retriable = True
+    title = "Rebalance in progress"
+
+
+class FencedInstanceId(CoordinatorError):
+    """Another member joined with this member's group.instance.id (static membership) and
+    replaced it."""
+
+    code = "FENCED_INSTANCE_ID"
+    status = 409
+    title = "Fenced instance id"
+
+
+class InconsistentGroupProtocol(CoordinatorError):
+    """The member's protocol type, or every protocol it offers, differs from the group's."""
+
+    code = "INCONSISTENT_GROUP_PROTOCOL"
+    status = 409
+    title = "Inconsistent group protocol"
+
+
+class MemberIdRequired(CoordinatorError):
+    """A new dynamic member is given its member id first and joins again with it (KIP-394)."""
+
+    code = "MEMBER_ID_REQUIRED"
+    status = 409
+    retriable = True
+    title = "Member id required"
+
+    def __init__(self, detail: str, member_id: str = "") -> None:
+        super().__init__(detail)
+        self.member_id = member_id

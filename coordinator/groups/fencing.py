@@ -8,6 +8,10 @@ any other front door that commits offsets.
   for a partition the member already owned at that epoch (as KIP-1251 has it): a commit sent just
   before a heartbeat raised the epoch is not a zombie's, since ownership only passes to another
   member after this one gave the partition up or left.
+- In a classic group (Kafka's classic protocol, where a leader assigns and the coordinator does
+  not know who owns what), as Kafka's ClassicGroup checks it: the member and the group's current
+  generation (else ILLEGAL_GENERATION); a plain commit while the group waits for its leader's
+  assignment is REBALANCE_IN_PROGRESS.
 - Without identity, plain (a consumer that `assign`s, an operator): accepted only while the group
   has no members, else UNKNOWN_MEMBER_ID, as Kafka does.
 - Without identity, transactional (a Spark job's driver; Kafka's TxnOffsetCommit v0-v2, which
@@ -30,9 +34,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from coordinator.core.clock import now_ms
 from coordinator.core.database import pairs_in
-from coordinator.groups.errors import FencedMemberEpoch, UnknownMemberId
+from coordinator.groups.errors import (
+    FencedMemberEpoch,
+    IllegalGeneration,
+    RebalanceInProgress,
+    UnknownMemberId,
+)
 from coordinator.groups.membership import is_gone, lock_group
-from coordinator.groups.models import GroupMember, GroupOwnedPartition
+from coordinator.groups.models import CLASSIC, ConsumerGroup, GroupMember, GroupOwnedPartition
 
 
 async def check_offset_commit(
@@ -73,6 +82,10 @@ async def check_offset_commit(
             f"group {group_id!r} has no member {member_id!r} (it left, or its session or "
             "rebalance timeout passed); nothing was committed"
         )
+    assert group is not None
+    if group.protocol_type == CLASSIC:
+        _check_classic(group, member_epoch, transactional)
+        return
     if not 0 < member_epoch <= member.member_epoch:
         raise FencedMemberEpoch(
             f"member {member_id!r} of group {group_id!r} sent epoch {member_epoch}; its epoch is "
@@ -107,3 +120,15 @@ async def check_offset_commit(
                 f"member {member_id!r} of group {group_id!r} was given {topic}-{partition} at "
                 f"epoch {epoch}, after the epoch {member_epoch} it sent; nothing was committed"
             )
+
+
+def _check_classic(group: ConsumerGroup, generation: int, transactional: bool) -> None:
+    if generation != group.group_epoch:
+        raise IllegalGeneration(
+            f"group {group.group_id!r} is at generation {group.group_epoch}, not {generation}; "
+            "nothing was committed"
+        )
+    if not transactional and group.classic_state == "CompletingRebalance":
+        raise RebalanceInProgress(
+            f"group {group.group_id!r} waits for its leader's assignment; nothing was committed"
+        )

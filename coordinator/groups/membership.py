@@ -33,11 +33,13 @@ from coordinator.core.settings import Settings
 from coordinator.groups.assignor import assign
 from coordinator.groups.errors import (
     FencedMemberEpoch,
+    GroupIdNotFound,
     GroupMaxSizeReached,
     InvalidSessionTimeout,
     UnknownMemberId,
 )
 from coordinator.groups.models import (
+    CLASSIC,
     CONSUMER,
     ConsumerGroup,
     GroupMember,
@@ -301,11 +303,22 @@ def _chunks(items: list[TP], size: int = 500) -> Iterable[list[TP]]:
         yield items[start : start + size]
 
 
+# A classic group's state (Kafka's names) as API.md's: waiting for members to join again is
+# reconciling; waiting for the leader's assignment is assigning.
+_CLASSIC_STATES = {
+    "PreparingRebalance": RECONCILING,
+    "CompletingRebalance": ASSIGNING,
+    "Stable": STABLE,
+}
+
+
 def group_state(state: GroupState, now: int) -> str:
     """Empty, Assigning, Reconciling or Stable (API.md), from what is stored."""
     live = [m for m in state.members.values() if not is_gone(m, now)]
     if not live:
         return EMPTY
+    if state.group.protocol_type == CLASSIC:
+        return _CLASSIC_STATES.get(state.group.classic_state or "", EMPTY)
     if state.group.assignment_epoch < state.group.group_epoch:
         return ASSIGNING
     for member in live:
@@ -363,6 +376,13 @@ async def heartbeat(
         if group is None:
             raise UnknownMemberId(f"group {group_id!r} has no member {body.member_id!r}")
         state = await load(session, group)
+        if group.protocol_type == CLASSIC and any(
+            not is_gone(m, now) for m in state.members.values()
+        ):
+            # Kafka's answer to a consumer-protocol member of a classic group with members.
+            raise GroupIdNotFound(
+                f"group {group_id!r} is a classic group (Kafka's JoinGroup) with members"
+            )
         expire_gone(session, state, now, keep=body.member_id)
         member = state.members.get(body.member_id)
         try:
@@ -456,7 +476,11 @@ def _join(
     """A new member, or one joining again under its member id (having lost its partitions):
     the old incarnation's partitions are free, and its epochs are never valid again."""
     group = state.group
-    group.protocol_type = CONSUMER
+    if group.protocol_type != CONSUMER:
+        # An empty classic group (or one that only had offsets) becomes a consumer group.
+        group.protocol_type, group.classic_state = CONSUMER, None
+        group.leader_id = group.protocol_name = None
+        group.phase_deadline_ms = group.join_wait_until_ms = None
     topics = sorted(set(body.subscribed_topics or ()))
     if member is not None:
         state.target = {tp: m for tp, m in state.target.items() if m != member.member_id}
@@ -554,7 +578,11 @@ async def expire_members(db: Database, now: int | None = None) -> list[tuple[str
                 )
                 .scalar_subquery()
             )
-            query = select(ConsumerGroup).where(ConsumerGroup.group_id.in_(due))
+            # Classic groups are swept by their protocol's rules (`classic.sweep`).
+            query = select(ConsumerGroup).where(
+                ConsumerGroup.group_id.in_(due),
+                ConsumerGroup.protocol_type.is_distinct_from(CLASSIC),
+            )
             if skipped:
                 query = query.where(ConsumerGroup.group_id.not_in(sorted(skipped)))
             group = (

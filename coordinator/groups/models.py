@@ -17,16 +17,20 @@ from sqlalchemy import (
     ForeignKeyConstraint,
     Index,
     Integer,
+    LargeBinary,
     String,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
 from coordinator.core.database import Base, FreeText
 
-# How a member talks to the coordinator (`GroupMember.protocol`); the coordinator assigns either
-# way, so both kinds share one group, as in Kafka 4's consumer groups with classic members.
-CONSUMER = "consumer"  # the REST heartbeat (KIP-848's shape)
-CLASSIC = "classic"  # Kafka's JoinGroup/SyncGroup/Heartbeat over the Kafka listener
+# A group's type (`ConsumerGroup.protocol_type`) and how a member talks to the coordinator
+# (`GroupMember.protocol`), as Kafka 4 has them: a consumer group is assigned by the coordinator
+# (REST heartbeats, KIP-848's shape; classic members joining it are assigned too, as Kafka's
+# consumer groups take classic members during an upgrade); a classic group runs Kafka's classic
+# protocol, where a leader among the members assigns (`coordinator.groups.classic`).
+CONSUMER = "consumer"
+CLASSIC = "classic"
 
 
 class GroupOffset(Base):
@@ -67,6 +71,20 @@ class ConsumerGroup(Base):
     subscribed_partitions: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_ms: Mapped[int] = mapped_column(BigInteger)
     updated_ms: Mapped[int] = mapped_column(BigInteger)
+    # A classic group only (`coordinator.groups.classic`); its generation is `group_epoch`.
+    # Kafka's state: Empty, PreparingRebalance, CompletingRebalance or Stable.
+    classic_state: Mapped[str | None] = mapped_column(String(24), nullable=True)
+    leader_id: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    # The protocol (assignor) chosen among the members' for the generation.
+    protocol_name: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    # PreparingRebalance: the join phase ends by then whoever joined; CompletingRebalance: the
+    # leader's SyncGroup is due by then.
+    phase_deadline_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # The initial rebalance of an empty group waits this long for more members (Kafka's
+    # group.initial.rebalance.delay.ms), extended by each new one up to the deadline.
+    join_wait_until_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+    __table_args__ = (Index("ix_consumer_groups_phase_deadline_ms", "phase_deadline_ms"),)
 
 
 class GroupMember(Base):
@@ -98,10 +116,25 @@ class GroupMember(Base):
     # listener); a classic member's chosen assignor (range, cooperative-sticky, ...).
     protocol: Mapped[str] = mapped_column(String(16), server_default=CONSUMER)
     assignor: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    # A member of a classic group: its group.instance.id (static membership), the protocols it
+    # supports ([[name, metadata as base64], ...], in its order of preference), what the leader
+    # assigned it this generation (opaque bytes; decoded into `assigned` where they are the
+    # consumer protocol's), and whether a JoinGroup or SyncGroup of it is waiting ("join",
+    # "sync"): such a member is not expired, as Kafka does not expire a parked request's member.
+    group_instance_id: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    classic_protocols: Mapped[list[list[str]] | None] = mapped_column(JSON, nullable=True)
+    classic_assignment: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    awaiting: Mapped[str | None] = mapped_column(String(8), nullable=True)
 
     __table_args__ = (
         Index("ix_group_members_session_deadline_ms", "session_deadline_ms"),
         Index("ix_group_members_revoke_deadline_ms", "revoke_deadline_ms"),
+        Index(
+            "ix_group_members_group_id_group_instance_id",
+            "group_id",
+            "group_instance_id",
+            unique=True,
+        ),
     )
 
 

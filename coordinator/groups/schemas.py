@@ -71,6 +71,11 @@ class MemberDescription(BaseModel):
     # Where the assignor wants the member to end up; equal to `assignment` once reconciled.
     target_assignment: list[TopicPartitionOut]
     last_heartbeat_at: str | None
+    # For Kafka's DescribeGroups only, not in API.md's answer: a classic member's instance id,
+    # its metadata for the group's protocol and the leader's assignment, as the client sent them.
+    group_instance_id: str | None = Field(default=None, exclude=True)
+    metadata: bytes | None = Field(default=None, exclude=True)
+    assignment_data: bytes | None = Field(default=None, exclude=True)
 
 
 class PartitionOffset(BaseModel):
@@ -93,6 +98,9 @@ class GroupDescription(BaseModel):
     assignment_epoch: int
     members: list[MemberDescription]
     offsets: list[PartitionOffset]
+    # For Kafka's DescribeGroups only: a classic group's state by Kafka's name, and its protocol.
+    classic_state: str | None = Field(default=None, exclude=True)
+    protocol_name: str | None = Field(default=None, exclude=True)
 
 
 class GroupSummary(BaseModel):
@@ -100,6 +108,8 @@ class GroupSummary(BaseModel):
     state: str
     type: str | None
     members: int
+    # For Kafka's ListGroups only: a classic group's state by Kafka's name.
+    classic_state: str | None = Field(default=None, exclude=True)
 
 
 class GroupList(BaseModel):

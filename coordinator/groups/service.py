@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from coordinator.core.clock import now_ms, rfc3339
 from coordinator.core.database import Database, upsert
 from coordinator.core.errors import CoordinatorError, InvalidRequest
+from coordinator.groups.classic import classic_metadata, classic_state
 from coordinator.groups.errors import (
     GroupIdNotFound,
     GroupSubscribedToTopic,
@@ -22,6 +23,7 @@ from coordinator.groups.errors import (
 from coordinator.groups.fencing import check_offset_commit
 from coordinator.groups.membership import GroupState, group_state, is_gone, load, lock_group
 from coordinator.groups.models import (
+    CLASSIC,
     ConsumerGroup,
     GroupMember,
     GroupOffset,
@@ -142,6 +144,10 @@ async def _describe(session: AsyncSession, state: GroupState, now: int) -> Group
     )
     alive = {m.member_id for m in live}
     owners = {tp: owner for tp, (owner, _) in state.owned.items() if owner in alive}
+    classic = group.protocol_type == CLASSIC
+    if classic:
+        # The leader assigns: what each member was given is what it owns.
+        owners = {(t, p): m.member_id for m in live for t, p in m.assigned}
     rows = await session.execute(
         select(
             GroupOffset.topic, GroupOffset.partition, GroupOffset.offset, Partition.high_watermark
@@ -169,8 +175,13 @@ async def _describe(session: AsyncSession, state: GroupState, now: int) -> Group
                 assignor=m.assignor,
                 subscribed_topics=list(m.subscribed_topics),
                 assignment=_partitions(m.assigned),
-                target_assignment=_partitions(state.target_of(m.member_id)),
+                target_assignment=_partitions(
+                    m.assigned if classic else state.target_of(m.member_id)
+                ),
                 last_heartbeat_at=rfc3339(m.last_heartbeat_ms),
+                group_instance_id=m.group_instance_id,
+                metadata=classic_metadata(m, group.protocol_name),
+                assignment_data=m.classic_assignment,
             )
             for m in live
         ],
@@ -185,6 +196,8 @@ async def _describe(session: AsyncSession, state: GroupState, now: int) -> Group
             )
             for topic, partition, offset, hw in rows
         ],
+        classic_state=classic_state(state, now),
+        protocol_name=group.protocol_name,
     )
 
 
@@ -253,6 +266,7 @@ async def list_groups(db: Database, visible: Callable[[str], bool]) -> GroupList
                 state=group_state(state, now),
                 type=group.protocol_type,
                 members=sum(not is_gone(m, now) for m in state.members.values()),
+                classic_state=classic_state(state, now),
             )
         )
     return GroupList(groups=summaries)

@@ -1,5 +1,6 @@
 """Background work of consumer groups: remove members whose session or rebalance timeout passed,
-so their partitions go to the others.
+so their partitions go to the others; end a classic group's phase whose deadline passed with no
+request left to end it.
 
 Runs in every service process; each group is claimed with SKIP LOCKED, so any number of processes
 share the sweep. Heartbeats remove a group's timed-out members too; this catches groups whose
@@ -13,12 +14,16 @@ import logging
 from coordinator.core.database import Database
 from coordinator.core.periodic import run_periodically
 from coordinator.core.settings import Settings
+from coordinator.groups import classic
 from coordinator.groups.membership import expire_members
 
 log = logging.getLogger("coordinator.sweeper")
 
 
-async def sweep_groups_once(db: Database) -> None:
+async def sweep_groups_once(db: Database, settings: Settings) -> None:
+    ticked = await classic.sweep(db, settings)
+    if ticked:
+        log.info("moved %d classic group(s) on: %s", len(ticked), ", ".join(ticked[:20]))
     removed = await expire_members(db)
     if removed:
         log.info(
@@ -30,4 +35,4 @@ async def sweep_groups_once(db: Database) -> None:
 
 async def run_group_sweeper(db: Database, settings: Settings) -> None:
     interval = settings.group_check_interval_ms / 1000
-    await run_periodically(interval, lambda: sweep_groups_once(db), log)
+    await run_periodically(interval, lambda: sweep_groups_once(db, settings), log)

@@ -19,6 +19,9 @@ import uuid
 from typing import Any
 
 from kio.schema.consumer_protocol_assignment.v0 import data as assignment_v0
+from kio.schema.consumer_protocol_assignment.v1 import data as assignment_v1
+from kio.schema.consumer_protocol_assignment.v2 import data as assignment_v2
+from kio.schema.consumer_protocol_assignment.v3 import data as assignment_v3
 from kio.schema.consumer_protocol_subscription.v0 import data as subscription_v0
 from kio.schema.consumer_protocol_subscription.v1 import data as subscription_v1
 from kio.schema.consumer_protocol_subscription.v2 import data as subscription_v2
@@ -26,9 +29,9 @@ from kio.schema.consumer_protocol_subscription.v3 import data as subscription_v3
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 
-from coordinator.groups import membership
+from coordinator.groups import classic, membership
 from coordinator.groups import service as groups_service
-from coordinator.groups.errors import FencedMemberEpoch, UnknownMemberId
+from coordinator.groups.errors import FencedMemberEpoch, MemberIdRequired, UnknownMemberId
 from coordinator.groups.models import CLASSIC
 from coordinator.groups.schemas import (
     JOIN_EPOCH,
@@ -45,6 +48,7 @@ from coordinator.kafka.wire import Request, milliseconds
 
 CONSUMER_PROTOCOL = "consumer"
 _SUBSCRIPTIONS = [subscription_v0, subscription_v1, subscription_v2, subscription_v3]
+_ASSIGNMENTS = [assignment_v0, assignment_v1, assignment_v2, assignment_v3]
 
 
 def parse_subscription(metadata: bytes) -> tuple[list[str], list[tuple[str, int]]]:
@@ -61,6 +65,17 @@ def parse_subscription(metadata: bytes) -> tuple[list[str], list[tuple[str, int]
         (tp.topic, p) for tp in getattr(subscription, "owned_partitions", ()) for p in tp.partitions
     ]
     return list(subscription.topics), owned
+
+
+def parse_assignment(data: bytes) -> list[tuple[str, int]]:
+    """The partitions of a ConsumerProtocolAssignment (what a leader gave a member), read as
+    the subscription is (lengths checked first)."""
+    if len(data) < 2:
+        return []  # an empty assignment
+    version = int.from_bytes(data[:2], "big", signed=True)
+    module = _ASSIGNMENTS[max(0, min(version, len(_ASSIGNMENTS) - 1))]
+    assignment, _ = guard.read(module.ConsumerProtocolAssignment, data, 2)
+    return [(tp.topic, p) for tp in assignment.assigned_partitions for p in tp.partitions]
 
 
 def encode_assignment(partitions: list[tuple[str, int]] | list[list[Any]]) -> bytes:
@@ -103,102 +118,186 @@ async def _beat(
     )
 
 
-async def join_group(client: Client, request: Request) -> Any:
-    reply, body = request.reply, request.body
-    assert client.access is not None
-    failed = {
+def _failed_join(member_id: str) -> dict[str, Any]:
+    return {
         "generation_id": -1,
         "protocol_name": "",
         "leader": "",
         "members": (),
         "protocol_type": CONSUMER_PROTOCOL,
+        "member_id": member_id,
     }
-    member_id = body.member_id
+
+
+async def join_group(client: Client, request: Request) -> Any:
+    reply, body = request.reply, request.body
+    assert client.access is not None
     try:
         client.access.group(body.group_id, "consumer")
         if body.protocol_type != CONSUMER_PROTOCOL or not body.protocols:
             return reply.body(
-                error_code=ErrorCode.inconsistent_group_protocol, member_id=member_id, **failed
+                error_code=ErrorCode.inconsistent_group_protocol, **_failed_join(body.member_id)
             )
-        if not member_id:
-            member_id = f"{client.client_id or 'kafka'}-{uuid.uuid4()}"[:255]
-            if request.version >= 4:
-                # KIP-394: the client joins again with the member id it was given.
-                return reply.body(
-                    error_code=ErrorCode.member_id_required, member_id=member_id, **failed
-                )
-        protocol = body.protocols[0]
         try:
-            topics, owned = parse_subscription(protocol.metadata)
+            topics, owned = parse_subscription(body.protocols[0].metadata)
         except Exception:
             return reply.body(
-                error_code=ErrorCode.inconsistent_group_protocol, member_id=member_id, **failed
+                error_code=ErrorCode.inconsistent_group_protocol, **_failed_join(body.member_id)
             )
         client.access.join(body.group_id, topics)
         session_ms = milliseconds(body.session_timeout)
         rebalance_ms = milliseconds(getattr(body, "rebalance_timeout", None))
-        common = {
-            "member_id": member_id,
-            "subscribed_topics": topics,
-            "session_timeout_ms": session_ms,
-            "rebalance_timeout_ms": rebalance_ms if rebalance_ms > 0 else session_ms,
-        }
-        known = await membership.member_of(client.db, body.group_id, member_id)
-        answer = None
-        if known is not None and known.member_epoch > 0:
-            try:
-                answer = await _beat(
-                    client,
-                    body.group_id,
-                    HeartbeatRequest.model_validate(
-                        {
-                            **common,
-                            "member_epoch": known.member_epoch,
-                            "owned_partitions": [{"topic": t, "partition": p} for t, p in owned],
-                        }
-                    ),
-                    protocol.name,
-                )
-            except (UnknownMemberId, FencedMemberEpoch):
-                answer = None
-        if answer is None:
+        joining = classic.JoinRequest(
+            group_id=body.group_id,
+            member_id=body.member_id,
+            group_instance_id=getattr(body, "group_instance_id", None),
+            protocols=tuple(classic.Protocol(p.name, bytes(p.metadata)) for p in body.protocols),
+            subscribed_topics=topics,
+            session_timeout_ms=session_ms,
+            rebalance_timeout_ms=rebalance_ms if rebalance_ms > 0 else session_ms,
+            client_id=client.client_id[:255] or "kafka",
+            client_host=client.client_host[:255],
+            require_known_member_id=request.version >= 4,
+        )
+        try:
+            answer = await classic.join(client.db, client.settings, joining)
+        except classic.NotClassic:
+            return await _join_consumer_group(client, request, joining, owned)
+    except MemberIdRequired as required:
+        return reply.body(
+            error_code=ErrorCode.member_id_required, **_failed_join(required.member_id)
+        )
+    except FAILURES as failure:
+        return reply.body(error_code=error_code(failure), **_failed_join(body.member_id))
+    return reply.body(
+        error_code=ErrorCode.none,
+        generation_id=answer.generation,
+        protocol_type=CONSUMER_PROTOCOL,
+        protocol_name=answer.protocol_name,
+        leader=answer.leader,
+        member_id=answer.member_id,
+        skip_assignment=False,
+        members=tuple(
+            reply(
+                "JoinGroupResponseMember",
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                metadata=m.metadata,
+            )
+            for m in answer.members
+        ),
+    )
+
+
+async def _join_consumer_group(
+    client: Client, request: Request, joining: classic.JoinRequest, owned: list[tuple[str, int]]
+) -> Any:
+    """A classic member of a consumer group that has members: the coordinator assigns it (as
+    Kafka 4's consumer groups take classic members during an upgrade), so nobody leads and
+    SyncGroup hands it its share; partitions move by the domain's rule, given up when the member
+    joins again without them. The generation is its member epoch."""
+    reply = request.reply
+    member_id = joining.member_id or f"{joining.client_id}-{uuid.uuid4()}"[:255]
+    if not joining.member_id and joining.require_known_member_id:
+        return reply.body(error_code=ErrorCode.member_id_required, **_failed_join(member_id))
+    protocol = joining.protocols[0].name
+    common = {
+        "member_id": member_id,
+        "subscribed_topics": joining.subscribed_topics,
+        "session_timeout_ms": joining.session_timeout_ms,
+        "rebalance_timeout_ms": joining.rebalance_timeout_ms,
+    }
+    known = await membership.member_of(client.db, joining.group_id, member_id)
+    answer = None
+    if known is not None and known.member_epoch > 0:
+        try:
             answer = await _beat(
                 client,
-                body.group_id,
-                HeartbeatRequest.model_validate({**common, "member_epoch": JOIN_EPOCH}),
-                protocol.name,
+                joining.group_id,
+                HeartbeatRequest.model_validate(
+                    {
+                        **common,
+                        "member_epoch": known.member_epoch,
+                        "owned_partitions": [{"topic": t, "partition": p} for t, p in owned],
+                    }
+                ),
+                protocol,
             )
-    except FAILURES as failure:
-        return reply.body(error_code=error_code(failure), member_id=member_id, **failed)
+        except (UnknownMemberId, FencedMemberEpoch):
+            answer = None
+    if answer is None:
+        answer = await _beat(
+            client,
+            joining.group_id,
+            HeartbeatRequest.model_validate({**common, "member_epoch": JOIN_EPOCH}),
+            protocol,
+        )
     return reply.body(
         error_code=ErrorCode.none,
         generation_id=answer.member_epoch,
         protocol_type=CONSUMER_PROTOCOL,
-        protocol_name=protocol.name,
-        # Nobody leads: the coordinator assigns, and SyncGroup answers each member its share.
+        protocol_name=protocol,
         leader="",
         member_id=member_id,
+        skip_assignment=False,
         members=(),
     )
+
+
+def _assignments(body: Any) -> dict[str, classic.Assignment]:
+    """The leader's SyncGroup assignments, with the partitions each names where they are the
+    consumer protocol's (a custom assignor's are opaque bytes to the coordinator)."""
+    given = {}
+    for each in getattr(body, "assignments", ()) or ():
+        data = bytes(each.assignment)
+        try:
+            partitions = parse_assignment(data)
+        except Exception:
+            partitions = None
+        given[each.member_id] = classic.Assignment(data, partitions)
+    return given
 
 
 async def sync_group(client: Client, request: Request) -> Any:
     body = request.body
     assert client.access is not None
-    extra = {"protocol_type": CONSUMER_PROTOCOL, "protocol_name": None}
+    failed = {"protocol_type": CONSUMER_PROTOCOL, "protocol_name": None, "assignment": b""}
     try:
         client.access.group(body.group_id, "consumer")
-        member = await membership.member_of(client.db, body.group_id, body.member_id)
-        if member is None:
-            return request.reply.body(
-                error_code=ErrorCode.unknown_member_id, assignment=b"", **extra
+        protocol_type = getattr(body, "protocol_type", None)
+        if protocol_type is not None and protocol_type != CONSUMER_PROTOCOL:
+            return request.reply.body(error_code=ErrorCode.inconsistent_group_protocol, **failed)
+        try:
+            protocol_name, assignment = await classic.sync(
+                client.db,
+                client.settings,
+                body.group_id,
+                body.member_id,
+                getattr(body, "group_instance_id", None),
+                body.generation_id,
+                getattr(body, "protocol_name", None),
+                _assignments(body),
             )
-        if member.member_epoch != body.generation_id:
-            return request.reply.body(
-                error_code=ErrorCode.illegal_generation, assignment=b"", **extra
-            )
+        except classic.NotClassic:
+            return await _sync_consumer_group(client, request)
     except FAILURES as failure:
-        return request.reply.body(error_code=error_code(failure), assignment=b"", **extra)
+        return request.reply.body(error_code=error_code(failure), **failed)
+    return request.reply.body(
+        error_code=ErrorCode.none,
+        assignment=assignment,
+        protocol_type=CONSUMER_PROTOCOL,
+        protocol_name=protocol_name,
+    )
+
+
+async def _sync_consumer_group(client: Client, request: Request) -> Any:
+    body = request.body
+    extra = {"protocol_type": CONSUMER_PROTOCOL, "protocol_name": None}
+    member = await membership.member_of(client.db, body.group_id, body.member_id)
+    if member is None:
+        return request.reply.body(error_code=ErrorCode.unknown_member_id, assignment=b"", **extra)
+    if member.member_epoch != body.generation_id:
+        return request.reply.body(error_code=ErrorCode.illegal_generation, assignment=b"", **extra)
     return request.reply.body(
         error_code=ErrorCode.none,
         assignment=encode_assignment(member.assigned),
@@ -212,24 +311,40 @@ async def heartbeat(client: Client, request: Request) -> Any:
     assert client.access is not None
     try:
         client.access.group(body.group_id, "consumer")
-        member = await membership.member_of(client.db, body.group_id, body.member_id)
-        # `owned_partitions` unset: a heartbeat never gives a partition up (the member may still
-        # be using everything it was given); joining again does.
-        answer = await _beat(
-            client,
-            body.group_id,
-            HeartbeatRequest.model_validate(
-                {
-                    "member_id": body.member_id,
-                    "member_epoch": body.generation_id,
-                    "session_timeout_ms": member.session_timeout_ms if member else None,
-                    "rebalance_timeout_ms": member.rebalance_timeout_ms if member else 300_000,
-                }
-            ),
-            member.assignor if member else None,
-        )
+        try:
+            await classic.heartbeat(
+                client.db,
+                client.settings,
+                body.group_id,
+                body.member_id,
+                getattr(body, "group_instance_id", None),
+                body.generation_id,
+            )
+        except classic.NotClassic:
+            return await _heartbeat_consumer_group(client, request)
     except FAILURES as failure:
         return request.reply.body(error_code=error_code(failure))
+    return request.reply.body(error_code=ErrorCode.none)
+
+
+async def _heartbeat_consumer_group(client: Client, request: Request) -> Any:
+    body = request.body
+    member = await membership.member_of(client.db, body.group_id, body.member_id)
+    # `owned_partitions` unset: a heartbeat never gives a partition up (the member may still
+    # be using everything it was given); joining again does.
+    answer = await _beat(
+        client,
+        body.group_id,
+        HeartbeatRequest.model_validate(
+            {
+                "member_id": body.member_id,
+                "member_epoch": body.generation_id,
+                "session_timeout_ms": member.session_timeout_ms if member else None,
+                "rebalance_timeout_ms": member.rebalance_timeout_ms if member else 300_000,
+            }
+        ),
+        member.assignor if member else None,
+    )
     if answer.member_epoch != body.generation_id:
         return request.reply.body(error_code=ErrorCode.rebalance_in_progress)
     return request.reply.body(error_code=ErrorCode.none)
@@ -239,30 +354,44 @@ async def leave_group(client: Client, request: Request) -> Any:
     reply, body = request.reply, request.body
     assert client.access is not None
     batched = hasattr(body, "members")  # version 3+
-    leaving = [m.member_id for m in body.members] if batched else [body.member_id]
-    codes = []
-    for member_id in leaving:
-        code = ErrorCode.none
+    leaving: list[tuple[str, str | None]] = (
+        [(m.member_id, m.group_instance_id) for m in body.members]
+        if batched
+        else [(body.member_id, None)]
+    )
+    try:
+        client.access.group(body.group_id, "consumer")
         try:
-            client.access.group(body.group_id, "consumer")
-            await _beat(
-                client,
-                body.group_id,
-                HeartbeatRequest(member_id=member_id, member_epoch=LEAVE_EPOCH),
-                None,
-            )
-        except FAILURES as failure:
-            code = error_code(failure)
-        codes.append(code)
+            refusals = await classic.leave(client.db, client.settings, body.group_id, leaving)
+            codes = [ErrorCode.none if r is None else error_code(r) for r in refusals]
+        except classic.NotClassic:
+            codes = [await _leave_consumer_group(client, body.group_id, m) for m, _ in leaving]
+    except FAILURES as failure:
+        if not batched:
+            return reply.body(error_code=error_code(failure))
+        return reply.body(error_code=error_code(failure), members=())
     if not batched:
         return reply.body(error_code=codes[0])
     return reply.body(
         error_code=ErrorCode.none,
         members=tuple(
-            reply("MemberResponse", member_id=m, group_instance_id=None, error_code=code)
-            for m, code in zip(leaving, codes, strict=True)
+            reply("MemberResponse", member_id=m, group_instance_id=i, error_code=code)
+            for (m, i), code in zip(leaving, codes, strict=True)
         ),
     )
+
+
+async def _leave_consumer_group(client: Client, group_id: str, member_id: str) -> ErrorCode:
+    try:
+        await _beat(
+            client,
+            group_id,
+            HeartbeatRequest(member_id=member_id, member_epoch=LEAVE_EPOCH),
+            None,
+        )
+    except FAILURES as failure:
+        return error_code(failure)
+    return ErrorCode.none
 
 
 def member_identity(body: Any) -> tuple[str | None, int | None]:
@@ -389,25 +518,25 @@ async def list_groups(client: Client, request: Request) -> Any:
     assert client.access is not None
     listed = await groups_service.list_groups(client.db, client.access.visible_group)
     wanted = set(getattr(body, "states_filter", ()) or ())
-    # Version 5's type filter (KIP-848): every group here is a consumer group (its classic
-    # members run the classic protocol in it, as Kafka 4's consumer groups take them).
+    # Version 5's type filter (KIP-848): classic groups run Kafka's classic protocol, the others
+    # (REST and KIP-848 members, or only offsets) are consumer groups.
     types = {t.lower() for t in getattr(body, "types_filter", ()) or ()}
-    if types and "consumer" not in types:
-        return reply.body(error_code=ErrorCode.none, groups=())
-    return reply.body(
-        error_code=ErrorCode.none,
-        groups=tuple(
+    answered = []
+    for g in listed.groups:
+        kind = "classic" if g.classic_state is not None else "consumer"
+        state = g.classic_state or g.state
+        if (types and kind not in types) or (wanted and state not in wanted):
+            continue
+        answered.append(
             reply(
                 "ListedGroup",
                 group_id=g.group_id,
                 protocol_type=CONSUMER_PROTOCOL,
-                group_state=g.state,
-                group_type="consumer",
+                group_state=state,
+                group_type=kind,
             )
-            for g in listed.groups
-            if not wanted or g.state in wanted
-        ),
-    )
+        )
+    return reply.body(error_code=ErrorCode.none, groups=tuple(answered))
 
 
 async def delete_groups(client: Client, request: Request) -> Any:
@@ -452,14 +581,20 @@ async def describe_groups(client: Client, request: Request) -> Any:
             )
             continue
         assignors = {m.assignor for m in d.members if m.assignor}
+        classic_group = d.classic_state is not None
         described.append(
             reply(
                 "DescribedGroup",
                 error_code=ErrorCode.none,
                 group_id=group_id,
-                group_state=d.state,
+                # A classic group by Kafka's classic states; a consumer group by API.md's.
+                group_state=d.classic_state if classic_group else d.state,
                 protocol_type=CONSUMER_PROTOCOL,
-                protocol_data=sorted(assignors)[0] if assignors else "",
+                protocol_data=(
+                    d.protocol_name or ""
+                    if classic_group
+                    else (sorted(assignors)[0] if assignors else "")
+                ),
                 authorized_operations=(
                     client.access.group_operations(group_id)
                     if getattr(body, "include_authorized_operations", False)
@@ -469,12 +604,18 @@ async def describe_groups(client: Client, request: Request) -> Any:
                     reply(
                         "DescribedGroupMember",
                         member_id=m.member_id,
-                        group_instance_id=None,
+                        group_instance_id=m.group_instance_id,
                         client_id=m.client_id,
                         client_host=m.client_host,
-                        member_metadata=encode_subscription(m.subscribed_topics),
-                        member_assignment=encode_assignment(
-                            [(a.topic, a.partition) for a in m.assignment]
+                        member_metadata=(
+                            m.metadata
+                            if m.metadata is not None
+                            else encode_subscription(m.subscribed_topics)
+                        ),
+                        member_assignment=(
+                            m.assignment_data
+                            if m.assignment_data is not None
+                            else encode_assignment([(a.topic, a.partition) for a in m.assignment])
                         ),
                     )
                     for m in d.members
