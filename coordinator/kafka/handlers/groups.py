@@ -1,15 +1,14 @@
 """Consumer groups over Kafka's classic protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup),
-offsets (OffsetCommit, OffsetFetch), ListGroups and DescribeGroups, on the same group state as
-the HTTP membership.
+offsets (OffsetCommit, OffsetFetch), ListGroups, DescribeGroups, DeleteGroups and OffsetDelete,
+on the same group state as the HTTP membership.
 
-A classic member is a member of the coordinator's group like any other: the coordinator assigns
-(as Kafka 4's coordinator does for classic members of a consumer group), and answers in the
-protocol the member chose (range, roundrobin, cooperative-sticky, ...). So no member is ever
-made leader; SyncGroup hands each member its own assignment. The generation is the member's
-epoch. Partitions move by the domain's rule, only after their owner gave them up: a classic
-member gives up what it no longer lists when it joins again (an eager member lists nothing, a
-cooperative one what it still owns), so a Heartbeat whose member's assignment changed answers
-REBALANCE_IN_PROGRESS and the member joins again.
+The protocol's rules are the groups domain's (`groups.classic`): these handlers read the
+consumer protocol's bytes (subscriptions, the leader's assignments) and translate. A classic
+member of a consumer group that has members (REST ones) is assigned by the coordinator instead
+(`groups.classic.NotClassic`), as Kafka 4's consumer groups take classic members during an
+upgrade: nobody leads, SyncGroup hands each its share, the generation is its member epoch, and a
+Heartbeat whose member's assignment changed answers REBALANCE_IN_PROGRESS so it joins again,
+giving up what it no longer lists.
 """
 
 from __future__ import annotations
