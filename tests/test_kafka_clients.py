@@ -231,7 +231,19 @@ def test_zombie_is_fenced_by_a_second_instance(broker: Broker) -> None:
     assert http_values(broker, topic, 0) == ["from the successor"]
 
 
-def test_consume_transform_produce_with_subscribe_is_exactly_once(broker: Broker) -> None:
+def group_protocol(protocol: str) -> dict[str, Any]:
+    """A confluent-kafka consumer's group settings: Kafka's classic protocol (the client's
+    leader assigns) or KIP-848's (`consumer`: the coordinator assigns; its timeouts are the
+    coordinator's, so the client may not set them)."""
+    if protocol == "consumer":
+        return {"group.protocol": "consumer"}
+    return {"heartbeat.interval.ms": 100, "session.timeout.ms": 6000}
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_consume_transform_produce_with_subscribe_is_exactly_once(
+    broker: Broker, protocol: str
+) -> None:
     source = create_topic(broker, partitions=2)
     sink = create_topic(broker, partitions=2)
     for p in (0, 1):
@@ -245,8 +257,7 @@ def test_consume_transform_produce_with_subscribe_is_exactly_once(broker: Broker
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
-                "heartbeat.interval.ms": 100,
-                "session.timeout.ms": 6000,
+                **group_protocol(protocol),
             },
         )
     )
@@ -531,6 +542,36 @@ def test_a_second_member_with_the_same_instance_id_fences_the_first(broker: Brok
     assert len(members) == 1
     first.close()
     second.close()
+
+
+def test_kip_848_consumers_split_the_partitions_and_one_leaves(broker: Broker) -> None:
+    topic = create_topic(broker, partitions=4)
+    group = f"k848-{topic}"
+
+    def member() -> ck.Consumer:
+        consumer = ck.Consumer(
+            confluent_config(broker, **{"group.id": group, "group.protocol": "consumer"})
+        )
+        consumer.subscribe([topic])
+        return consumer
+
+    a, b = member(), member()
+
+    def split() -> bool:
+        mine, theirs = _owned(a, b)
+        return len(mine) == len(theirs) == 2 and not mine & theirs
+
+    until(split, "the two to split four partitions")
+    description = httpx.get(f"{broker.url}/v1/groups/{group}").json()
+    assert description["type"] == "consumer"
+    assert {m["protocol"] for m in description["members"]} == {"consumer"}
+    admin = cka.AdminClient(confluent_config(broker))  # held: its futures need it alive
+    described = admin.describe_consumer_groups([group])[group].result(DEADLINE_S)
+    assert described.type == ck.ConsumerGroupType.CONSUMER
+    assert sorted(len(m.assignment.topic_partitions) for m in described.members) == [2, 2]
+    b.close()
+    until(lambda: _owned(a)[0] == {0, 1, 2, 3}, "the one left to own everything")
+    a.close()
 
 
 def test_admin_client_describes_the_cluster_and_lists_and_deletes_groups(broker: Broker) -> None:

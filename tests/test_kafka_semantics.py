@@ -5,6 +5,7 @@ partition on its own; a manual replica assignment naming this one broker is take
 from __future__ import annotations
 
 import datetime
+import uuid
 from typing import Any
 
 import pytest
@@ -498,3 +499,57 @@ async def test_authorized_operations_follow_the_principal_s_rights(
     assert await operations("reader", "reader-token-1", True) == bits(3, 8, 10)
     assert await operations("ops", "admin-token-1", True) == bits(3, 4, 5, 6, 7, 8, 10, 11)
     assert await operations("reader", "reader-token-1", False) == -(2**31)
+
+
+async def test_a_topic_recreated_under_its_name_has_a_new_id_and_ids_name_topics(
+    listener: KafkaListener,
+) -> None:
+    # KIP-516: Metadata v10+ answers each topic's id, v12 takes an id for a name, DeleteTopics
+    # v6 deletes by id; a topic deleted and created again is a new topic to a client.
+    connection = await connect(listener)
+    metadata: Any = __import__("kio.schema.metadata.v12.request", fromlist=["x"])
+    delete: Any = __import__("kio.schema.delete_topics.v6.request", fromlist=["x"])
+    no_id = uuid.UUID(int=0)
+
+    async def topic_id(name: str) -> uuid.UUID:
+        answer = await connection.call(
+            3,
+            12,
+            topics=(metadata.MetadataRequestTopic(topic_id=no_id, name=name),),
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+        assert answer.topics[0].error_code == ErrorCode.none
+        found: uuid.UUID = answer.topics[0].topic_id
+        return found
+
+    await log_service.create_topic(listener.db, CreateTopic(name="again", partitions=2))
+    first = await topic_id("again")
+    assert first != no_id
+    by_id = await connection.call(
+        3,
+        12,
+        topics=(metadata.MetadataRequestTopic(topic_id=first, name=None),),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    assert [(t.name, len(t.partitions)) for t in by_id.topics] == [("again", 2)]
+    deleted = await connection.call(
+        20,
+        6,
+        topics=(delete.DeleteTopicState(name=None, topic_id=first),),
+        timeout=datetime.timedelta(seconds=5),
+    )
+    assert [(r.name, r.error_code) for r in deleted.responses] == [("again", ErrorCode.none)]
+    await log_service.create_topic(listener.db, CreateTopic(name="again", partitions=1))
+    assert await topic_id("again") not in (first, no_id)
+    gone = await connection.call(
+        3,
+        12,
+        topics=(metadata.MetadataRequestTopic(topic_id=first, name=None),),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    assert [(t.topic_id, t.error_code) for t in gone.topics] == [
+        (first, ErrorCode.unknown_topic_id)
+    ]

@@ -135,13 +135,18 @@ def test_record_batch_migration_reads_every_old_record_back_unchanged(empty_stor
 
     import httpx
     from alembic import command
+    from sqlalchemy import column as column_of
     from sqlalchemy import insert
+    from sqlalchemy import table as table_of_columns
 
     from coordinator.core.app import create_app
     from coordinator.core.migrate import alembic_config
     from coordinator.log import recordbatch as rb
     from coordinator.log import service
-    from coordinator.log.models import Batch, Partition, Topic
+    from coordinator.log.models import Batch, Partition
+
+    def table_of(name: str, *columns: str) -> Any:
+        return table_of_columns(name, *(column_of(c) for c in columns))
 
     migration = _migration("2026_11_24_1100_record_batches.py")
     command.upgrade(alembic_config(empty_store), migration.down_revision)
@@ -152,7 +157,9 @@ def test_record_batch_migration_reads_every_old_record_back_unchanged(empty_stor
         try:
             async with engine.begin() as connection:
                 topic = {"name": "t", "partitions": 1, "created_at": datetime.now(UTC)}
-                await connection.execute(insert(Topic.__table__), [topic])
+                # The topics table as it was then (the model's has columns added since).
+                topics = table_of("topics", "name", "partitions", "created_at")
+                await connection.execute(insert(topics), [topic])
                 await connection.execute(
                     insert(Partition.__table__),
                     [{"topic": "t", "partition": 0, "log_start_offset": 0, "high_watermark": 8}],

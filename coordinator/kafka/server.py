@@ -176,7 +176,9 @@ class KafkaListener:
         except Exception:
             # A bug: nothing is answered for the request (the client sees the connection close
             # and retries); it is logged so it gets fixed.
-            log.exception("Kafka request from %s failed", client.client_host)
+            log.exception(
+                "Kafka request from %s failed (%s)", client.client_host, client.last_request
+            )
         finally:
             self._per_address[client.client_host] -= 1
             if not self._per_address[client.client_host]:

@@ -48,7 +48,7 @@ SUPPORTED: Mapping[int, tuple[int, int]] = {
     17: (0, 1),  # SaslHandshake
     18: (0, 3),  # ApiVersions
     19: (2, 7),  # CreateTopics
-    20: (1, 5),  # DeleteTopics
+    20: (1, 6),  # DeleteTopics
     21: (0, 2),  # DeleteRecords
     22: (0, 4),  # InitProducerId
     24: (0, 3),  # AddPartitionsToTxn
@@ -69,6 +69,8 @@ SUPPORTED: Mapping[int, tuple[int, int]] = {
     61: (0, 0),  # DescribeProducers
     65: (0, 0),  # DescribeTransactions
     66: (0, 1),  # ListTransactions
+    68: (0, 1),  # ConsumerGroupHeartbeat (KIP-848)
+    69: (0, 0),  # ConsumerGroupDescribe (KIP-848)
 }
 
 API_VERSIONS = 18

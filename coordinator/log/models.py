@@ -8,6 +8,7 @@ control batch); a per-partition counter row whose lock serialises appends; produ
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 
 from sqlalchemy import (
@@ -22,6 +23,7 @@ from sqlalchemy import (
     SmallInteger,
     String,
     Text,
+    Uuid,
     text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
@@ -38,6 +40,11 @@ class Topic(Base):
     # The configs set on this topic (JSON object of Kafka names to string values; see `configs`),
     # read by the produce path in the statement that locks the partition.
     configs: Mapped[str] = mapped_column(Text, server_default="{}")
+    # Kafka's topic id: a new one for every topic created, so a topic deleted and created again
+    # under its name is a new topic to a client (Metadata v10+, KIP-848's assignments).
+    topic_id: Mapped[uuid.UUID] = mapped_column(Uuid, default=uuid.uuid4)
+
+    __table_args__ = (Index("ix_topics_topic_id", "topic_id", unique=True),)
 
 
 class Partition(Base):

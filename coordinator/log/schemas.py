@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
+from uuid import UUID
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -74,6 +75,8 @@ class DeletedTopic(BaseModel):
 class TopicSummary(BaseModel):
     name: str
     partitions: int
+    # Kafka's topic id, for the Kafka door (not in API.md's answer).
+    topic_id: UUID | None = Field(default=None, exclude=True)
 
 
 class TopicList(BaseModel):

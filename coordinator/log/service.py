@@ -21,6 +21,7 @@ import asyncio
 import base64
 import binascii
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -112,14 +113,14 @@ async def create_topic(db: Database, body: CreateTopic) -> TopicSummary:
             exists = await session.scalar(select(Topic.name).where(Topic.name == body.name))
             if exists is not None:
                 raise TopicAlreadyExists(f"topic {body.name!r} already exists")
-            session.add(
-                Topic(
-                    name=body.name,
-                    partitions=body.partitions,
-                    created_at=datetime.now(UTC),
-                    configs=topic_configs,
-                )
+            topic = Topic(
+                name=body.name,
+                partitions=body.partitions,
+                created_at=datetime.now(UTC),
+                configs=topic_configs,
+                topic_id=uuid.uuid4(),
             )
+            session.add(topic)
             await session.flush()
             await session.execute(
                 insert(Partition),
@@ -131,7 +132,7 @@ async def create_topic(db: Database, body: CreateTopic) -> TopicSummary:
     except IntegrityError:
         # Another process created it between our check and our insert.
         raise TopicAlreadyExists(f"topic {body.name!r} already exists") from None
-    return TopicSummary(name=body.name, partitions=body.partitions)
+    return TopicSummary(name=body.name, partitions=body.partitions, topic_id=topic.topic_id)
 
 
 async def grow_topic(db: Database, name: str, count: int, *, validate_only: bool = False) -> int:
@@ -166,9 +167,11 @@ async def grow_topic(db: Database, name: str, count: int, *, validate_only: bool
 
 async def list_topics(db: Database) -> TopicList:
     async with db.read() as session:
-        rows = (await session.execute(select(Topic.name, Topic.partitions))).all()
+        rows = (await session.execute(select(Topic.name, Topic.partitions, Topic.topic_id))).all()
     # Sorted here, by code point: a database's collation would make the order differ by store.
-    return TopicList(topics=[TopicSummary(name=n, partitions=p) for n, p in sorted(rows)])
+    return TopicList(
+        topics=[TopicSummary(name=n, partitions=p, topic_id=i) for n, p, i in sorted(rows)]
+    )
 
 
 async def describe_topic(db: Database, name: str) -> TopicDescription:

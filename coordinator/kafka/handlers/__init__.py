@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from coordinator.kafka.connection import Handler
-from coordinator.kafka.handlers import cluster, groups, records, sasl, topics, transactions
+from coordinator.kafka.handlers import (
+    cluster,
+    consumer_groups,
+    groups,
+    records,
+    sasl,
+    topics,
+    transactions,
+)
 
 HANDLERS: dict[int, Handler] = {
     0: records.produce,
@@ -43,4 +51,6 @@ HANDLERS: dict[int, Handler] = {
     61: transactions.describe_producers,
     65: transactions.describe_transactions,
     66: transactions.list_transactions,
+    68: consumer_groups.consumer_group_heartbeat,
+    69: consumer_groups.consumer_group_describe,
 }

@@ -31,8 +31,33 @@ def _api_keys(reply: Reply) -> tuple[Any, ...]:
     )
 
 
+# Features finalized as Kafka 4 advertises them (ApiVersions v3+), where this listener serves
+# what they stand for: group.version 1 is KIP-848's consumer groups (ConsumerGroupHeartbeat).
+# transaction.version 2 is not advertised: its protocol (EndTxn v5, Produce v12 adding partitions
+# itself) is not served here, and a client told it is on would use it (the HTTP door is TV2).
+FEATURES = {"group.version": 1}
+
+
 async def api_versions(client: Client, request: Request) -> Any:
-    return request.reply.body(error_code=ErrorCode.none, api_keys=_api_keys(request.reply))
+    reply = request.reply
+    if request.version < 3:
+        return reply.body(error_code=ErrorCode.none, api_keys=_api_keys(reply))
+    return reply.body(
+        error_code=ErrorCode.none,
+        api_keys=_api_keys(reply),
+        supported_features=tuple(
+            reply("SupportedFeatureKey", name=name, min_version=0, max_version=level)
+            for name, level in sorted(FEATURES.items())
+        ),
+        finalized_features_epoch=1,
+        finalized_features=tuple(
+            reply(
+                "FinalizedFeatureKey", name=name, max_version_level=level, min_version_level=level
+            )
+            for name, level in sorted(FEATURES.items())
+        ),
+        zk_migration_ready=False,
+    )
 
 
 def unsupported_api_versions() -> Any:
@@ -77,11 +102,49 @@ async def metadata(client: Client, request: Request) -> Any:
             raise  # no answer can say "all topics, none known": the client retries elsewhere
         listed = None
     known = {t.name: t.partitions for t in listed.topics} if listed else {}
+    ids = {t.name: t.topic_id or _NO_TOPIC_ID for t in listed.topics} if listed else {}
+    by_id = {topic_id: name for name, topic_id in ids.items()}
+    unknown_ids: list[uuid.UUID] = []
+    refused_ids: list[uuid.UUID] = []
     if all_topics:
         names = sorted(name for name in known if client.access.visible_topic(name))
     else:
-        names = [t.name for t in body.topics if t.name is not None]
-    topics = []
+        names = []
+        for asked in body.topics:
+            if asked.name is not None:
+                names.append(asked.name)
+            elif request.version >= 12 and asked.topic_id in by_id:
+                # Metadata v12+ may name a topic by its id alone (KIP-516).
+                names.append(by_id[asked.topic_id])
+            elif request.version >= 12:
+                if listed is not None:
+                    unknown_ids.append(asked.topic_id)
+            else:
+                # Below v12 a topic cannot be asked for by its id, nor answered without a name.
+                refused_ids.append(asked.topic_id)
+    topics = [
+        reply(
+            "MetadataResponseTopic",
+            error_code=ErrorCode.unknown_topic_id,
+            name=None,
+            topic_id=topic_id,
+            is_internal=False,
+            topic_authorized_operations=NOT_ASKED,
+            partitions=(),
+        )
+        for topic_id in unknown_ids
+    ] + [
+        reply(
+            "MetadataResponseTopic",
+            error_code=ErrorCode.invalid_request,
+            name="",
+            topic_id=topic_id,
+            is_internal=False,
+            topic_authorized_operations=NOT_ASKED,
+            partitions=(),
+        )
+        for topic_id in refused_ids
+    ]
     for name in names:
         if not client.access.visible_topic(name):
             error, partitions = ErrorCode.topic_authorization_failed, 0
@@ -90,6 +153,9 @@ async def metadata(client: Client, request: Request) -> Any:
             error, partitions = ErrorCode.leader_not_available, 0
         elif name not in known:
             error, partitions = await _auto_create(client, request, name)
+            if error is ErrorCode.none:
+                created = await log_service.list_topics(client.db)
+                ids.update((t.name, t.topic_id or _NO_TOPIC_ID) for t in created.topics)
         else:
             error, partitions = ErrorCode.none, known[name]
         topics.append(
@@ -97,7 +163,7 @@ async def metadata(client: Client, request: Request) -> Any:
                 "MetadataResponseTopic",
                 error_code=error,
                 name=name,
-                topic_id=_NO_TOPIC_ID,
+                topic_id=ids.get(name, _NO_TOPIC_ID),
                 is_internal=False,
                 topic_authorized_operations=(
                     client.access.topic_operations(name)

@@ -34,6 +34,7 @@ async def create_topics(client: Client, request: Request) -> Any:
     for topic in body.topics:
         partitions = 1 if topic.num_partitions == -1 else topic.num_partitions
         answer = outcome()
+        topic_id = _NO_TOPIC_ID
         try:
             client.access.cluster()
             if topic.replication_factor not in (-1, 1):
@@ -61,7 +62,8 @@ async def create_topics(client: Client, request: Request) -> Any:
                     )
             else:
                 client.quota.admit(client.access.name, spec.partitions)
-                await log_service.create_topic(client.db, spec)
+                created = await log_service.create_topic(client.db, spec)
+                topic_id = created.topic_id or _NO_TOPIC_ID
         except FAILURES as failure:
             answer = outcome(failure)
             if isinstance(failure, ThrottlingQuotaExceeded):
@@ -71,7 +73,7 @@ async def create_topics(client: Client, request: Request) -> Any:
             reply(
                 "CreatableTopicResult",
                 name=topic.name,
-                topic_id=_NO_TOPIC_ID,
+                topic_id=topic_id,
                 num_partitions=partitions if ok else -1,
                 replication_factor=1 if ok else -1,
                 configs=(),
@@ -136,15 +138,35 @@ async def create_partitions(client: Client, request: Request) -> Any:
 async def delete_topics(client: Client, request: Request) -> Any:
     reply, body = request.reply, request.body
     assert client.access is not None
+    if hasattr(body, "topics"):
+        # Version 6+ (KIP-516): a topic by name or by its id.
+        asked = [(t.name, t.topic_id) for t in body.topics]
+    else:
+        asked = [(name, None) for name in body.topic_names]
+    by_id: dict[uuid.UUID, str] = {}
+    if any(name is None for name, _ in asked):
+        listed = await log_service.list_topics(client.db)
+        by_id = {t.topic_id: t.name for t in listed.topics if t.topic_id is not None}
     results = []
-    for name in body.topic_names:
+    for name, topic_id in asked:
         answer = outcome()
         try:
             client.access.cluster()
+            if name is None:
+                if topic_id not in by_id:
+                    raise Refused(ErrorCode.unknown_topic_id, f"no topic has id {topic_id}")
+                name = by_id[topic_id]
             await log_service.delete_topic(client.db, name)
         except FAILURES as failure:
             answer = outcome(failure)
-        results.append(reply("DeletableTopicResult", name=name, **answer))
+        results.append(
+            reply(
+                "DeletableTopicResult",
+                name=name,
+                topic_id=topic_id or _NO_TOPIC_ID,
+                **answer,
+            )
+        )
     return reply.body(responses=tuple(results))
 
 

@@ -1,0 +1,197 @@
+"""KIP-848's consumer group protocol over Kafka's wire (ConsumerGroupHeartbeat v0-v1,
+ConsumerGroupDescribe v0): thin over the membership the REST heartbeat already runs (it has
+KIP-848's shape), translating topic ids to names and back. librdkafka's
+`group.protocol=consumer` speaks it.
+
+A member id is the client's (v1, KIP-1082) or, joining under v0 without one, made here. A
+subscription by regular expression is resolved against the topics at each heartbeat (Python's
+`re`, where Kafka uses RE2/J: anchored at both ends as Kafka matches, at most 256 characters).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from coordinator.groups import membership
+from coordinator.groups import service as groups_service
+from coordinator.groups.models import CONSUMER
+from coordinator.groups.schemas import LEAVE_EPOCH, HeartbeatRequest
+from coordinator.kafka.connection import Client
+from coordinator.kafka.errors import FAILURES, Refused, error_code, message
+from coordinator.kafka.handlers.cluster import NOT_ASKED
+from coordinator.kafka.wire import Request, milliseconds
+from coordinator.log import service as log_service
+
+# -2: a static member leaving for now (KIP-848); it leaves here (no static membership yet).
+_STATIC_LEAVE_EPOCH = -2
+_MAX_REGEX = 256
+
+
+async def _topic_ids(client: Client) -> tuple[dict[str, uuid.UUID], dict[uuid.UUID, str]]:
+    listed = await log_service.list_topics(client.db)
+    ids = {t.name: t.topic_id for t in listed.topics if t.topic_id is not None}
+    return ids, {topic_id: name for name, topic_id in ids.items()}
+
+
+def _matching(pattern: str, names: list[str]) -> list[str]:
+    if len(pattern) > _MAX_REGEX:
+        raise Refused(ErrorCode.invalid_regular_expression, "at most 256 characters")
+    try:
+        compiled = re.compile(pattern)
+    except re.error as exc:
+        raise Refused(ErrorCode.invalid_regular_expression, str(exc)) from None
+    return [name for name in names if compiled.fullmatch(name)]
+
+
+async def consumer_group_heartbeat(client: Client, request: Request) -> Any:
+    reply, body = request.reply, request.body
+    assert client.access is not None
+    member_id = body.member_id or str(uuid.uuid4())
+    failed = {"member_id": body.member_id or None, "member_epoch": -1, "heartbeat_interval": 0}
+    try:
+        client.access.group(body.group_id, "consumer")
+        names, by_id = await _topic_ids(client)
+        topics = body.subscribed_topic_names
+        regex = getattr(body, "subscribed_topic_regex", None)
+        if regex:
+            topics = tuple(_matching(regex, sorted(names)))
+        if topics is not None:
+            client.access.join(body.group_id, topics)
+        leaving = body.member_epoch in (LEAVE_EPOCH, _STATIC_LEAVE_EPOCH)
+        beat = {
+            "member_id": member_id,
+            "member_epoch": LEAVE_EPOCH if leaving else body.member_epoch,
+            "rebalance_timeout_ms": max(1, milliseconds(body.rebalance_timeout)),
+        }
+        if topics is not None:
+            beat["subscribed_topics"] = list(topics)
+        if body.topic_partitions is not None:
+            beat["owned_partitions"] = [
+                {"topic": by_id[tp.topic_id], "partition": p}
+                for tp in body.topic_partitions
+                if tp.topic_id in by_id
+                for p in tp.partitions
+            ]
+        answer = await membership.heartbeat(
+            client.db,
+            client.settings,
+            body.group_id,
+            HeartbeatRequest.model_validate(beat),
+            client.client_id[:255] or "kafka",
+            client.client_host[:255],
+            protocol=CONSUMER,
+        )
+    except FAILURES as failure:
+        return reply.body(
+            error_code=error_code(failure),
+            error_message=message(failure),
+            assignment=None,
+            **failed,
+        )
+    assigned: dict[str, list[int]] = {}
+    for tp in answer.assignment:
+        assigned.setdefault(tp.topic, []).append(tp.partition)
+    return reply.body(
+        error_code=ErrorCode.none,
+        error_message=None,
+        member_id=member_id,
+        member_epoch=answer.member_epoch,
+        heartbeat_interval=answer.heartbeat_interval_ms,
+        assignment=None
+        if leaving
+        else reply(
+            "Assignment",
+            topic_partitions=tuple(
+                reply("TopicPartitions", topic_id=names[topic], partitions=tuple(partitions))
+                for topic, partitions in sorted(assigned.items())
+                if topic in names
+            ),
+        ),
+    )
+
+
+async def consumer_group_describe(client: Client, request: Request) -> Any:
+    reply, body = request.reply, request.body
+    assert client.access is not None
+    names, _ = await _topic_ids(client)
+
+    def assignment(partitions: Any) -> Any:
+        by_topic: dict[str, list[int]] = {}
+        for tp in partitions:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        return reply(
+            "Assignment",
+            topic_partitions=tuple(
+                reply(
+                    "TopicPartitions",
+                    topic_id=names.get(topic, uuid.UUID(int=0)),
+                    topic_name=topic,
+                    partitions=tuple(sorted(ps)),
+                )
+                for topic, ps in sorted(by_topic.items())
+            ),
+        )
+
+    described = []
+    for group_id in body.group_ids:
+        try:
+            client.access.group(group_id, "consumer")
+            d = await groups_service.describe(client.db, group_id)
+            if d.classic_state is not None:
+                raise Refused(ErrorCode.group_id_not_found, f"{group_id!r} is a classic group")
+        except FAILURES as failure:
+            described.append(
+                reply(
+                    "DescribedGroup",
+                    error_code=error_code(failure),
+                    error_message=message(failure),
+                    group_id=group_id,
+                    group_state="Dead",
+                    group_epoch=-1,
+                    assignment_epoch=-1,
+                    assignor_name="",
+                    members=(),
+                    authorized_operations=NOT_ASKED,
+                )
+            )
+            continue
+        described.append(
+            reply(
+                "DescribedGroup",
+                error_code=ErrorCode.none,
+                error_message=None,
+                group_id=group_id,
+                # Kafka's consumer group states, by their lower-case names.
+                group_state=d.state.lower(),
+                group_epoch=d.group_epoch,
+                assignment_epoch=d.assignment_epoch,
+                assignor_name="uniform",
+                authorized_operations=(
+                    client.access.group_operations(group_id)
+                    if body.include_authorized_operations
+                    else NOT_ASKED
+                ),
+                members=tuple(
+                    reply(
+                        "Member",
+                        member_id=m.member_id,
+                        instance_id=None,
+                        rack_id=None,
+                        member_epoch=m.member_epoch,
+                        client_id=m.client_id,
+                        client_host=m.client_host,
+                        subscribed_topic_names=tuple(m.subscribed_topics),
+                        subscribed_topic_regex=None,
+                        assignment=assignment(m.assignment),
+                        target_assignment=assignment(m.target_assignment),
+                        member_type=1 if m.protocol == CONSUMER else 0,
+                    )
+                    for m in d.members
+                ),
+            )
+        )
+    return reply.body(groups=tuple(described))
