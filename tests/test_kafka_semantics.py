@@ -553,3 +553,42 @@ async def test_a_topic_recreated_under_its_name_has_a_new_id_and_ids_name_topics
     assert [(t.topic_id, t.error_code) for t in gone.topics] == [
         (first, ErrorCode.unknown_topic_id)
     ]
+    # Fetch v13+ names topics by id: the recreated topic is read by its new id only.
+    fetch: Any = __import__("kio.schema.fetch.v16.request", fromlist=["x"])
+
+    async def fetched(topic_id: uuid.UUID) -> Any:
+        answer = await connection.call(
+            1,
+            16,
+            cluster_id=None,
+            replica_state=fetch.ReplicaState(),
+            max_wait=datetime.timedelta(0),
+            min_bytes=1,
+            max_bytes=1 << 20,
+            isolation_level=1,
+            session_id=0,
+            session_epoch=-1,
+            topics=(
+                fetch.FetchTopic(
+                    topic_id=topic_id,
+                    partitions=(
+                        fetch.FetchPartition(
+                            partition=0,
+                            current_leader_epoch=-1,
+                            fetch_offset=0,
+                            last_fetched_epoch=-1,
+                            log_start_offset=-1,
+                            partition_max_bytes=1 << 20,
+                        ),
+                    ),
+                ),
+            ),
+            forgotten_topics_data=(),
+            rack_id="",
+        )
+        return answer.responses[0]
+
+    stale = await fetched(first)
+    assert (stale.topic_id, stale.partitions[0].error_code) == (first, ErrorCode.unknown_topic_id)
+    current = await fetched(await topic_id("again"))
+    assert current.partitions[0].error_code == ErrorCode.none

@@ -33,7 +33,7 @@ from coordinator.kafka import guard
 # (EndTxn 5+, InitProducerId 5+: the clients here speak version 1).
 SUPPORTED: Mapping[int, tuple[int, int]] = {
     0: (3, 9),  # Produce
-    1: (4, 12),  # Fetch
+    1: (4, 17),  # Fetch
     2: (1, 7),  # ListOffsets
     3: (1, 12),  # Metadata
     8: (2, 8),  # OffsetCommit

@@ -73,9 +73,10 @@ async def fetch(client: Client, request: Request) -> Any:
     body = request.body
     deadline = time.monotonic() + milliseconds(body.max_wait) / 1000
     min_bytes = max(1, body.min_bytes)
+    names = [t.topic for t in body.topics] if request.version < 13 else await _names(client, body)
     while True:
         _appended.clear()
-        topics, size = await _fetch_once(client, request)
+        topics, size = await _fetch_once(client, request, names)
         remaining = deadline - time.monotonic()
         if size >= min_bytes or remaining <= 0 or client.closing.is_set():
             break
@@ -84,7 +85,17 @@ async def fetch(client: Client, request: Request) -> Any:
     return request.reply.body(error_code=ErrorCode.none, session_id=0, responses=topics)
 
 
-async def _fetch_once(client: Client, request: Request) -> tuple[tuple[Any, ...], int]:
+async def _names(client: Client, body: Any) -> list[str | None]:
+    """Fetch v13+ names its topics by id (KIP-516): a topic deleted and created again under its
+    name is another id, UNKNOWN_TOPIC_ID to a client still fetching the old one."""
+    listed = await log_service.list_topics(client.db)
+    by_id = {t.topic_id: t.name for t in listed.topics}
+    return [by_id.get(t.topic_id) for t in body.topics]
+
+
+async def _fetch_once(
+    client: Client, request: Request, names: list[str | None]
+) -> tuple[tuple[Any, ...], int]:
     reply, body = request.reply, request.body
     assert client.access is not None
     read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
@@ -92,7 +103,7 @@ async def _fetch_once(client: Client, request: Request) -> tuple[tuple[Any, ...]
     budget = min(budget, client.settings.fetch_max_bytes)
     total = 0
     topics = []
-    for topic in body.topics:
+    for topic, name in zip(body.topics, names, strict=True):
         partitions = []
         for asked in topic.partitions:
             answer: dict[str, Any] = {
@@ -102,13 +113,17 @@ async def _fetch_once(client: Client, request: Request) -> tuple[tuple[Any, ...]
                 "aborted_transactions": (),
                 "records": b"",
             }
+            if name is None:
+                answer["error_code"] = ErrorCode.unknown_topic_id
+                partitions.append(reply("PartitionData", partition_index=asked.partition, **answer))
+                continue
             try:
-                client.access.fetch(topic.topic)
+                client.access.fetch(name)
                 if total >= budget:
                     # Over the fetch's budget: where the partition stands, no data (Kafka's way).
                     fetched = await log_service.fetch_batches(
                         client.db,
-                        topic.topic,
+                        name,
                         asked.partition,
                         asked.fetch_offset,
                         max_bytes=1,
@@ -124,7 +139,7 @@ async def _fetch_once(client: Client, request: Request) -> tuple[tuple[Any, ...]
                     # client always makes progress (Kafka's rule).
                     fetched = await log_service.fetch_batches(
                         client.db,
-                        topic.topic,
+                        name,
                         asked.partition,
                         asked.fetch_offset,
                         max_bytes=max(1, min(asked.partition_max_bytes, budget - total)),
@@ -142,7 +157,7 @@ async def _fetch_once(client: Client, request: Request) -> tuple[tuple[Any, ...]
                         reply("AbortedTransaction", producer_id=pid, first_offset=first)
                         for pid, first in await log_service.aborted_transactions(
                             client.db,
-                            topic.topic,
+                            name,
                             asked.partition,
                             asked.fetch_offset,
                             fetched.next_offset,
@@ -160,7 +175,12 @@ async def _fetch_once(client: Client, request: Request) -> tuple[tuple[Any, ...]
                 answer["error_code"] = error_code(failure)
             partitions.append(reply("PartitionData", partition_index=asked.partition, **answer))
         topics.append(
-            reply("FetchableTopicResponse", topic=topic.topic, partitions=tuple(partitions))
+            reply(
+                "FetchableTopicResponse",
+                topic=name or "",
+                topic_id=getattr(topic, "topic_id", None),
+                partitions=tuple(partitions),
+            )
         )
     return tuple(topics), total
 
