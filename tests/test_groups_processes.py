@@ -221,3 +221,59 @@ def test_members_start_in_parallel_and_the_service_log_stays_clean(
     finally:
         for member in members:
             member.stop()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_classic_group_spread_over_two_processes_runs_one_barrier(
+    backend: str, tmp_path: Path
+) -> None:
+    # Kafka's classic protocol across processes: each consumer talks to another process's Kafka
+    # listener, so a JoinGroup parked in one process learns of the other's join from the store
+    # (its poll), and the leader's assignment reaches the member parked in the other process.
+    import kafka
+
+    from tests.support import free_port
+
+    url = f"sqlite:///{tmp_path / 'classic.db'}" if backend == "sqlite" else None
+    url = url or create_postgres_database()
+    ports = [free_port(), free_port()]
+    env = {**SERVICE_ENV, "COORDINATOR_GROUP_INITIAL_REBALANCE_DELAY_MS": "200"}
+    services = [
+        ServiceProcess(url, tmp_path, COORDINATOR_KAFKA_LISTENER=f"127.0.0.1:{p}", **env)
+        for p in ports
+    ]
+    consumers: list[Any] = []
+    try:
+        for service in services:
+            service.start()
+        created = httpx.post(f"{services[0].url}/v1/topics", json={"name": "c", "partitions": 4})
+        assert created.status_code == 201, created.text
+        consumers = [
+            kafka.KafkaConsumer(
+                "c",
+                bootstrap_servers=f"127.0.0.1:{port}",
+                group_id="classic",
+                heartbeat_interval_ms=100,
+                session_timeout_ms=6000,
+            )
+            for port in ports
+        ]
+        deadline = time.monotonic() + 30
+        while True:
+            for consumer in consumers:
+                consumer.poll(50)
+            owned = sorted(sorted(tp.partition for tp in c.assignment()) for c in consumers)
+            if owned == [[0, 1], [2, 3]]:  # range, by the leader, whichever process it is on
+                break
+            assert time.monotonic() < deadline, owned
+        description = httpx.get(f"{services[1].url}/v1/groups/classic").json()
+        assert description["type"] == "classic" and description["state"] == "Stable"
+    finally:
+        for consumer in consumers:
+            consumer.close()
+        for service in services:
+            service.stop()
+        if backend == "postgres":
+            drop_postgres_database(url)
+    for log in tmp_path.glob("service-*.log"):
+        assert "Traceback" not in log.read_text(errors="replace")

@@ -1,0 +1,244 @@
+"""librdkafka's own test suite against the Kafka listener, as Tansu runs it: a project tool, not
+part of the test suite (it needs librdkafka's source, which CI cannot fetch).
+
+    python bench/librdkafka_suite.py --source ~/src/librdkafka [--build] [--tests 0001,0012]
+        [--timeout 180] [--group-protocol classic|consumer] [--out bench/librdkafka_findings.md]
+
+It builds the tests from the source directory when asked (`./configure` without the optional
+dependencies, `make libs`, `make -C tests build`), starts `coordinator serve --kafka-listener` on
+a fresh SQLite store with a short initial rebalance delay, points `tests/test.conf` at it, and
+runs each broker test (the ones librdkafka marks local run against its own mock cluster and
+are left out) alone, with `TEST_KAFKA_VERSION=4.0.0`, in quick mode (-Q), under a timeout. It
+writes a findings table: test, verdict, cause. A cause comes from `CAUSES` below (what a failure
+was traced to, or why a test is outside this project's scope); a failing test that has none is
+listed as "unexplained" with its last error line, so the table never hides one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+# What a test needs that one broker over a database does not have, or what its failure was
+# traced to. Keep it true: a test that starts passing leaves this table.
+OUT_OF_SCOPE = "outside scope"
+CAUSES: dict[str, str] = {
+    "0009_mock_cluster": f"{OUT_OF_SCOPE}: librdkafka's mock cluster",
+    "0101_fetch_from_follower": f"{OUT_OF_SCOPE}: needs replicas and racks (one broker)",
+    "0115_producer_auth": f"{OUT_OF_SCOPE}: needs Kafka ACLs (ACL APIs answer SECURITY_DISABLED)",
+    "0119_consumer_auth": f"{OUT_OF_SCOPE}: needs Kafka ACLs (ACL APIs answer SECURITY_DISABLED)",
+    "0126_oauthbearer_oidc": f"{OUT_OF_SCOPE}: SASL/OAUTHBEARER with an OIDC server",
+    "0142_reauthentication": f"{OUT_OF_SCOPE}: SASL re-authentication (KIP-368) is not served",
+    "0049_consume_conn_close": f"{OUT_OF_SCOPE}: sockem (needs librdkafka built with it)",
+}
+
+_TEST_DECL = re.compile(r"_TEST\((\d{4}_\w+),\s*([^)]*)")
+
+
+@dataclass
+class Finding:
+    test: str
+    verdict: str
+    cause: str
+    seconds: float
+
+
+def broker_tests(source: Path) -> list[str]:
+    """The tests `tests/test.c` declares that need a broker (not TEST_F_LOCAL)."""
+    declared = (source / "tests" / "test.c").read_text()
+    names = []
+    for name, flags in _TEST_DECL.findall(declared):
+        if "TEST_F_LOCAL" not in flags and not name.startswith("0000"):
+            names.append(name)
+    return sorted(set(names))
+
+
+def build(source: Path) -> None:
+    steps = [
+        [
+            "./configure",
+            "--disable-ssl",
+            "--disable-gssapi",
+            "--disable-zstd",
+            "--disable-curl",
+            "--disable-sasl",
+        ],
+        ["make", "-j2", "libs"],
+        ["make", "-C", "tests", "-j2", "build"],
+    ]
+    for step in steps:
+        subprocess.run(step, cwd=source, check=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Listener:
+    """`coordinator serve` with the Kafka listener on a fresh SQLite store."""
+
+    def __init__(self, workdir: Path, group_delay_ms: int) -> None:
+        self.port, self.kafka_port = free_port(), free_port()
+        self.log = workdir / "serve.log"
+        env = {
+            **os.environ,
+            "COORDINATOR_DATABASE_URL": f"sqlite:///{workdir / 'store.db'}",
+            "COORDINATOR_KAFKA_LISTENER": f"127.0.0.1:{self.kafka_port}",
+            "COORDINATOR_GROUP_INITIAL_REBALANCE_DELAY_MS": str(group_delay_ms),
+            "COORDINATOR_GROUP_MIN_SESSION_TIMEOUT_MS": "1000",
+        }
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "coordinator", "serve", "--port", str(self.port)],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/healthz").status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(0.1)
+        raise TimeoutError(self.log.read_text()[-2000:])
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(30)
+
+
+def run_test(
+    source: Path, name: str, timeout_s: float, group_protocol: str | None
+) -> tuple[str, str, float]:
+    env = {**os.environ, "TESTS": name, "TEST_KAFKA_VERSION": "4.0.0", "TEST_LEVEL": "2"}
+    if group_protocol:
+        env["TEST_CONSUMER_GROUP_PROTOCOL"] = group_protocol
+    started = time.monotonic()
+    try:
+        done = subprocess.run(
+            ["./test-runner", "-L", "-Q", "-V", "4.0.0"],
+            cwd=source / "tests",
+            env=env,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout_s,
+        )
+    except subprocess.TimeoutExpired as expired:
+        output = (expired.stdout or "") if isinstance(expired.stdout, str) else ""
+        return "TIMEOUT", _last_error(output), time.monotonic() - started
+    output = done.stdout + done.stderr
+    seconds = time.monotonic() - started
+    if re.search(rf"\|\s*{name}\s*\|\s*SKIPPED", output) or "SKIPPING" in output:
+        return "SKIPPED", _skip_reason(output), seconds
+    if done.returncode == 0:
+        return "PASSED", "", seconds
+    return "FAILED", _last_error(output), seconds
+
+
+def _last_error(output: str) -> str:
+    lines = [
+        line.strip()
+        for line in output.splitlines()
+        if "FAIL" in line or "Error" in line or "error" in line
+    ]
+    return (lines[-1] if lines else "no error line")[:200]
+
+
+def _skip_reason(output: str) -> str:
+    for line in output.splitlines():
+        if "SKIP" in line:
+            return line.strip()[:200]
+    return "skipped by the test"
+
+
+def write_table(findings: list[Finding], out: Path, source_version: str) -> None:
+    counts: dict[str, int] = {}
+    for f in findings:
+        counts[f.verdict] = counts.get(f.verdict, 0) + 1
+    lines = [
+        "# librdkafka's test suite against the Kafka listener",
+        "",
+        f"Written by `bench/librdkafka_suite.py` (librdkafka {source_version}); "
+        + ", ".join(f"{v}: {n}" for v, n in sorted(counts.items()))
+        + ".",
+        "",
+        "| test | verdict | seconds | cause |",
+        "|---|---|---|---|",
+    ]
+    for f in findings:
+        cause = f.cause.replace("|", "/")
+        lines.append(f"| {f.test} | {f.verdict} | {f.seconds:.0f} | {cause} |")
+    out.write_text("\n".join(lines) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--source", type=Path, required=True, help="librdkafka's source tree")
+    parser.add_argument("--build", action="store_true", help="build the library and tests first")
+    parser.add_argument("--tests", help="comma-separated test numbers or names (default: all)")
+    parser.add_argument("--timeout", type=float, default=180.0, help="seconds per test")
+    parser.add_argument("--group-protocol", choices=["classic", "consumer"], default=None)
+    parser.add_argument("--group-delay-ms", type=int, default=300)
+    parser.add_argument("--out", type=Path, default=Path("bench/librdkafka_findings.md"))
+    args = parser.parse_args()
+    source: Path = args.source.resolve()
+    if args.build:
+        build(source)
+    if not (source / "tests" / "test-runner").exists():
+        sys.exit(f"{source}/tests/test-runner is missing: run with --build")
+    names = broker_tests(source)
+    if args.tests:
+        wanted = args.tests.split(",")
+        names = [n for n in names if any(n.startswith(w) for w in wanted)]
+    version = (
+        subprocess.run(
+            ["git", "describe", "--tags", "--always"], cwd=source, capture_output=True, text=True
+        ).stdout.strip()
+        or "(unknown version)"
+    )
+    workdir = Path(tempfile.mkdtemp(prefix="librdkafka-suite-"))
+    findings = []
+    for name in names:
+        if CAUSES.get(name, "").startswith(OUT_OF_SCOPE):
+            findings.append(Finding(name, "NOT RUN", CAUSES[name], 0))
+            continue
+        # A fresh store per test, as a fresh cluster: no test sees another's topics or groups.
+        store = workdir / name
+        store.mkdir()
+        listener = Listener(store, args.group_delay_ms)
+        try:
+            (source / "tests" / "test.conf").write_text(
+                f"metadata.broker.list=127.0.0.1:{listener.kafka_port}\ntest.timeout.multiplier=2\n"
+            )
+            verdict, detail, seconds = run_test(source, name, args.timeout, args.group_protocol)
+        finally:
+            listener.stop()
+        cause = CAUSES.get(name, "") if verdict != "PASSED" else ""
+        if verdict in ("FAILED", "TIMEOUT") and not cause:
+            cause = f"unexplained: {detail}"
+        elif verdict == "SKIPPED":
+            cause = cause or detail
+        findings.append(Finding(name, verdict, cause, seconds))
+        print(f"{name}: {verdict} {cause}", flush=True)
+        write_table(findings, args.out, version)
+    write_table(findings, args.out, version)
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
