@@ -52,7 +52,15 @@ from coordinator.groups.errors import (
     RebalanceInProgress,
     UnknownMemberId,
 )
-from coordinator.groups.membership import GroupState, is_gone, load, lock_group, remove, write
+from coordinator.groups.membership import (
+    GroupState,
+    claim_due,
+    is_gone,
+    load,
+    lock_group,
+    remove,
+    write,
+)
 from coordinator.groups.models import CLASSIC, ConsumerGroup, GroupMember
 from coordinator.groups.schemas import JOIN_EPOCH
 
@@ -883,33 +891,23 @@ async def leave(
 
 async def sweep(db: Database, settings: Settings) -> list[str]:
     """The sweeper's part: classic groups a member's session or a phase's deadline is due in,
-    each claimed with SKIP LOCKED (a request working on it is left alone, and it is looked at
-    again next round) and ticked. Returns the groups ticked."""
+    each claimed by `membership.claim_due` and ticked. Returns the groups that moved."""
     ticked: list[str] = []
     skipped: set[str] = set()
     while True:
         async with db.write() as session:
             now = now_ms()
-            due_members = (
+            late = (
                 select(GroupMember.group_id)
                 .where(GroupMember.session_deadline_ms < now)
                 .scalar_subquery()
             )
             # An initial rebalance's wait is ended by its members' parked JoinGroups; the
             # sweeper ends what no request is left to end: deadlines and sessions.
-            query = select(ConsumerGroup).where(
-                ConsumerGroup.protocol_type == CLASSIC,
-                (ConsumerGroup.phase_deadline_ms < now) | ConsumerGroup.group_id.in_(due_members),
+            due = (ConsumerGroup.protocol_type == CLASSIC) & (
+                (ConsumerGroup.phase_deadline_ms < now) | ConsumerGroup.group_id.in_(late)
             )
-            if skipped:
-                query = query.where(ConsumerGroup.group_id.not_in(sorted(skipped)))
-            group = (
-                await session.scalars(
-                    query.order_by(ConsumerGroup.group_id)
-                    .limit(1)
-                    .with_for_update(skip_locked=True)
-                )
-            ).one_or_none()
+            group = await claim_due(session, due, skipped)
             if group is None:
                 return ticked
             state = await load(session, group)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
-from sqlalchemy import delete, func, insert, or_, select, tuple_
+from sqlalchemy import ColumnElement, delete, func, insert, or_, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from coordinator.core.clock import now_ms
@@ -559,16 +559,32 @@ def _release(
 # -- the sweeper ---------------------------------------------------------------------------------
 
 
+async def claim_due(
+    session: AsyncSession, due: ColumnElement[bool], skipped: set[str]
+) -> ConsumerGroup | None:
+    """The next group (by id) the sweeper has work in, its row locked with SKIP LOCKED (a
+    request or another process working on it is left alone: it is looked at again next round),
+    but those already looked at this round."""
+    query = select(ConsumerGroup).where(due)
+    if skipped:
+        query = query.where(ConsumerGroup.group_id.not_in(sorted(skipped)))
+    found: ConsumerGroup | None = (
+        await session.scalars(
+            query.order_by(ConsumerGroup.group_id).limit(1).with_for_update(skip_locked=True)
+        )
+    ).one_or_none()
+    return found
+
+
 async def expire_members(db: Database, now: int | None = None) -> list[tuple[str, str]]:
-    """Remove the members whose session or rebalance timeout passed, group by group: each group
-    is claimed with SKIP LOCKED (a heartbeat or another process working on it is left alone,
-    and it is looked at again next round). Returns the (group, member) pairs removed."""
+    """Remove the members whose session or rebalance timeout passed, group by group (each
+    claimed by `claim_due`). Returns the (group, member) pairs removed."""
     removed: list[tuple[str, str]] = []
     skipped: set[str] = set()
     while True:
         async with db.write() as session:
             moment = now_ms() if now is None else now
-            due = (
+            late = (
                 select(GroupMember.group_id)
                 .where(
                     or_(
@@ -579,19 +595,10 @@ async def expire_members(db: Database, now: int | None = None) -> list[tuple[str
                 .scalar_subquery()
             )
             # Classic groups are swept by their protocol's rules (`classic.sweep`).
-            query = select(ConsumerGroup).where(
-                ConsumerGroup.group_id.in_(due),
-                ConsumerGroup.protocol_type.is_distinct_from(CLASSIC),
+            due = ConsumerGroup.group_id.in_(late) & ConsumerGroup.protocol_type.is_distinct_from(
+                CLASSIC
             )
-            if skipped:
-                query = query.where(ConsumerGroup.group_id.not_in(sorted(skipped)))
-            group = (
-                await session.scalars(
-                    query.order_by(ConsumerGroup.group_id)
-                    .limit(1)
-                    .with_for_update(skip_locked=True)
-                )
-            ).one_or_none()
+            group = await claim_due(session, due, skipped)
             if group is None:
                 return removed
             state = await load(session, group)
