@@ -592,3 +592,39 @@ async def test_a_topic_recreated_under_its_name_has_a_new_id_and_ids_name_topics
     assert (stale.topic_id, stale.partitions[0].error_code) == (first, ErrorCode.unknown_topic_id)
     current = await fetched(await topic_id("again"))
     assert current.partitions[0].error_code == ErrorCode.none
+
+
+async def test_keyless_records_on_a_compacted_topic_are_named_in_record_errors(
+    listener: KafkaListener,
+) -> None:
+    # KIP-467: INVALID_RECORD names the records by index, so a client fails only those
+    # (librdkafka's 0011 test counts them) and nothing of the batch is written.
+    await log_service.create_topic(
+        listener.db,
+        CreateTopic(name="compacted", partitions=1, configs={"cleanup.policy": "compact"}),
+    )
+    connection = await connect(listener)
+    batch = recordbatch.build(
+        [(1, b"k0", b"v", []), (1, None, b"v", []), (1, b"k2", b"v", []), (1, None, b"v", [])],
+        producer_id=-1,
+        producer_epoch=-1,
+    )
+    produce: Any = __import__("kio.schema.produce.v9.request", fromlist=["x"])
+    answer = await connection.call(
+        0,
+        9,
+        transactional_id=None,
+        acks=-1,
+        timeout=datetime.timedelta(seconds=5),
+        topic_data=(
+            produce.TopicProduceData(
+                name="compacted",
+                partition_data=(produce.PartitionProduceData(index=0, records=batch),),
+            ),
+        ),
+    )
+    result = answer.responses[0].partition_responses[0]
+    assert result.error_code == ErrorCode.invalid_record
+    assert [e.batch_index for e in result.record_errors] == [1, 3]
+    described = await log_service.describe_topic(listener.db, "compacted")
+    assert described.partitions[0].high_watermark == 0

@@ -541,7 +541,12 @@ async def _append(
                 f"{topic_settings.max_message_bytes}"
             )
         if topic_settings.compacted and checked.has_null_key:
-            raise InvalidRecord(f"{topic} is compacted: every record needs a key")
+            # Which records, as Kafka names them (KIP-467): a client fails just those with
+            # INVALID_RECORD and may send the others again.
+            keyless = [i for i, r in enumerate(recordbatch.records(data)) if r.key is None]
+            raise InvalidRecord(
+                f"{topic} is compacted: every record needs a key", {"record_errors": keyless}
+            )
         if transactional_id is not None:
             await check_produce(session, joining, transactional_id, pid, epoch)
         if pid >= 0:

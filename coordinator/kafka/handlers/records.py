@@ -56,10 +56,23 @@ async def produce(client: Client, request: Request) -> Any:
                     "error_code": ErrorCode.none,
                 }
                 _appended.set()
+                record_errors: tuple[Any, ...] = ()
             except FAILURES as failure:
                 answer |= outcome(failure)
+                # KIP-467: the records that made the batch fail, by index in the batch.
+                record_errors = tuple(
+                    reply(
+                        "BatchIndexAndErrorMessage", batch_index=i, batch_index_error_message=None
+                    )
+                    for i in getattr(failure, "extensions", {}).get("record_errors", ())
+                )
             partitions.append(
-                reply("PartitionProduceResponse", index=data.index, record_errors=(), **answer)
+                reply(
+                    "PartitionProduceResponse",
+                    index=data.index,
+                    record_errors=record_errors,
+                    **answer,
+                )
             )
         responses.append(
             reply("TopicProduceResponse", name=topic.name, partition_responses=tuple(partitions))
