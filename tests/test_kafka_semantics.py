@@ -12,7 +12,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from coordinator.kafka.server import KafkaListener
-from coordinator.log import recordbatch
+from coordinator.log import produce, recordbatch
 from coordinator.log import service as log_service
 from coordinator.log.schemas import CreateTopic
 from tests.test_kafka_listener import connect, listener
@@ -146,9 +146,7 @@ async def test_only_the_first_partition_with_data_may_exceed_the_fetch_budget(
     noise = random.Random(0).randbytes(600_000)  # one 600 KB batch a partition
     for partition in range(3):
         batch = recordbatch.build([(1, b"k", noise, [])], producer_id=-1, producer_epoch=-1)
-        await log_service.produce_batch(
-            listener.db, listener.settings, topic, partition, batch, None
-        )
+        await produce.produce_batch(listener.db, listener.settings, topic, partition, batch, None)
     connection = await connect(listener)
     module: Any = __import__("kio.schema.fetch.v12.request", fromlist=["x"])
     answer = await connection.call(
@@ -194,7 +192,7 @@ async def test_list_offsets_by_time_answers_the_exact_record(listener: KafkaList
         batch = recordbatch.build(
             [(ts, b"k", v, []) for ts, v in records], producer_id=-1, producer_epoch=-1
         )
-        await log_service.produce_batch(listener.db, listener.settings, "times", 0, batch, None)
+        await produce.produce_batch(listener.db, listener.settings, "times", 0, batch, None)
 
     async def at(timestamp: int) -> tuple[int, int]:
         return await log_service.list_offset(

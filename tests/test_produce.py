@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from coordinator.log.service import last_sequence_of, next_sequence
+from coordinator.log.produce import last_sequence_of, next_sequence
 from tests.api import assert_problem, batch, create_topic, fetch, init_pid, produce, read_all
 
 

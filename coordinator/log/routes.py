@@ -27,6 +27,7 @@ from coordinator.core.schemas import (
     TopicNameParam,
     TransactionalId,
 )
+from coordinator.log import produce as appending
 from coordinator.log import service
 from coordinator.log.schemas import (
     AlterConfigs,
@@ -194,14 +195,16 @@ async def produce(
 ) -> Response:
     if isinstance(body, bytes):
         access.produce(topic, transactional_id)
-        result = await service.produce_batch(db, settings, topic, partition, body, transactional_id)
+        result = await appending.produce_batch(
+            db, settings, topic, partition, body, transactional_id
+        )
     else:
         if transactional_id is not None:
             raise InvalidRequest(
                 "transactional_id: goes in the JSON body; the query parameter is for record batches"
             )
         access.produce(topic, body.transactional_id)
-        result = await service.produce_json(db, settings, topic, partition, body)
+        result = await appending.produce_json(db, settings, topic, partition, body)
     return json_response(
         {
             "base_offset": result.base_offset,

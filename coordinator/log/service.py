@@ -1,28 +1,18 @@
-"""Topics, their configs, produce and fetch: the rules of API.md's Topics and Records sections,
-for every front door (HTTP JSON, HTTP record batches, and Kafka's protocol).
+"""Topics, their configs and fetch: the rules of API.md's Topics and Records sections, for every
+front door (HTTP JSON, HTTP record batches, and Kafka's protocol). Produce is
+`coordinator.log.produce`.
 
-Produce takes one record batch in Kafka's format (`produce_batch`); JSON produce builds one at
-the edge and calls the same function. Fetch returns stored batches (`fetch_batches`), with the
-options each door needs; JSON fetch reads their records. Appends to a partition are serial: the
-unit of work locks the partition's counter row (`SELECT ... FOR UPDATE`, which also reads the
-topic's configs; on SQLite the write unit already holds the database lock), after the
-transactional id's row for a transactional batch (the fixed lock order), then reads producer
-state in a later statement, so it always sees what the previous append committed. Different
-partitions never wait for each other.
-
-The append path is written for speed: prebuilt statements (`appends`), the batch checked by
-`recordbatch.check` without building a record object, the stored bytes the producer's with
-only the base offset (and, for LogAppendTime, the timestamps and CRC) rewritten.
+Fetch returns stored batches (`fetch_batches`), with the options each door needs; JSON fetch
+reads their records. Appends to a partition are serial: their unit of work locks the partition's
+counter row (`SELECT ... FOR UPDATE`; on SQLite the write unit already holds the database lock),
+so a fetch reads a partition's bounds and batches as the last committed append left them.
+Different partitions never wait for each other.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import binascii
-import threading
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -34,21 +24,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from coordinator.core.clock import now_ms
 from coordinator.core.database import Database
 from coordinator.core.errors import InvalidRequest
-from coordinator.core.schemas import INT32_MAX
 from coordinator.core.settings import Settings
 from coordinator.groups.models import GroupOffset
-from coordinator.log import appends, configs, recordbatch
+from coordinator.log import configs, recordbatch
 from coordinator.log.errors import (
-    CorruptMessage,
     InvalidConfig,
     InvalidPartitions,
-    InvalidProducerEpoch,
-    InvalidRecord,
     OffsetOutOfRange,
-    OutOfOrderSequenceNumber,
-    RecordListTooLarge,
     TopicAlreadyExists,
-    UnknownProducerId,
     UnknownTopicOrPartition,
 )
 from coordinator.log.markers import lock_partitions
@@ -64,20 +47,15 @@ from coordinator.log.schemas import (
     DeleteRecords,
     LogStart,
     PartitionInfo,
-    ProduceRequest,
     TopicDescription,
     TopicList,
     TopicSummary,
 )
-from coordinator.transactions.errors import ConcurrentTransactions, InvalidTxnState
+from coordinator.transactions.errors import ConcurrentTransactions
 from coordinator.transactions.models import TransactionOffset
 from coordinator.transactions.service import (
     BY_ADMIN,
-    Joining,
     abort_and_fence,
-    check_produce,
-    join_from_produce,
-    lock_for_produce,
     lock_including,
     partitions_of,
 )
@@ -87,15 +65,6 @@ from coordinator.transactions.service import (
 # many more rows from the store than it returns).
 FETCH_CHUNK = 64
 FIRST_CHUNK = 4
-
-
-def next_sequence(sequence: int) -> int:
-    """Sequences wrap from 2**31-1 to 0, as in Kafka."""
-    return 0 if sequence == INT32_MAX else sequence + 1
-
-
-def last_sequence_of(base_sequence: int, count: int) -> int:
-    return (base_sequence + count - 1) % (INT32_MAX + 1)
 
 
 def stable_offset(high_watermark: int, first_open_offset: int | None) -> int:
@@ -361,340 +330,6 @@ async def delete_topic(db: Database, name: str) -> DeletedTopic:
 
 # A deletion retries when a transaction joins the topic between its lookup and its locks.
 _DELETE_ATTEMPTS = 5
-
-
-# -- produce ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Appended:
-    """A produce's answer: what both front doors need (Kafka's ProduceResponse included)."""
-
-    base_offset: int
-    last_offset: int
-    duplicate: bool
-    log_append_time: int  # the append time for a LogAppendTime topic, else -1
-    log_start_offset: int
-
-
-def _decoder(encoding: str) -> Callable[[str], bytes]:
-    if encoding == "utf8":
-        return str.encode
-
-    def from_base64(text: str) -> bytes:
-        return base64.b64decode(text, validate=True)
-
-    return from_base64
-
-
-def batch_from_json(body: ProduceRequest, now: int) -> tuple[bytes, recordbatch.Checked]:
-    """The request's records as one record batch (uncompressed), built at the edge, with what
-    `recordbatch.check` would find in it; a value that is not valid in its encoding is 422
-    naming it. Records without a timestamp get `now`."""
-    to_bytes = _decoder(body.encoding)
-    built: list[recordbatch.BuildRecord] = []
-    has_null_key = False
-    for i, record in enumerate(body.records):
-        field = "key"
-        try:
-            key = None if record.key is None else to_bytes(record.key)
-            field = "value"
-            value = None if record.value is None else to_bytes(record.value)
-            field = "headers"
-            headers = [(name, to_bytes(v)) for name, v in record.headers.items()]
-            for name, _ in headers:
-                name.encode()
-        except (UnicodeEncodeError, binascii.Error, ValueError) as exc:
-            raise InvalidRequest(
-                f"records.{i}.{field}: not valid {body.encoding} ({exc.__class__.__name__})"
-            ) from None
-        timestamp = now if record.timestamp is None else record.timestamp
-        built.append((timestamp, key, value, headers))
-        has_null_key = has_null_key or key is None
-    data = recordbatch.build(
-        built,
-        producer_id=body.producer_id,
-        producer_epoch=body.producer_epoch,
-        base_sequence=body.base_sequence,
-        transactional=body.transactional_id is not None,
-    )
-    header = recordbatch.read_header(data)
-    return data, recordbatch.Checked(header, header.max_timestamp, has_null_key)
-
-
-async def produce_json(
-    db: Database, settings: Settings, topic: str, partition: int, body: ProduceRequest
-) -> Appended:
-    """JSON produce: a batch built at the edge, appended as a binary one is (it skips only the
-    walk over its records, which it has just written)."""
-    data, checked = batch_from_json(body, now_ms())
-    _acceptable(checked, body.transactional_id)
-    return await _append(db, settings, topic, partition, data, checked, body.transactional_id)
-
-
-# Compressed batches at least this large are checked on a worker thread: inflating and walking
-# them takes long enough that the event loop (every other client of the process) must not wait.
-_CHECK_OFF_LOOP_BYTES = 16 * 1024
-# Inflating up to this much is always allowed, whatever the ratio (small batches compress well).
-_INFLATION_FLOOR_BYTES = 1024 * 1024
-
-
-# At most this many large batches are inflated at once per process, so concurrent bombs hold at
-# most this many times COORDINATOR_MAX_UNCOMPRESSED_BATCH_BYTES (the others wait their turn on
-# their worker thread, not on the event loop).
-_INFLATION_SLOTS = threading.BoundedSemaphore(2)
-
-
-def _check_inflating(data: bytes, limit: int) -> recordbatch.Checked:
-    with _INFLATION_SLOTS:
-        return recordbatch.check(data, limit)
-
-
-def inflation_limit(settings: Settings, size: int) -> int:
-    """How far a compressed batch of `size` bytes may inflate: the absolute cap, and the ratio
-    cap above a floor."""
-    by_ratio = max(_INFLATION_FLOOR_BYTES, size * settings.max_compression_ratio)
-    return min(settings.max_uncompressed_batch_bytes, by_ratio)
-
-
-async def check_batch(
-    settings: Settings, data: bytes, transactional_id: str | None
-) -> recordbatch.Checked:
-    """A batch's own checks, before any database work: well formed (CORRUPT_MESSAGE), not
-    inflating past its bounds (RECORD_LIST_TOO_LARGE), then acceptable from a producer
-    (INVALID_RECORD)."""
-    limit = inflation_limit(settings, len(data))
-    try:
-        if len(data) >= _CHECK_OFF_LOOP_BYTES and recordbatch.read_header(data).compression:
-            checked = await asyncio.to_thread(_check_inflating, data, limit)
-        else:
-            checked = recordbatch.check(data, limit)
-    except recordbatch.InflatesTooFar as exc:
-        raise RecordListTooLarge(
-            f"{exc} (a {len(data)}-byte batch may inflate to {limit} bytes: "
-            "COORDINATOR_MAX_UNCOMPRESSED_BATCH_BYTES, COORDINATOR_MAX_COMPRESSION_RATIO)"
-        ) from None
-    except recordbatch.CorruptBatch as exc:
-        raise CorruptMessage(f"not a well-formed record batch: {exc}") from None
-    _acceptable(checked, transactional_id)
-    return checked
-
-
-def _acceptable(checked: recordbatch.Checked, transactional_id: str | None) -> None:
-    header = checked.header
-    if header.is_control:
-        raise InvalidRecord("a producer may not send a control batch")
-    if header.is_transactional and transactional_id is None:
-        raise InvalidRecord("a transactional batch needs the transactional_id parameter")
-    if transactional_id is not None and not header.is_transactional:
-        raise InvalidRecord("transactional_id is given but the batch is not transactional")
-    if header.producer_id < -1:
-        raise InvalidRecord(f"producer id {header.producer_id}: -1 or a producer id")
-    if header.producer_id >= 0 and (header.producer_epoch < 0 or header.base_sequence < 0):
-        raise InvalidRecord("a batch with a producer id needs its epoch and base sequence")
-    if header.producer_id < 0 and header.is_transactional:
-        raise InvalidRecord("a transactional batch needs a producer id")
-
-
-async def produce_batch(
-    db: Database,
-    settings: Settings,
-    topic: str,
-    partition: int,
-    data: bytes,
-    transactional_id: str | None,
-) -> Appended:
-    """Append one record batch, as API.md's Records section says, for every front door."""
-    checked = await check_batch(settings, data, transactional_id)
-    return await _append(db, settings, topic, partition, data, checked, transactional_id)
-
-
-async def _append(
-    db: Database,
-    settings: Settings,
-    topic: str,
-    partition: int,
-    data: bytes,
-    checked: recordbatch.Checked,
-    transactional_id: str | None,
-) -> Appended:
-    header = checked.header
-    pid, epoch, base_seq = header.producer_id, header.producer_epoch, header.base_sequence
-    count = header.record_count
-    async with db.write() as session:
-        connection = await session.connection()
-        joining: Joining | None = None
-        if transactional_id is not None:
-            joining = await lock_for_produce(session, transactional_id, topic, partition)
-        locked = (
-            await connection.execute(
-                appends.LOCK_PARTITION, {"topic": topic, "partition": partition}
-            )
-        ).first()
-        if locked is None:
-            raise UnknownTopicOrPartition(f"{topic}-{partition} does not exist")
-        high_watermark, log_start, stored_configs = locked
-        topic_settings = configs.produce_settings(stored_configs, settings.max_request_bytes)
-        if len(data) > topic_settings.max_message_bytes:
-            raise RecordListTooLarge(
-                f"the batch is {len(data)} bytes; {topic}'s max.message.bytes is "
-                f"{topic_settings.max_message_bytes}"
-            )
-        if topic_settings.compacted and checked.has_null_key:
-            # Which records, as Kafka names them (KIP-467): a client fails just those with
-            # INVALID_RECORD and may send the others again.
-            keyless = [i for i, r in enumerate(recordbatch.records(data)) if r.key is None]
-            raise InvalidRecord(
-                f"{topic} is compacted: every record needs a key", {"record_errors": keyless}
-            )
-        if transactional_id is not None:
-            await check_produce(session, joining, transactional_id, pid, epoch)
-        if pid >= 0:
-            original = await _check_sequence(
-                session,
-                topic,
-                partition,
-                pid,
-                epoch,
-                base_seq,
-                count,
-                transactional_id,
-            )
-            if original is not None:
-                return Appended(original[0], original[1], True, -1, log_start)
-        now = now_ms()
-        joins, join_params = (
-            ([], {}) if joining is None else join_from_produce(joining, topic, partition, now)
-        )
-        base_offset = high_watermark
-        last_offset = high_watermark + count - 1
-        if topic_settings.codec is not None:
-            # The topic's compression.type, as Kafka's broker recompresses (the records' bytes
-            # were checked already; only their compression changes).
-            data = recordbatch.with_codec(
-                data, topic_settings.codec, inflation_limit(settings, len(data))
-            )
-        payload = recordbatch.with_base_offset(data, base_offset)
-        max_timestamp = checked.max_timestamp
-        append_time = -1
-        if topic_settings.log_append_time:
-            payload = recordbatch.with_log_append_time(payload, now)
-            max_timestamp = append_time = now
-        last_seq = last_sequence_of(base_seq, count) if pid >= 0 else -1
-        batch = {
-            "topic": topic,
-            "partition": partition,
-            "base_offset": base_offset,
-            "last_offset": last_offset,
-            "producer_id": pid,
-            "producer_epoch": epoch,
-            "base_sequence": base_seq,
-            "last_sequence": last_seq,
-            "timestamp": now,
-            "max_timestamp": max_timestamp,
-            "size": len(payload),
-            "is_transactional": transactional_id is not None,
-            "control": None,
-            "aborted": False,
-            "first_offset": None,
-            "record_count": count,
-            "payload": payload,
-        }
-        state = None
-        if pid >= 0:
-            state = {
-                "topic": topic,
-                "partition": partition,
-                "producer_id": pid,
-                "producer_epoch": epoch,
-                "last_sequence": last_seq,
-                "last_offset": last_offset,
-                "last_timestamp": now,
-                # Pins the LSO from the transaction's first batch here until its marker.
-                "current_txn_first_offset": (base_offset if transactional_id is not None else None),
-            }
-        await appends.append(connection, batch, state, joins, join_params)
-    return Appended(base_offset, last_offset, False, append_time, log_start)
-
-
-async def _check_sequence(
-    session: AsyncSession,
-    topic: str,
-    partition: int,
-    pid: int,
-    epoch: int,
-    base_seq: int,
-    count: int,
-    transactional_id: str | None,
-) -> tuple[int, int] | None:
-    """Apply the idempotence rules; the original (base, last) offsets when it is a duplicate."""
-    connection = await session.connection()
-    row = (
-        await connection.execute(
-            appends.PRODUCER_STATE,
-            {"topic": topic, "partition": partition, "producer_id": pid, "producer_epoch": epoch},
-        )
-    ).first()
-    if row is None:
-        raise UnknownProducerId(f"producer id {pid} was never issued; call init-pid")
-    current_epoch, state_epoch, last_seq, open_txn_offset, *first = row
-    if epoch < current_epoch:
-        raise InvalidProducerEpoch(
-            f"producer {pid} epoch {epoch} is older than its current epoch {current_epoch}"
-        )
-    if epoch > current_epoch:
-        raise InvalidProducerEpoch(
-            f"producer {pid} epoch {epoch} is newer than its current epoch {current_epoch}"
-        )
-    if transactional_id is None and open_txn_offset is not None:
-        raise InvalidTxnState(
-            f"producer {pid} has a transaction open on {topic}-{partition} since offset "
-            f"{open_txn_offset}; a non-transactional batch may not join it"
-        )
-    if state_epoch is None:
-        if base_seq != 0:
-            raise UnknownProducerId(
-                f"producer {pid} has no state on {topic}-{partition}, so its first batch must "
-                f"start at sequence 0, not {base_seq}; re-initialise the producer"
-            )
-        if first[0] is not None:
-            # The state expired while the log still holds this epoch's batch 0: a retry of it
-            # is a duplicate; another batch 0 cannot be told from one (the producer must
-            # re-initialise, as KIP-360 says).
-            if first[2] == last_sequence_of(0, count):
-                return first[0], first[1]
-            raise UnknownProducerId(
-                f"producer {pid}'s state on {topic}-{partition} expired and epoch {epoch} "
-                "already used sequence 0 there; re-initialise the producer"
-            )
-        return None
-    if state_epoch < epoch:
-        if base_seq != 0:
-            raise OutOfOrderSequenceNumber(
-                f"the first batch of epoch {epoch} must start at sequence 0, not {base_seq}"
-            )
-        return None
-    expected = next_sequence(last_seq)
-    if base_seq == expected:
-        return None
-    # Any batch of the current epoch is recognised, not only the last five as in Kafka.
-    original = (
-        await connection.execute(
-            appends.ORIGINAL_BATCH,
-            {
-                "topic": topic,
-                "partition": partition,
-                "producer_id": pid,
-                "producer_epoch": epoch,
-                "base_sequence": base_seq,
-            },
-        )
-    ).first()
-    if original is not None and original.last_sequence == last_sequence_of(base_seq, count):
-        return original.base_offset, original.last_offset
-    raise OutOfOrderSequenceNumber(
-        f"producer {pid} on {topic}-{partition}: expected sequence {expected}, got {base_seq}"
-    )
 
 
 # -- fetch --------------------------------------------------------------------------------------

@@ -10,7 +10,8 @@ database transaction: it happens whole or not at all.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, cast
 
@@ -91,14 +92,14 @@ _TAKE_OFFSETS = (
 )
 
 
-# A transactional batch joining its transaction: the partition added, the state changed.
-_JOIN = [
-    insert(_txn_partitions).values(
-        transactional_id=bindparam("j_tid"),
-        topic=bindparam("j_topic"),
-        partition=bindparam("j_partition"),
-        producer_id=bindparam("j_producer_id"),
-    ),
+# Transactional batches joining their transaction: the partitions added, the state changed.
+_JOIN_PARTITION = insert(_txn_partitions).values(
+    transactional_id=bindparam("j_tid"),
+    topic=bindparam("j_topic"),
+    partition=bindparam("j_partition"),
+    producer_id=bindparam("j_producer_id"),
+)
+_JOIN_STATE = (
     update(_transactions)
     .where(_transactions.c.transactional_id == bindparam("j_tid"))
     .values(
@@ -106,8 +107,8 @@ _JOIN = [
         started_ms=bindparam("j_started_ms"),
         deadline_ms=bindparam("j_deadline_ms"),
         updated_ms=bindparam("j_updated_ms"),
-    ),
-]
+    )
+)
 
 
 @dataclass(slots=True)
@@ -170,36 +171,35 @@ async def check_caller(
 
 @dataclass(slots=True)
 class Joining:
-    """The transaction a transactional batch joins, locked for the append's unit of work."""
+    """The transaction the transactional batches of an append group join, locked for the
+    group's unit of work, with the partitions it already includes."""
 
     locked: Locked
-    joined: bool  # the partition is in the transaction already
+    joined: set[tuple[str, int]]
 
 
 async def lock_for_produce(
-    session: AsyncSession, transactional_id: str, topic: str, partition: int
-) -> Joining | None:
-    """Lock the transactional id a batch joins (before the partition: the fixed lock order), in
-    one statement that also says whether the partition is in its transaction; None if unknown.
-    The caller runs `check_produce` once it has found the partition."""
-    joined = (
-        select(TransactionPartition.producer_id)
-        .where(
-            TransactionPartition.transactional_id == Transaction.transactional_id,
-            TransactionPartition.topic == topic,
-            TransactionPartition.partition == partition,
-        )
-        .exists()
-    )
-    row = (
+    session: AsyncSession, transactional_ids: Collection[str]
+) -> dict[str, Joining]:
+    """Lock the transactional ids an append group's batches join, in the fixed order (ids
+    sorted, before any partition), with each one's partitions; an unknown id is left out. The
+    caller runs `check_produce` for each batch once it has found the partition."""
+    ids = sorted(transactional_ids)
+    if not ids:
+        return {}
+    rows = (
         await session.execute(
-            select(Transaction, ProducerId.producer_epoch, joined)
+            select(Transaction, ProducerId.producer_epoch)
             .join(ProducerId, ProducerId.producer_id == Transaction.producer_id)
-            .where(Transaction.transactional_id == transactional_id)
+            .where(Transaction.transactional_id.in_(ids))
+            .order_by(Transaction.transactional_id)
             .with_for_update()
         )
-    ).first()
-    return None if row is None else Joining(Locked(row[0], row[1]), bool(row[2]))
+    ).all()
+    joining = {txn.transactional_id: Joining(Locked(txn, epoch), set()) for txn, epoch in rows}
+    for tid, topic, partition, _ in await _partitions_of(session, list(joining)):
+        joining[tid].joined.add((topic, partition))
+    return joining
 
 
 async def check_produce(
@@ -217,16 +217,28 @@ async def check_produce(
     transition(locked.txn.state, Op.PRODUCE, transactional_id)
 
 
-def join_from_produce(
-    joining: Joining, topic: str, partition: int, now: int
-) -> tuple[list[Any], dict[str, Any]]:
+@dataclass(slots=True)
+class Joins:
+    """What an append group's batches add to their transactions (KIP-890 part 2: no
+    AddPartitions call needed): the partitions, and each transaction's new state."""
+
+    partitions: list[dict[str, Any]] = field(default_factory=list)
+    transactions: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    async def write(self, session: AsyncSession) -> None:
+        """In the group's unit of work, one statement each (none when nothing joined)."""
+        if self.partitions:
+            await session.execute(_JOIN_PARTITION, self.partitions)
+        if self.transactions:
+            await session.execute(_JOIN_STATE, list(self.transactions.values()))
+
+
+def join_from_produce(joining: Joining, topic: str, partition: int, now: int, joins: Joins) -> None:
     """Add the partition to the transaction, starting it when none is open at this epoch, in
-    the append's own unit of work (KIP-890 part 2: no AddPartitions call needed). Answers the
-    writes (statements built once, and their parameters) for the append to send with its own:
-    on Postgres they join its one statement. The locked row object is brought up to date as if
-    they had run."""
-    if joining.joined:
-        return [], {}
+    the append's own unit of work: the writes go to `joins`, and the locked row object is
+    brought up to date as if they had run."""
+    if (topic, partition) in joining.joined:
+        return
     txn = joining.locked.txn
     started, deadline = txn.started_ms, txn.deadline_ms
     if txn.state != State.ONGOING:
@@ -235,10 +247,12 @@ def join_from_produce(
     changes = {"state": state, "started_ms": started, "deadline_ms": deadline, "updated_ms": now}
     for name, value in changes.items():
         set_committed_value(txn, name, value)
-    joining.joined = True
-    params: dict[str, Any] = {f"j_{name}": value for name, value in changes.items()}
-    params.update(j_tid=txn.transactional_id, j_topic=topic, j_partition=partition)
-    return _JOIN, {**params, "j_producer_id": txn.producer_id}
+    joining.joined.add((topic, partition))
+    tid = txn.transactional_id
+    joins.partitions.append(
+        {"j_tid": tid, "j_topic": topic, "j_partition": partition, "j_producer_id": txn.producer_id}
+    )
+    joins.transactions[tid] = {"j_tid": tid, **{f"j_{k}": v for k, v in changes.items()}}
 
 
 async def _refuse_timed_out(

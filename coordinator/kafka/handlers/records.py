@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from coordinator.kafka.connection import Client
 from coordinator.kafka.errors import FAILURES, Refused, error_code, outcome
 from coordinator.kafka.wire import Request, milliseconds
+from coordinator.log import produce as appending
 from coordinator.log import service as log_service
 from coordinator.log.schemas import DeleteRecords
 
@@ -28,58 +29,72 @@ _appended = asyncio.Event()
 
 
 async def produce(client: Client, request: Request) -> Any:
+    """Every partition's batch checked at the edge, then all of them appended in one group (one
+    unit of work with whatever else is waiting), each answered on its own."""
     reply, body = request.reply, request.body
     assert client.access is not None
     tid = body.transactional_id
-    responses = []
+    answers: list[Any] = []  # each partition's, in the request's order
+    checked: list[tuple[int, appending.Append]] = []
     for topic in body.topic_data:
-        partitions = []
         for data in topic.partition_data:
-            answer: dict[str, Any] = {
-                "base_offset": -1,
-                "log_append_time": -1,
-                "log_start_offset": -1,
-            }
+            answers.append(None)
             try:
                 if body.acks not in (0, 1, -1):
                     raise Refused(ErrorCode.invalid_required_acks, f"acks={body.acks}: 0, 1 or -1")
                 client.access.produce(topic.name, tid)
                 if data.records is None:
                     raise Refused(ErrorCode.corrupt_message, "no record batch")
-                appended = await log_service.produce_batch(
-                    client.db, client.settings, topic.name, data.index, bytes(data.records), tid
-                )
-                answer = {
-                    "base_offset": appended.base_offset,
-                    "log_append_time": appended.log_append_time,
-                    "log_start_offset": appended.log_start_offset,
-                    "error_code": ErrorCode.none,
-                }
-                _appended.set()
-                record_errors: tuple[Any, ...] = ()
+                records = bytes(data.records)
+                found = await appending.check_batch(client.settings, records, tid)
+                append = appending.Append(topic.name, data.index, records, found, tid)
+                checked.append((len(answers) - 1, append))
             except FAILURES as failure:
-                answer |= outcome(failure)
-                # KIP-467: the records that made the batch fail, by index in the batch.
-                record_errors = tuple(
-                    reply(
-                        "BatchIndexAndErrorMessage", batch_index=i, batch_index_error_message=None
-                    )
-                    for i in getattr(failure, "extensions", {}).get("record_errors", ())
-                )
-            partitions.append(
-                reply(
-                    "PartitionProduceResponse",
-                    index=data.index,
-                    record_errors=record_errors,
-                    **answer,
-                )
-            )
+                answers[-1] = failure
+    if checked:
+        results = await appending.append_all(client.db, client.settings, [a for _, a in checked])
+        for (position, _), result in zip(checked, results, strict=True):
+            answers[position] = result
+        _appended.set()
+    if body.acks == 0:
+        return None
+    responses = []
+    each = iter(answers)
+    for topic in body.topic_data:
+        partitions = [_answer(reply, data.index, next(each)) for data in topic.partition_data]
         responses.append(
             reply("TopicProduceResponse", name=topic.name, partition_responses=tuple(partitions))
         )
-    if body.acks == 0:
-        return None
     return reply.body(responses=tuple(responses))
+
+
+def _answer(reply: Any, index: int, result: Any) -> Any:
+    if isinstance(result, appending.Appended):
+        return reply(
+            "PartitionProduceResponse",
+            index=index,
+            base_offset=result.base_offset,
+            log_append_time=result.log_append_time,
+            log_start_offset=result.log_start_offset,
+            error_code=ErrorCode.none,
+            record_errors=(),
+        )
+    if not isinstance(result, FAILURES):
+        raise result
+    # KIP-467: the records that made the batch fail, by index in the batch.
+    record_errors = tuple(
+        reply("BatchIndexAndErrorMessage", batch_index=i, batch_index_error_message=None)
+        for i in getattr(result, "extensions", {}).get("record_errors", ())
+    )
+    return reply(
+        "PartitionProduceResponse",
+        index=index,
+        base_offset=-1,
+        log_append_time=-1,
+        log_start_offset=-1,
+        record_errors=record_errors,
+        **outcome(result),
+    )
 
 
 async def fetch(client: Client, request: Request) -> Any:

@@ -1,0 +1,575 @@
+"""Produce, for every front door (HTTP JSON, HTTP record batches, Kafka's protocol): a record batch
+checked at the edge, then appended with whatever else is waiting, in one unit of work.
+
+**The edge.** `check_batch` proves a batch well formed, not inflating past its bounds and
+acceptable from a producer, before any database work; JSON produce builds its batch at the edge
+(`batch_from_json`). Large compressed batches are inflated on a worker thread.
+
+**Group commit.** Appends that arrive while a unit of work is writing wait and go together in the
+next one (`_GroupCommit`): with no timer, a lone append on an idle service goes at once, and
+under load the group grows by itself, bounded by `GROUP_MAX_BATCHES` and `GROUP_MAX_BYTES`. A
+group's unit of work takes its locks in the fixed order (the transactional ids its batches join,
+sorted, then its partitions, sorted, in one statement each), reads the producers' epochs and
+states in two more, applies API.md's rules to each batch in arrival order (`sequence_rule`, a
+pure function, with the group's own earlier batches seen as written), and writes every accepted
+batch, producer state and high watermark in one statement each (`appends`). A batch that fails
+its checks fails alone and writes nothing; if the unit of work itself fails, each batch is
+appended alone, so one that cannot be written cannot fail the others. A Kafka Produce request's
+partitions go in one group. Several processes on one store stay correct: the row locks decide.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import threading
+import weakref
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+from coordinator.core.clock import now_ms
+from coordinator.core.database import Database
+from coordinator.core.errors import CoordinatorError, InvalidRequest
+from coordinator.core.schemas import INT32_MAX
+from coordinator.core.settings import Settings
+from coordinator.log import appends, configs, recordbatch
+from coordinator.log.errors import (
+    CorruptMessage,
+    InvalidProducerEpoch,
+    InvalidRecord,
+    OutOfOrderSequenceNumber,
+    RecordListTooLarge,
+    UnknownProducerId,
+    UnknownTopicOrPartition,
+)
+from coordinator.log.schemas import ProduceRequest
+from coordinator.transactions.errors import InvalidTxnState
+from coordinator.transactions.service import (
+    Joining,
+    Joins,
+    check_produce,
+    join_from_produce,
+    lock_for_produce,
+)
+
+# A group takes waiting appends until it holds this many batches or bytes (it always takes the
+# first waiting request whole, and never splits one).
+GROUP_MAX_BATCHES = 512
+GROUP_MAX_BYTES = 16 * 1024 * 1024
+
+
+def next_sequence(sequence: int) -> int:
+    """Sequences wrap from 2**31-1 to 0, as in Kafka."""
+    return 0 if sequence == INT32_MAX else sequence + 1
+
+
+def last_sequence_of(base_sequence: int, count: int) -> int:
+    return (base_sequence + count - 1) % (INT32_MAX + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """A produce's answer: what both front doors need (Kafka's ProduceResponse included)."""
+
+    base_offset: int
+    last_offset: int
+    duplicate: bool
+    log_append_time: int  # the append time for a LogAppendTime topic, else -1
+    log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """One checked batch to append to a partition."""
+
+    topic: str
+    partition: int
+    data: bytes
+    checked: recordbatch.Checked
+    transactional_id: str | None
+
+
+# -- the edge -----------------------------------------------------------------------------------
+
+
+def _decoder(encoding: str) -> Callable[[str], bytes]:
+    if encoding == "utf8":
+        return str.encode
+
+    def from_base64(text: str) -> bytes:
+        return base64.b64decode(text, validate=True)
+
+    return from_base64
+
+
+def batch_from_json(body: ProduceRequest, now: int) -> tuple[bytes, recordbatch.Checked]:
+    """The request's records as one record batch (uncompressed), built at the edge, with what
+    `recordbatch.check` would find in it; a value that is not valid in its encoding is 422
+    naming it. Records without a timestamp get `now`."""
+    to_bytes = _decoder(body.encoding)
+    built: list[recordbatch.BuildRecord] = []
+    has_null_key = False
+    for i, record in enumerate(body.records):
+        field_name = "key"
+        try:
+            key = None if record.key is None else to_bytes(record.key)
+            field_name = "value"
+            value = None if record.value is None else to_bytes(record.value)
+            field_name = "headers"
+            headers = [(name, to_bytes(v)) for name, v in record.headers.items()]
+            for name, _ in headers:
+                name.encode()
+        except (UnicodeEncodeError, binascii.Error, ValueError) as exc:
+            raise InvalidRequest(
+                f"records.{i}.{field_name}: not valid {body.encoding} ({exc.__class__.__name__})"
+            ) from None
+        timestamp = now if record.timestamp is None else record.timestamp
+        built.append((timestamp, key, value, headers))
+        has_null_key = has_null_key or key is None
+    data = recordbatch.build(
+        built,
+        producer_id=body.producer_id,
+        producer_epoch=body.producer_epoch,
+        base_sequence=body.base_sequence,
+        transactional=body.transactional_id is not None,
+    )
+    header = recordbatch.read_header(data)
+    return data, recordbatch.Checked(header, header.max_timestamp, has_null_key)
+
+
+# Compressed batches at least this large are checked on a worker thread: inflating and walking
+# them takes long enough that the event loop (every other client of the process) must not wait.
+_CHECK_OFF_LOOP_BYTES = 16 * 1024
+# Inflating up to this much is always allowed, whatever the ratio (small batches compress well).
+_INFLATION_FLOOR_BYTES = 1024 * 1024
+
+
+# At most this many large batches are inflated at once per process, so concurrent bombs hold at
+# most this many times COORDINATOR_MAX_UNCOMPRESSED_BATCH_BYTES (the others wait their turn on
+# their worker thread, not on the event loop).
+_INFLATION_SLOTS = threading.BoundedSemaphore(2)
+
+
+def _check_inflating(data: bytes, limit: int) -> recordbatch.Checked:
+    with _INFLATION_SLOTS:
+        return recordbatch.check(data, limit)
+
+
+def inflation_limit(settings: Settings, size: int) -> int:
+    """How far a compressed batch of `size` bytes may inflate: the absolute cap, and the ratio
+    cap above a floor."""
+    by_ratio = max(_INFLATION_FLOOR_BYTES, size * settings.max_compression_ratio)
+    return min(settings.max_uncompressed_batch_bytes, by_ratio)
+
+
+async def check_batch(
+    settings: Settings, data: bytes, transactional_id: str | None
+) -> recordbatch.Checked:
+    """A batch's own checks, before any database work: well formed (CORRUPT_MESSAGE), not
+    inflating past its bounds (RECORD_LIST_TOO_LARGE), then acceptable from a producer
+    (INVALID_RECORD)."""
+    limit = inflation_limit(settings, len(data))
+    try:
+        if len(data) >= _CHECK_OFF_LOOP_BYTES and recordbatch.read_header(data).compression:
+            checked = await asyncio.to_thread(_check_inflating, data, limit)
+        else:
+            checked = recordbatch.check(data, limit)
+    except recordbatch.InflatesTooFar as exc:
+        raise RecordListTooLarge(
+            f"{exc} (a {len(data)}-byte batch may inflate to {limit} bytes: "
+            "COORDINATOR_MAX_UNCOMPRESSED_BATCH_BYTES, COORDINATOR_MAX_COMPRESSION_RATIO)"
+        ) from None
+    except recordbatch.CorruptBatch as exc:
+        raise CorruptMessage(f"not a well-formed record batch: {exc}") from None
+    _acceptable(checked, transactional_id)
+    return checked
+
+
+def _acceptable(checked: recordbatch.Checked, transactional_id: str | None) -> None:
+    header = checked.header
+    if header.is_control:
+        raise InvalidRecord("a producer may not send a control batch")
+    if header.is_transactional and transactional_id is None:
+        raise InvalidRecord("a transactional batch needs the transactional_id parameter")
+    if transactional_id is not None and not header.is_transactional:
+        raise InvalidRecord("transactional_id is given but the batch is not transactional")
+    if header.producer_id < -1:
+        raise InvalidRecord(f"producer id {header.producer_id}: -1 or a producer id")
+    if header.producer_id >= 0 and (header.producer_epoch < 0 or header.base_sequence < 0):
+        raise InvalidRecord("a batch with a producer id needs its epoch and base sequence")
+    if header.producer_id < 0 and header.is_transactional:
+        raise InvalidRecord("a transactional batch needs a producer id")
+
+
+async def produce_batch(
+    db: Database,
+    settings: Settings,
+    topic: str,
+    partition: int,
+    data: bytes,
+    transactional_id: str | None,
+) -> Appended:
+    """Append one record batch, as API.md's Records section says."""
+    checked = await check_batch(settings, data, transactional_id)
+    return _answer(
+        (
+            await append_all(
+                db, settings, [Append(topic, partition, data, checked, transactional_id)]
+            )
+        )[0]
+    )
+
+
+async def produce_json(
+    db: Database, settings: Settings, topic: str, partition: int, body: ProduceRequest
+) -> Appended:
+    """JSON produce: a batch built at the edge, appended as a binary one is (it skips only the
+    walk over its records, which it has just written)."""
+    data, checked = batch_from_json(body, now_ms())
+    _acceptable(checked, body.transactional_id)
+    append = Append(topic, partition, data, checked, body.transactional_id)
+    return _answer((await append_all(db, settings, [append]))[0])
+
+
+def _answer(result: Appended | BaseException) -> Appended:
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+# -- group commit -------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Request:
+    """One caller's appends, answered together."""
+
+    appends: Sequence[Append]
+    answers: list[asyncio.Future[Appended]]
+    size: int
+
+
+class _GroupCommit:
+    """A process's appends to one store: those that arrive while a unit of work writes wait for
+    the next, which takes them all (up to the bounds)."""
+
+    def __init__(self, db: Database, settings: Settings) -> None:
+        self._db, self._settings = db, settings
+        self._loop = asyncio.get_running_loop()
+        self._waiting: deque[_Request] = deque()
+        self._writer: asyncio.Task[None] | None = None
+
+    async def append(self, batch: Sequence[Append]) -> list[Appended | BaseException]:
+        answers = [self._loop.create_future() for _ in batch]
+        self._waiting.append(_Request(batch, answers, sum(len(a.data) for a in batch)))
+        if self._writer is None:
+            self._writer = self._loop.create_task(self._write_waiting())
+        results: list[Appended | BaseException] = await asyncio.gather(
+            *answers, return_exceptions=True
+        )
+        return results
+
+    async def _write_waiting(self) -> None:
+        try:
+            while self._waiting:
+                await self._write(self._next_group())
+        finally:
+            self._writer = None
+            while self._waiting:  # cancelled (the loop is closing): nothing more is written
+                for answer in self._waiting.popleft().answers:
+                    answer.cancel()
+
+    def _next_group(self) -> list[_Request]:
+        group = [self._waiting.popleft()]
+        count, size = len(group[0].appends), group[0].size
+        while self._waiting:
+            following = self._waiting[0]
+            count += len(following.appends)
+            size += following.size
+            if count > GROUP_MAX_BATCHES or size > GROUP_MAX_BYTES:
+                break
+            group.append(self._waiting.popleft())
+        return group
+
+    async def _write(self, group: list[_Request]) -> None:
+        batch = [a for request in group for a in request.appends]
+        answers = [f for request in group for f in request.answers]
+        try:
+            results: list[Appended | BaseException] = list(
+                await write_group(self._db, self._settings, batch)
+            )
+        except asyncio.CancelledError:
+            for answer in answers:
+                answer.cancel()
+            raise
+        except Exception as exc:
+            # One batch the store refused must not fail the others: each goes alone.
+            results = [exc] if len(batch) == 1 else [await self._write_alone(a) for a in batch]
+        for answer, result in zip(answers, results, strict=True):
+            if answer.done():  # its caller went away; the append stands, as in Kafka
+                continue
+            if isinstance(result, BaseException):
+                answer.set_exception(result)
+            else:
+                answer.set_result(result)
+
+    async def _write_alone(self, append: Append) -> Appended | BaseException:
+        try:
+            return (await write_group(self._db, self._settings, [append]))[0]
+        except Exception as exc:
+            return exc
+
+
+_group_commits: weakref.WeakKeyDictionary[Database, _GroupCommit] = weakref.WeakKeyDictionary()
+
+
+async def append_all(
+    db: Database, settings: Settings, batch: Sequence[Append]
+) -> list[Appended | BaseException]:
+    """Append the checked batches (in one unit of work with whatever else is waiting); each
+    one's answer, or the error it alone failed with, in order."""
+    commits = _group_commits.get(db)
+    if commits is None or commits._loop is not asyncio.get_running_loop():
+        commits = _group_commits[db] = _GroupCommit(db, settings)
+    return await commits.append(batch)
+
+
+# -- one unit of work ---------------------------------------------------------------------------
+
+
+class Verdict(Enum):
+    """What `sequence_rule` decides of a batch with a producer id."""
+
+    APPEND = "append"
+    # The state expired (or never was) and the log may hold this epoch's batch 0: it decides.
+    FIRST_BATCH = "first batch"
+    # Not the next sequence: a retry of a written batch, or out of order.
+    RETRY_OR_GAP = "retry or gap"
+
+
+def sequence_rule(
+    view: appends.ProducerView | None,
+    where: str,
+    pid: int,
+    epoch: int,
+    base_sequence: int,
+    transactional: bool,
+) -> Verdict:
+    """API.md's idempotence rules for a batch of producer `pid` at `epoch` on partition
+    `where`, given what is written (a pure function: both stores' paths apply it)."""
+    if view is None:
+        raise UnknownProducerId(f"producer id {pid} was never issued; call init-pid")
+    if epoch < view.current_epoch:
+        raise InvalidProducerEpoch(
+            f"producer {pid} epoch {epoch} is older than its current epoch {view.current_epoch}"
+        )
+    if epoch > view.current_epoch:
+        raise InvalidProducerEpoch(
+            f"producer {pid} epoch {epoch} is newer than its current epoch {view.current_epoch}"
+        )
+    if not transactional and view.open_txn_offset is not None:
+        raise InvalidTxnState(
+            f"producer {pid} has a transaction open on {where} since offset "
+            f"{view.open_txn_offset}; a non-transactional batch may not join it"
+        )
+    if view.state_epoch is None:
+        if base_sequence != 0:
+            raise UnknownProducerId(
+                f"producer {pid} has no state on {where}, so its first batch must start at "
+                f"sequence 0, not {base_sequence}; re-initialise the producer"
+            )
+        return Verdict.FIRST_BATCH
+    if view.state_epoch < epoch:
+        if base_sequence != 0:
+            raise OutOfOrderSequenceNumber(
+                f"the first batch of epoch {epoch} must start at sequence 0, not {base_sequence}"
+            )
+        return Verdict.APPEND
+    assert view.last_sequence is not None
+    if base_sequence == next_sequence(view.last_sequence):
+        return Verdict.APPEND
+    return Verdict.RETRY_OR_GAP
+
+
+# A batch's key among those written: (topic, partition, producer id, epoch, base sequence).
+_Written = tuple[str, int, int, int, int]
+
+
+@dataclass(slots=True)
+class _Plan:
+    """An append group's writes, planned batch by batch under the group's locks."""
+
+    partitions: dict[tuple[str, int], appends.LockedPartition]
+    views: dict[tuple[str, int, int], appends.ProducerView]
+    joining: dict[str, Joining]
+    now: int
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    states: dict[tuple[str, int, int], dict[str, Any]] = field(default_factory=dict)
+    # The group's own batches, as a retry racing its original in the group must find them.
+    written: dict[_Written, tuple[int, int, int]] = field(default_factory=dict)
+    joins: Joins = field(default_factory=Joins)
+
+
+async def write_group(
+    db: Database, settings: Settings, batch: Sequence[Append]
+) -> list[Appended | CoordinatorError]:
+    """Append the batches in one unit of work: each one's answer, or the error that failed it
+    alone (a failure of the unit of work itself is raised)."""
+    async with db.write() as session:
+        connection = await session.connection()
+        joining = await lock_for_produce(
+            session, {a.transactional_id for a in batch if a.transactional_id is not None}
+        )
+        locked = await appends.lock_partitions(connection, {(a.topic, a.partition) for a in batch})
+        keyed = {
+            (a.topic, a.partition, a.checked.header.producer_id)
+            for a in batch
+            if a.checked.header.producer_id >= 0 and (a.topic, a.partition) in locked
+        }
+        views = await appends.producer_views(connection, keyed) if keyed else {}
+        plan = _Plan(locked, views, joining, now_ms())
+        results: list[Appended | CoordinatorError] = []
+        for append in batch:
+            try:
+                results.append(await _plan_one(session, connection, settings, plan, append))
+            except CoordinatorError as exc:
+                results.append(exc)
+        await appends.write(
+            connection,
+            plan.rows,
+            list(plan.states.values()),
+            {key: p.high_watermark for key, p in plan.partitions.items()},
+        )
+        await plan.joins.write(session)
+    return results
+
+
+async def _plan_one(
+    session: AsyncSession,
+    connection: AsyncConnection,
+    settings: Settings,
+    plan: _Plan,
+    append: Append,
+) -> Appended:
+    topic, partition, data, checked = append.topic, append.partition, append.data, append.checked
+    tid = append.transactional_id
+    header = checked.header
+    pid, epoch, base_seq, count = (
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        header.record_count,
+    )
+    where = f"{topic}-{partition}"
+    locked = plan.partitions.get((topic, partition))
+    if locked is None:
+        raise UnknownTopicOrPartition(f"{where} does not exist")
+    topic_settings = configs.produce_settings(locked.configs, settings.max_request_bytes)
+    if len(data) > topic_settings.max_message_bytes:
+        raise RecordListTooLarge(
+            f"the batch is {len(data)} bytes; {topic}'s max.message.bytes is "
+            f"{topic_settings.max_message_bytes}"
+        )
+    if topic_settings.compacted and checked.has_null_key:
+        # Which records, as Kafka names them (KIP-467): a client fails just those with
+        # INVALID_RECORD and may send the others again.
+        keyless = [i for i, r in enumerate(recordbatch.records(data)) if r.key is None]
+        raise InvalidRecord(
+            f"{topic} is compacted: every record needs a key", {"record_errors": keyless}
+        )
+    if tid is not None:
+        await check_produce(session, plan.joining.get(tid), tid, pid, epoch)
+    if pid >= 0:
+        view = plan.views.get((topic, partition, pid))
+        verdict = sequence_rule(view, where, pid, epoch, base_seq, tid is not None)
+        if verdict is not Verdict.APPEND:
+            original = plan.written.get((topic, partition, pid, epoch, base_seq))
+            if original is None:
+                original = await appends.written_batch(
+                    connection, topic, partition, pid, epoch, base_seq
+                )
+            if original is not None and original[2] == last_sequence_of(base_seq, count):
+                return Appended(original[0], original[1], True, -1, locked.log_start_offset)
+            if verdict is Verdict.FIRST_BATCH and original is not None:
+                # The state expired while the log still holds this epoch's batch 0: another
+                # batch 0 cannot be told from a retry of it (KIP-360: re-initialise).
+                raise UnknownProducerId(
+                    f"producer {pid}'s state on {where} expired and epoch {epoch} already used "
+                    "sequence 0 there; re-initialise the producer"
+                )
+            if verdict is Verdict.RETRY_OR_GAP:
+                assert view is not None and view.last_sequence is not None
+                raise OutOfOrderSequenceNumber(
+                    f"producer {pid} on {where}: expected sequence "
+                    f"{next_sequence(view.last_sequence)}, got {base_seq}"
+                )
+    now = plan.now
+    if tid is not None:
+        join_from_produce(plan.joining[tid], topic, partition, now, plan.joins)
+    base_offset = locked.high_watermark
+    last_offset = base_offset + count - 1
+    locked.high_watermark = last_offset + 1
+    if topic_settings.codec is not None:
+        # The topic's compression.type, as Kafka's broker recompresses (the records' bytes were
+        # checked already; only their compression changes).
+        data = recordbatch.with_codec(
+            data, topic_settings.codec, inflation_limit(settings, len(data))
+        )
+    payload = recordbatch.with_base_offset(data, base_offset)
+    max_timestamp = checked.max_timestamp
+    append_time = -1
+    if topic_settings.log_append_time:
+        payload = recordbatch.with_log_append_time(payload, now)
+        max_timestamp = append_time = now
+    last_seq = last_sequence_of(base_seq, count) if pid >= 0 else -1
+    plan.rows.append(
+        {
+            "topic": topic,
+            "partition": partition,
+            "base_offset": base_offset,
+            "last_offset": last_offset,
+            "producer_id": pid,
+            "producer_epoch": epoch,
+            "base_sequence": base_seq,
+            "last_sequence": last_seq,
+            "timestamp": now,
+            "max_timestamp": max_timestamp,
+            "size": len(payload),
+            "is_transactional": tid is not None,
+            "control": None,
+            "aborted": False,
+            "first_offset": None,
+            "record_count": count,
+            "payload": payload,
+        }
+    )
+    if pid >= 0:
+        key = (topic, partition, pid)
+        view = plan.views[key]
+        # Pins the LSO from the transaction's first batch here until its marker.
+        open_offset = view.open_txn_offset
+        if open_offset is None and tid is not None:
+            open_offset = base_offset
+        view.state_epoch, view.last_sequence, view.open_txn_offset = epoch, last_seq, open_offset
+        plan.states[key] = {
+            "topic": topic,
+            "partition": partition,
+            "producer_id": pid,
+            "producer_epoch": epoch,
+            "last_sequence": last_seq,
+            "last_offset": last_offset,
+            "last_timestamp": now,
+            "current_txn_first_offset": open_offset,
+        }
+        plan.written[(topic, partition, pid, epoch, base_seq)] = (
+            base_offset,
+            last_offset,
+            last_seq,
+        )
+    return Appended(base_offset, last_offset, False, append_time, locked.log_start_offset)
