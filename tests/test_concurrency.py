@@ -286,6 +286,30 @@ async def test_two_processes_on_one_store_append_serially_and_dedup_across_proce
     assert_service_logs_clean(workdir)
 
 
+@pytest.mark.slow
+async def test_retries_of_one_batch_racing_in_two_processes_append_it_once(
+    spawn: Callable[[], ServiceProcess], workdir: Path
+) -> None:
+    """Each process gathers its copies into one append group; the two groups race for the
+    partition's lock, and the one that gets it second finds the batch written."""
+    first = await asyncio.to_thread(spawn)
+    second = await asyncio.to_thread(spawn)
+    async with service_client(first) as a, service_client(second) as b:
+        await create_topic(a, TOPIC)
+        pid = await init_pid_via(a)
+        copies = [a, b] * 8
+        for sequence in (0, 2):
+            body = batch([f"s{sequence}", f"s{sequence + 1}"], pid, 0, sequence)
+            answers = await asyncio.gather(*(c.post(RECORDS_PATH, json=body) for c in copies))
+            assert all(r.status_code == 200 for r in answers), [r.text for r in answers]
+            assert sum(not r.json()["duplicate"] for r in answers) == 1
+            assert {(r.json()["base_offset"], r.json()["last_offset"]) for r in answers} == {
+                (sequence, sequence + 1)
+            }
+        assert [r["value"] for r in await read_all(b, TOPIC)] == ["s0", "s1", "s2", "s3"]
+    assert_service_logs_clean(workdir)
+
+
 # -- rule 3: SIGKILL under load -----------------------------------------------------------------
 
 
