@@ -264,6 +264,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+async def cpu_in_window(pid: int, window: Window) -> float:
+    """CPU seconds process `pid` used inside the window (call it before the window starts)."""
+    await asyncio.sleep(max(0.0, window.start - time.perf_counter()))
+    before = cpu_seconds(pid)
+    await asyncio.sleep(max(0.0, window.end - time.perf_counter()))
+    return cpu_seconds(pid) - before
+
+
 # -- the payloads -------------------------------------------------------------------------------
 
 

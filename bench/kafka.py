@@ -4,7 +4,8 @@ cost of transactions measured with Kafka's own transactional producer.
 What it measures, in one run on one machine, on a fresh Postgres database each:
 
 1. kafka: `coordinator serve --kafka-listener` in a child process; `--producers` confluent-kafka
-   (librdkafka) producers, each on its own partition, send 1 KB records (`--record-bytes`) with
+   (librdkafka) producers, each in a process of its own (one interpreter's GIL would bound the
+   load, not the listener) and on its own partition, send 1 KB records (`--record-bytes`) with
    acks=all and idempotence on, batched by librdkafka (`batch.num.messages` = `--batch-records`,
    `linger.ms` 5), as fast as they are acknowledged. MB counted from delivery reports inside the
    measured window.
@@ -16,7 +17,8 @@ What it measures, in one run on one machine, on a fresh Postgres database each:
    txn_overhead = 1 - median transactional MB/s / median idempotent MB/s.
 
 Ratios (last stdout line, JSON): kafka_vs_raw = kafka MB/s / raw MB/s, kafka_vs_http = kafka MB/s
-/ http MB/s, and txn_overhead.
+/ http MB/s, and txn_overhead; the service's CPU ms per MB delivered in the kafka and http
+phases.
 
     python bench/kafka.py --seconds 15
 """
@@ -26,10 +28,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import statistics
 import sys
-import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +42,11 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is not a package
 from _support import (
     MB,
+    Window,
     add_postgres_url,
     cancel_on_sigterm,
     checkpoint,
+    cpu_in_window,
     free_port,
     log,
     plain_url,
@@ -51,7 +56,17 @@ from _support import (
     scratch_database,
     serving,
 )
-from produce import SERVE, SERVE_OPTIONS, Figures, Payload, Tally, merged, run_raw, run_service
+from produce import (
+    SERVE,
+    SERVE_OPTIONS,
+    Figures,
+    Payload,
+    Tally,
+    merged,
+    raw_writer,
+    run_raw,
+    run_service,
+)
 
 TOPIC = "bench-kafka"
 
@@ -103,19 +118,21 @@ def kafka_producer(
     return tally
 
 
-def run_kafka(bootstrap: str, args: argparse.Namespace, payload: Payload) -> tuple[Tally, float]:
-    start = time.perf_counter() + args.warmup
-    end = start + args.seconds
-    tallies: list[Tally] = [Tally() for _ in range(args.producers)]
-
-    def worker(i: int) -> None:
-        tallies[i] = kafka_producer(bootstrap, i % args.partitions, payload, start, end)
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(args.producers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+def run_kafka(
+    bootstrap: str, args: argparse.Namespace, payload: Payload, window: Window
+) -> tuple[Tally, float]:
+    """Each producer in a process of its own, so the load generator (librdkafka's Python
+    produce() per record) is not one interpreter's GIL."""
+    with ProcessPoolExecutor(
+        args.producers, mp_context=multiprocessing.get_context("spawn")
+    ) as pool:
+        futures = [
+            pool.submit(
+                kafka_producer, bootstrap, i % args.partitions, payload, window.start, window.end
+            )
+            for i in range(args.producers)
+        ]
+        tallies = [f.result() for f in futures]
     return merged(tallies), args.seconds
 
 
@@ -191,7 +208,13 @@ async def bench(args: argparse.Namespace) -> None:
             response.raise_for_status()
         await checkpoint(database_url)
         log(f"kafka phase: {args.warmup:g} s warm-up + {args.seconds:g} s")
-        kafka_tally, kafka_seconds = await asyncio.to_thread(run_kafka, bootstrap, args, payload)
+        # Spawning the client processes takes a moment of its own: the window starts after it.
+        window = Window.after(args.warmup + 2.0, args.seconds)
+        kafka_cpu = asyncio.create_task(cpu_in_window(service.pid, window))
+        kafka_tally, kafka_seconds = await asyncio.to_thread(
+            run_kafka, bootstrap, args, payload, window
+        )
+        kafka_cpu_s = await kafka_cpu
         log(f"txn_overhead: {args.rounds} rounds of 2 x {args.overhead_seconds:g} s")
         idempotent: list[float] = []
         transactional: list[float] = []
@@ -212,14 +235,20 @@ async def bench(args: argparse.Namespace) -> None:
         async with serving(database_url, "bench-kafka-http-", SERVE, SERVE_OPTIONS) as service:
             await checkpoint(database_url)
             log(f"http phase: {args.warmup:g} s warm-up + {args.seconds:g} s")
-            http_tally, http_seconds = await run_service(service.url, args, payload)
+            http_tally, http_seconds, http_cpu_s = await run_service(
+                service, args.producers, args, payload
+            )
         await checkpoint(database_url)
         log(f"raw phase: {args.warmup:g} s warm-up + {args.seconds:g} s")
-        raw_tally, raw_seconds = await run_raw(database_url, args, payload)
+        raw_tally, raw_seconds = await run_raw(
+            database_url, args.producers, args, payload, raw_writer
+        )
     kafka = Figures.of(kafka_tally, kafka_seconds)
     http = Figures.of(http_tally, http_seconds)
     raw = Figures.of(raw_tally, raw_seconds)
     overhead = 1 - statistics.median(transactional) / statistics.median(idempotent)
+    kafka_cpu_ms_per_mb = 1000 * kafka_cpu_s / (kafka_tally.value_bytes / MB or 1)
+    http_cpu_ms_per_mb = 1000 * http_cpu_s / (http_tally.value_bytes / MB or 1)
     print()
     print(
         f"produce: {args.producers} producers, {args.partitions} partitions, "
@@ -231,6 +260,9 @@ async def bench(args: argparse.Namespace) -> None:
         ("raw (INSERT)", raw),
     ):
         print(f"  {name:<24}{f.records_per_s:>12,.0f} records/s{f.mb_per_s:>10.2f} MB/s")
+    print(
+        f"service CPU per MB: kafka {kafka_cpu_ms_per_mb:.1f} ms, http {http_cpu_ms_per_mb:.1f} ms"
+    )
     print(
         f"kafka_vs_raw: {kafka.mb_per_s / raw.mb_per_s:.3f}  "
         f"kafka_vs_http: {kafka.mb_per_s / http.mb_per_s:.3f}"
@@ -248,6 +280,8 @@ async def bench(args: argparse.Namespace) -> None:
                 "raw_mb_per_s": round(raw.mb_per_s, 3),
                 "kafka_vs_raw": round(kafka.mb_per_s / raw.mb_per_s, 4),
                 "kafka_vs_http": round(kafka.mb_per_s / http.mb_per_s, 4),
+                "kafka_service_cpu_ms_per_mb": round(kafka_cpu_ms_per_mb, 2),
+                "http_service_cpu_ms_per_mb": round(http_cpu_ms_per_mb, 2),
                 "idempotent_mb_per_s": round(statistics.median(idempotent), 3),
                 "transactional_mb_per_s": round(statistics.median(transactional), 3),
                 "txn_overhead": round(overhead, 4),

@@ -12,11 +12,17 @@ What it measures, in one run on one machine:
 2. raw: the same bytes (the same record values, concatenated: one batch = one row) inserted
    straight into Postgres with asyncpg (the driver the service uses), one INSERT per batch, each
    its own transaction (autocommit), from N concurrent connections, for the same duration.
+3. raw COPY: the ceiling, the same rows written by COPY, 32 rows per COPY (each its own
+   transaction), from N connections: what Postgres takes when round trips cost nothing.
+
+Each of `--producers` (default 4 and 16) is one run of the three phases on a fresh database.
 
 Both phases run for `--seconds` after a `--warmup`; a batch counts when its answer arrives inside
 the measured window. MB is 10**6 bytes of record values acknowledged (keys are null, no headers).
-`ratio` is service MB/s over raw MB/s: how much of what the database could take the service
-delivers. Goal: ratio >= 0.6.
+`ratio` is service MB/s over raw INSERT MB/s: how much of what the database could take the
+service delivers (goal: >= 0.6); `ratio_to_copy` the same against the COPY ceiling;
+`service_cpu_ms_per_mb` the service process's CPU time in the measured window per MB delivered.
+The JSON's top-level `ratio` is the first run's.
 
 The load generator is kept cheap (request bodies are built once, only the sequence number is
 spliced in per batch, and for a record batch its CRC-32C recomputed; uvloop when installed),
@@ -42,8 +48,10 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import httpx
@@ -56,6 +64,7 @@ from _support import (
     MB,
     BatchTemplate,
     BenchFailure,
+    Service,
     Window,
     add_postgres_url,
     admin,
@@ -63,6 +72,7 @@ from _support import (
     cancel_on_sigterm,
     checkpoint,
     close_all,
+    cpu_in_window,
     log,
     make_clients,
     percentile_ms,
@@ -77,6 +87,8 @@ from _support import (
 
 TOPIC = "bench"
 RAW_TABLE = "bench_raw_batches"
+# Rows per COPY in the ceiling phase.
+COPY_ROWS = 32
 # The child process: `coordinator serve`, quiet.
 SERVE = ["-m", "coordinator", "serve"]
 SERVE_OPTIONS = ["--log-level", "warning"]
@@ -147,6 +159,7 @@ class Figures:
 
 async def service_producer(
     client: httpx.AsyncClient,
+    topic: str,
     partition: int,
     payload: Payload,
     window: Window,
@@ -154,7 +167,7 @@ async def service_producer(
 ) -> Tally:
     init = await call(client, "/v1/init-pid", {})
     pid, epoch = init["producer_id"], init["producer_epoch"]
-    path = f"/v1/topics/{TOPIC}/partitions/{partition}/records"
+    path = f"/v1/topics/{topic}/partitions/{partition}/records"
     head = f'{{"producer_id":{pid},"producer_epoch":{epoch},"base_sequence":'.encode()
     tail = b"," + payload.records_json + b"}"
     binary = BatchTemplate(payload.values) if binary_format else None
@@ -193,23 +206,27 @@ async def service_producer(
 
 
 async def run_service(
-    service_url: str, args: argparse.Namespace, payload: Payload
-) -> tuple[Tally, float]:
-    clients = make_clients(service_url, args.producers)
+    service: Service, producers: int, args: argparse.Namespace, payload: Payload
+) -> tuple[Tally, float, float]:
+    """The service's tally, the window's seconds and the service's CPU seconds in it."""
+    clients = make_clients(service.url, producers)
+    partitions = args.partitions or producers
+    topic = f"{TOPIC}-{producers}"
     try:
-        await call(clients[0], "/v1/topics", {"name": TOPIC, "partitions": args.partitions})
+        await call(clients[0], "/v1/topics", {"name": topic, "partitions": partitions})
         window = Window.after(args.warmup, args.seconds)
+        cpu = asyncio.create_task(cpu_in_window(service.pid, window))
         tallies = await asyncio.gather(
             *(
                 service_producer(
-                    client, i % args.partitions, payload, window, args.format == "binary"
+                    client, topic, i % partitions, payload, window, args.format == "binary"
                 )
                 for i, client in enumerate(clients)
             )
         )
     finally:
         await close_all(clients)
-    return merged(tallies), window.seconds
+    return merged(tallies), window.seconds, await cpu
 
 
 # -- the raw baseline ---------------------------------------------------------------------------
@@ -256,15 +273,47 @@ async def raw_writer(
             tally.latencies.append(done - sent)
 
 
+async def copy_writer(
+    connection: asyncpg.Connection, producer_id: int, payload: Payload, window: Window
+) -> Tally:
+    """The ceiling: the same rows, COPY_ROWS per COPY (each its own transaction)."""
+    batch_records = len(payload.values)
+    raw = payload.raw_batch
+    clock = time.perf_counter
+    sequence = 0
+    tally = Tally()
+    while True:
+        sent = clock()
+        if sent >= window.end:
+            return tally
+        now = time.time_ns() // 1_000_000
+        rows = [
+            (producer_id, sequence + i * batch_records, batch_records, now, raw)
+            for i in range(COPY_ROWS)
+        ]
+        await connection.copy_records_to_table(RAW_TABLE, records=rows)
+        done = clock()
+        sequence += COPY_ROWS * batch_records
+        if window.counts(done):
+            tally.batches += COPY_ROWS
+            tally.records += COPY_ROWS * batch_records
+            tally.value_bytes += COPY_ROWS * len(raw)
+            tally.latencies.append(done - sent)
+
+
 async def run_raw(
-    database_url: str, args: argparse.Namespace, payload: Payload
+    database_url: str,
+    producers: int,
+    args: argparse.Namespace,
+    payload: Payload,
+    writer: Callable[[asyncpg.Connection, int, Payload, Window], Awaitable[Tally]],
 ) -> tuple[Tally, float]:
-    await admin(database_url, RAW_DDL)
-    connections = [await asyncpg.connect(database_url) for _ in range(args.producers)]
+    await admin(database_url, f"DROP TABLE IF EXISTS {RAW_TABLE}", RAW_DDL)
+    connections = [await asyncpg.connect(database_url) for _ in range(producers)]
     try:
         window = Window.after(args.warmup, args.seconds)
         tallies = await asyncio.gather(
-            *(raw_writer(c, i, payload, window) for i, c in enumerate(connections))
+            *(writer(c, i, payload, window) for i, c in enumerate(connections))
         )
     finally:
         for connection in connections:
@@ -275,36 +324,71 @@ async def run_raw(
 # -- the run ------------------------------------------------------------------------------------
 
 
-def report(args: argparse.Namespace, service: Figures, raw: Figures) -> None:
-    ratio = service.mb_per_s / raw.mb_per_s if raw.mb_per_s else float("nan")
+@dataclass(frozen=True)
+class Run:
+    """One producer count's figures."""
+
+    producers: int
+    service: Figures
+    raw: Figures
+    copy: Figures
+    service_cpu_ms_per_mb: float
+
+    @property
+    def ratio(self) -> float:
+        return self.service.mb_per_s / self.raw.mb_per_s if self.raw.mb_per_s else float("nan")
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "producers": self.producers,
+            "service_records_per_s": round(self.service.records_per_s, 1),
+            "service_mb_per_s": round(self.service.mb_per_s, 3),
+            "service_p50_ms": round(self.service.p50_ms, 2),
+            "service_p99_ms": round(self.service.p99_ms, 2),
+            "service_cpu_ms_per_mb": round(self.service_cpu_ms_per_mb, 2),
+            "raw_mb_per_s": round(self.raw.mb_per_s, 3),
+            "raw_copy_mb_per_s": round(self.copy.mb_per_s, 3),
+            "ratio": round(self.ratio, 4),
+            "ratio_to_copy": round(self.service.mb_per_s / self.copy.mb_per_s, 4)
+            if self.copy.mb_per_s
+            else float("nan"),
+        }
+
+
+def report(args: argparse.Namespace, runs: list[Run]) -> None:
     print()
     print(
-        f"produce ({args.format}): {args.producers} producers, {args.partitions} partitions, "
-        f"{args.batch_records} records x {args.record_bytes} B per batch, "
-        f"{args.seconds:g} s measured after {args.warmup:g} s warm-up"
+        f"produce ({args.format}): {args.batch_records} records x {args.record_bytes} B per "
+        f"batch, {args.seconds:g} s measured after {args.warmup:g} s warm-up per phase"
     )
-    header = f"{'':<22}{'records/s':>12}{'MB/s':>10}{'batches/s':>11}{'p50 ms':>9}{'p99 ms':>9}"
-    print(header)
-    print("-" * len(header))
-    for name, f in (("service (HTTP)", service), ("raw (asyncpg INSERT)", raw)):
+    header = f"{'':<30}{'records/s':>12}{'MB/s':>10}{'batches/s':>11}{'p50 ms':>9}{'p99 ms':>9}"
+    for run in runs:
+        partitions = args.partitions or run.producers
+        print(f"\n{run.producers} producers, {partitions} partitions")
+        print(header)
+        print("-" * len(header))
+        for name, f in (
+            ("service (HTTP)", run.service),
+            ("raw (asyncpg INSERT)", run.raw),
+            (f"raw (COPY, {COPY_ROWS} rows each)", run.copy),
+        ):
+            print(
+                f"{name:<30}{f.records_per_s:>12,.0f}{f.mb_per_s:>10.2f}{f.batches_per_s:>11.1f}"
+                f"{f.p50_ms:>9.1f}{f.p99_ms:>9.1f}"
+            )
         print(
-            f"{name:<22}{f.records_per_s:>12,.0f}{f.mb_per_s:>10.2f}{f.batches_per_s:>11.1f}"
-            f"{f.p50_ms:>9.1f}{f.p99_ms:>9.1f}"
+            f"ratio (service MB/s / raw INSERT MB/s): {run.ratio:.3f}  (goal >= 0.6); "
+            f"service CPU {run.service_cpu_ms_per_mb:.1f} ms per MB"
         )
-    print(f"ratio (service MB/s / raw MB/s): {ratio:.3f}  (goal >= 0.6)")
     print(
         json.dumps(
             {
-                "service_records_per_s": round(service.records_per_s, 1),
-                "service_mb_per_s": round(service.mb_per_s, 3),
-                "raw_records_per_s": round(raw.records_per_s, 1),
-                "raw_mb_per_s": round(raw.mb_per_s, 3),
-                "ratio": round(ratio, 4),
                 "format": args.format,
-                "producers": args.producers,
                 "batch_records": args.batch_records,
                 "record_bytes": args.record_bytes,
                 "seconds": args.seconds,
+                "ratio": round(runs[0].ratio, 4),
+                "runs": [run.figures() for run in runs],
             }
         ),
         flush=True,
@@ -315,15 +399,27 @@ async def bench(args: argparse.Namespace) -> None:
     cancel_on_sigterm()
     server_url = plain_url(args.postgres_url)
     payload = Payload.build(args.batch_records, args.record_bytes)
-    async with scratch_database(server_url, "bench_") as (_, database_url):
-        async with serving(database_url, "bench-produce-", SERVE, SERVE_OPTIONS) as service:
+    runs = []
+    for producers in args.producers:
+        async with scratch_database(server_url, "bench_") as (_, database_url):
+            async with serving(database_url, "bench-produce-", SERVE, SERVE_OPTIONS) as service:
+                await checkpoint(database_url)
+                log(f"service phase, {producers} producers: {args.warmup:g} + {args.seconds:g} s")
+                tally, seconds, cpu = await run_service(service, producers, args, payload)
+            service_figures = Figures.of(tally, seconds)
             await checkpoint(database_url)
-            log(f"service phase: {args.warmup:g} s warm-up + {args.seconds:g} s")
-            service_tally, service_seconds = await run_service(service.url, args, payload)
-        await checkpoint(database_url)
-        log(f"raw phase: {args.warmup:g} s warm-up + {args.seconds:g} s")
-        raw_tally, raw_seconds = await run_raw(database_url, args, payload)
-    report(args, Figures.of(service_tally, service_seconds), Figures.of(raw_tally, raw_seconds))
+            log(f"raw INSERT phase: {args.warmup:g} s warm-up + {args.seconds:g} s")
+            raw = Figures.of(*await run_raw(database_url, producers, args, payload, raw_writer))
+            await checkpoint(database_url)
+            log(f"raw COPY phase: {args.warmup:g} s warm-up + {args.seconds:g} s")
+            copy = Figures.of(*await run_raw(database_url, producers, args, payload, copy_writer))
+        mb = tally.value_bytes / MB
+        runs.append(Run(producers, service_figures, raw, copy, 1000 * cpu / mb if mb else 0.0))
+    report(args, runs)
+
+
+def producer_counts(text: str) -> list[int]:
+    return [positive_int(part) for part in text.split(",")]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -333,7 +429,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add_postgres_url(parser)
-    parser.add_argument("--producers", type=positive_int, default=4, help="concurrent producers")
+    parser.add_argument(
+        "--producers",
+        type=producer_counts,
+        default=[4, 16],
+        help="concurrent producers, comma-separated: one run (service, INSERT, COPY) per count",
+    )
     parser.add_argument(
         "--partitions",
         type=int,
@@ -354,8 +455,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.partitions < 0:
         parser.error("--partitions must not be negative")
-    if args.partitions == 0:
-        args.partitions = args.producers
     if args.seconds <= 0 or args.warmup < 0:
         parser.error("--seconds must be positive and --warmup not negative")
     return args
