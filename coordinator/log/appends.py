@@ -2,9 +2,15 @@
 
 A group of appends (`coordinator.log.produce`) is one unit of work of a fixed number of
 statements whatever its size: the partitions locked by one statement (in the fixed lock order),
-the producers' epochs and their states on those partitions read by one each, and then one
-statement inserting every batch, one upserting every producer state and one advancing every high
-watermark (executemany: asyncpg sends the rows of a prepared statement in one pipeline).
+then the producers' epochs and states on those partitions read, then every batch, producer state
+and high watermark written.
+
+On Postgres the last two are one statement each, sent straight to asyncpg as prepared
+statements over arrays (`unnest`), inside the unit of work SQLAlchemy began with the lock: no
+statement compilation, no result processing, one round trip each whatever the group's size.
+SQLite (in-process, no round trips) runs the same reads and writes through SQLAlchemy, the writes
+as executemany. Only the statements differ per store; the rules that use what they read are
+`coordinator.log.produce`'s.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any, cast
 
+import asyncpg
 from sqlalchemy import Table, bindparam, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -82,6 +89,16 @@ async def lock_partitions(
     return {(t, p): LockedPartition(hw, start, configs) for t, p, hw, start, configs in rows}
 
 
+_VIEWS_POSTGRES = """
+SELECT k.topic, k."partition", k.producer_id, i.producer_epoch,
+       s.producer_epoch, s.last_sequence, s.current_txn_first_offset
+FROM unnest($1::varchar[], $2::int[], $3::bigint[]) AS k(topic, "partition", producer_id)
+JOIN producer_ids i ON i.producer_id = k.producer_id
+LEFT JOIN producer_states s
+  ON s.topic = k.topic AND s."partition" = k."partition" AND s.producer_id = k.producer_id
+"""
+
+
 async def producer_views(
     connection: AsyncConnection, keys: Iterable[tuple[str, int, int]]
 ) -> dict[tuple[str, int, int], ProducerView]:
@@ -89,6 +106,10 @@ async def producer_views(
     Run after `lock_partitions`, as statements of their own, so they see what the previous
     append committed (joined to the lock, they would read the snapshot taken before its wait)."""
     keys = set(keys)
+    if connection.dialect.name == "postgresql":
+        topics_, partitions_, pids_ = zip(*keys, strict=True) if keys else ((), (), ())
+        found = await _driver_fetch(connection, _VIEWS_POSTGRES, topics_, partitions_, pids_)
+        return {(r[0], r[1], r[2]): ProducerView(r[3], r[4], r[5], r[6]) for r in found}
     pids = {pid for _, _, pid in keys}
     epochs = dict(
         (
@@ -182,6 +203,75 @@ def _upsert_states(dialect: Any) -> Any:
 _UPSERT_STATES = {"sqlite": _upsert_states(sqlite), "postgresql": _upsert_states(postgresql)}
 
 
+_BATCH_COLUMNS = (
+    "topic",
+    "partition",
+    "base_offset",
+    "last_offset",
+    "producer_id",
+    "producer_epoch",
+    "base_sequence",
+    "last_sequence",
+    "timestamp",
+    "max_timestamp",
+    "size",
+    "is_transactional",
+    "record_count",
+    "payload",
+)
+_BATCH_TYPES = (
+    "varchar",
+    "int",
+    "bigint",
+    "bigint",
+    "bigint",
+    "int",
+    "int",
+    "int",
+    "bigint",
+    "bigint",
+    "int",
+    "bool",
+    "int",
+    "bytea",
+)
+_STATE_TYPES = ("varchar", "int", "bigint", "int", "int", "bigint", "bigint", "bigint")
+
+
+def _unnest(columns: tuple[str, ...], types: tuple[str, ...], first: int) -> str:
+    arrays = ", ".join(f"${first + i}::{t}[]" for i, t in enumerate(types))
+    return f"unnest({arrays}) AS v({_quoted(columns)})"
+
+
+def _quoted(columns: Iterable[str]) -> str:
+    return ", ".join(f'"{c}"' for c in columns)
+
+
+# Data batches only: a producer never writes a control batch (`control` null, not aborted, no
+# first offset).
+_B, _S = len(_BATCH_COLUMNS), len(STATE_COLUMNS)
+_WRITE_POSTGRES = f"""
+WITH appended AS (
+  INSERT INTO batches ({_quoted(_BATCH_COLUMNS)}, control, aborted, first_offset)
+  SELECT {_quoted(_BATCH_COLUMNS)}, NULL, false, NULL
+  FROM {_unnest(_BATCH_COLUMNS, _BATCH_TYPES, 1)}
+), stated AS (
+  INSERT INTO producer_states ({_quoted(STATE_COLUMNS)})
+  SELECT {_quoted(STATE_COLUMNS)} FROM {_unnest(STATE_COLUMNS, _STATE_TYPES, _B + 1)}
+  ON CONFLICT (topic, partition, producer_id) DO UPDATE SET
+    producer_epoch = EXCLUDED.producer_epoch,
+    last_sequence = EXCLUDED.last_sequence,
+    last_offset = EXCLUDED.last_offset,
+    last_timestamp = EXCLUDED.last_timestamp,
+    current_txn_first_offset = COALESCE(
+      producer_states.current_txn_first_offset, EXCLUDED.current_txn_first_offset)
+)
+UPDATE partitions p SET high_watermark = v.next_offset
+FROM {_unnest(("topic", "partition", "next_offset"), ("varchar", "int", "bigint"), _B + _S + 1)}
+WHERE p.topic = v.topic AND p."partition" = v."partition"
+"""
+
+
 async def write(
     connection: AsyncConnection,
     rows: list[dict[str, Any]],
@@ -191,6 +281,18 @@ async def write(
     """Write the group's batch rows, its producers' states (one row per key) and its partitions'
     new high watermarks; the caller holds the partitions' locks."""
     if not rows:
+        return
+    if connection.dialect.name == "postgresql":
+        moved = sorted(high_watermarks.items())
+        await _driver_execute(
+            connection,
+            _WRITE_POSTGRES,
+            *([row[c] for row in rows] for c in _BATCH_COLUMNS),
+            *([state[c] for state in producer_states] for c in STATE_COLUMNS),
+            [t for (t, _), _ in moved],
+            [p for (_, p), _ in moved],
+            [hw for _, hw in moved],
+        )
         return
     await connection.execute(_INSERT_BATCHES, rows)
     if producer_states:
@@ -202,3 +304,40 @@ async def write(
             for (t, p), hw in sorted(high_watermarks.items())
         ],
     )
+
+
+# -- asyncpg, under SQLAlchemy's unit of work ---------------------------------------------------
+
+# A connection the store cut, or a driver that lost it: the unit of work cannot go on.
+_LOST = (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError)
+
+
+async def _driver(connection: AsyncConnection) -> asyncpg.Connection:
+    """The asyncpg connection under `connection`, whose transaction SQLAlchemy has begun (the
+    unit of work ran `lock_partitions` on it first)."""
+    raw = await connection.get_raw_connection()
+    driver: asyncpg.Connection = raw.driver_connection
+    return driver
+
+
+async def _driver_fetch(connection: AsyncConnection, sql: str, *args: Any) -> list[Any]:
+    try:
+        return list(await (await _driver(connection)).fetch(sql, *args))
+    except _LOST as exc:
+        await _lost(connection, exc)
+        raise
+
+
+async def _driver_execute(connection: AsyncConnection, sql: str, *args: Any) -> None:
+    try:
+        await (await _driver(connection)).execute(sql, *args)
+    except _LOST as exc:
+        await _lost(connection, exc)
+        raise
+
+
+async def _lost(connection: AsyncConnection, exc: BaseException) -> None:
+    """The pool must not hand out this connection again; the store's outage handling answers
+    the caller (an OSError is an outage to it)."""
+    await connection.invalidate(exc if isinstance(exc, Exception) else None)
+    raise ConnectionError(f"the store connection was lost: {exc}") from exc
