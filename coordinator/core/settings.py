@@ -98,6 +98,9 @@ class Settings(BaseSettings):
     fetch_max_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     # Connections per service process (Postgres).
     pool_size: int = Field(default=10, ge=1)
+    # Append groups one process writes at once (Postgres; SQLite writes one at a time): appends
+    # arriving while this many units of work are writing wait and go together in the next.
+    append_groups_in_flight: int = Field(default=2, ge=1)
     # Consumer groups: a member without a heartbeat this long is removed (unless its heartbeats
     # ask for another session timeout within the bounds below, as Kafka's group.min/max do).
     group_session_timeout_ms: int = Field(default=45_000, ge=1)

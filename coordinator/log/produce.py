@@ -256,20 +256,22 @@ class _Request:
 
 
 class _GroupCommit:
-    """A process's appends to one store: those that arrive while a unit of work writes wait for
-    the next, which takes them all (up to the bounds)."""
+    """A process's appends to one store: up to `in_flight` units of work write at once, and
+    appends that arrive while they all write wait for the next one free, which takes them all
+    (up to the bounds)."""
 
     def __init__(self, db: Database, settings: Settings) -> None:
         self._db, self._settings = db, settings
+        self._in_flight = 1 if db.is_sqlite else settings.append_groups_in_flight
         self._loop = asyncio.get_running_loop()
         self._waiting: deque[_Request] = deque()
-        self._writer: asyncio.Task[None] | None = None
+        self._writers: set[asyncio.Task[None]] = set()
 
     async def append(self, batch: Sequence[Append]) -> list[Appended | BaseException]:
         answers = [self._loop.create_future() for _ in batch]
         self._waiting.append(_Request(batch, answers, sum(len(a.data) for a in batch)))
-        if self._writer is None:
-            self._writer = self._loop.create_task(self._write_waiting())
+        if len(self._writers) < self._in_flight:
+            self._writers.add(self._loop.create_task(self._write_waiting()))
         results: list[Appended | BaseException] = await asyncio.gather(
             *answers, return_exceptions=True
         )
@@ -279,11 +281,17 @@ class _GroupCommit:
         try:
             while self._waiting:
                 await self._write(self._next_group())
-        finally:
-            self._writer = None
-            while self._waiting:  # cancelled (the loop is closing): nothing more is written
+        except asyncio.CancelledError:
+            while self._waiting:  # the loop is closing: nothing more is written
                 for answer in self._waiting.popleft().answers:
                     answer.cancel()
+            raise
+        finally:
+            # Here, not in a done callback: an append arriving before that callback ran would
+            # count this writer as busy and wait for nobody.
+            task = asyncio.current_task()
+            assert task is not None
+            self._writers.discard(task)
 
     def _next_group(self) -> list[_Request]:
         group = [self._waiting.popleft()]
