@@ -105,7 +105,7 @@ async def measure(name: str, call: Any, rounds: int, trips: RoundTrips) -> dict[
 
 
 async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from coordinator.core.app import create_app
+    from coordinator.app import create_app
     from coordinator.core.migrate import upgrade_to_head
     from coordinator.core.settings import Settings
 

@@ -12,7 +12,7 @@ share the machine's cores):
    transaction uses. Reported: transactions/s, coordinator calls/s (2 per transaction) and
    p50/p99 per call type.
 2. baseline: the same N clients, one request in flight each, call `POST /bench/update` for the
-   same time. That route lives in the same app (built by `coordinator.core.app.create_app`, then
+   same time. That route lives in the same app (built by `coordinator.app.create_app`, then
    this one route added: same FastAPI, middleware, engine, pool and `Database.write()` unit of
    work) and runs one single-row `UPDATE bench_counter SET n = n + 1 WHERE id = :id RETURNING n`
    (one row per client, so there is no hot row). `rpc_ratio` = coordinator calls/s over baseline
@@ -72,7 +72,7 @@ import orjson
 from sqlalchemy import text
 from starlette.responses import Response
 
-from coordinator.core.app import create_app
+from coordinator.app import create_app
 from coordinator.core.dependencies import DB
 from coordinator.core.responses import json_response
 from coordinator.core.schemas import RequestModel

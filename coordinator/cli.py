@@ -55,7 +55,7 @@ def _migrate(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from coordinator.core.app import create_app
+    from coordinator.app import create_app
     from coordinator.core.limits import BoundedHttpToolsProtocol
     from coordinator.core.migrate import upgrade_to_head
 
@@ -126,7 +126,7 @@ def _serve(args: argparse.Namespace) -> int:
         value = getattr(settings, name)
         if value is not None:
             os.environ[f"COORDINATOR_{name.upper()}"] = str(value)
-    uvicorn.run("coordinator.core.app:create_app", factory=True, workers=args.workers, **common)
+    uvicorn.run("coordinator.app:create_app", factory=True, workers=args.workers, **common)
     return 0
 
 

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from coordinator.core.app import create_app
+from coordinator.app import create_app
 from coordinator.core.database import Database
 from coordinator.core.migrate import upgrade_to_head
 from coordinator.core.settings import Settings

@@ -18,7 +18,7 @@ import httpx
 import uvicorn
 from sqlalchemy import text
 
-from coordinator.core.app import create_app
+from coordinator.app import create_app
 from tests.conftest import Store, empty_tables, make_settings
 from tests.support import free_port
 

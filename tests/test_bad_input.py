@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from coordinator.core.app import create_app
+from coordinator.app import create_app
 from tests.api import assert_problem, batch, create_topic, init_pid, produce, read_all
 from tests.conftest import Store, empty_tables, make_settings
 

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
-from coordinator.core.app import create_app
+from coordinator.app import create_app
 from coordinator.core.clock import now_ms
 from coordinator.core.settings import Settings
 from coordinator.log import recordbatch

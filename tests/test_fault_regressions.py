@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from coordinator.core.app import create_app
+from coordinator.app import create_app
 from coordinator.core.settings import Settings
 from tests.support import free_port
 

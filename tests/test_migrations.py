@@ -139,7 +139,7 @@ def test_record_batch_migration_reads_every_old_record_back_unchanged(empty_stor
     from sqlalchemy import insert
     from sqlalchemy import table as table_of_columns
 
-    from coordinator.core.app import create_app
+    from coordinator.app import create_app
     from coordinator.core.migrate import alembic_config
     from coordinator.log import recordbatch as rb
     from coordinator.log import service

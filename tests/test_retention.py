@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 from sqlalchemy import select
 
-from coordinator.core.app import create_app
+from coordinator.app import create_app
 from coordinator.core.clock import now_ms
 from coordinator.core.database import Database
 from coordinator.log import cleaner

@@ -26,7 +26,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from coordinator.core.app import create_app
+from coordinator.app import create_app
 from coordinator.core.clock import now_ms
 from coordinator.transactions.service import abort_timed_out
 from tests.api import assert_problem, batch, create_topic, produce, read_all, read_paged

@@ -22,14 +22,13 @@ from coordinator.admin.schemas import (
 )
 from coordinator.core.clock import now_ms, rfc3339
 from coordinator.core.database import Database
-from coordinator.core.metrics import bytes_kept
 from coordinator.core.settings import Settings
 from coordinator.effects.service import counts as effect_counts
 from coordinator.effects.service import lapsed_claims
 from coordinator.log import configs
+from coordinator.log.bounds import all_bounds, bytes_kept
 from coordinator.log.errors import UnknownTopicOrPartition
 from coordinator.log.models import CONTROL_COMMIT, Batch, Partition, ProducerState, Topic
-from coordinator.log.service import stable_offset
 from coordinator.producers.models import ProducerId
 from coordinator.transactions.models import Transaction, TransactionPartition
 from coordinator.transactions.service import describe_rows
@@ -178,32 +177,11 @@ async def stats(db: Database, settings: Settings, minutes: int) -> Stats:
             )
         }
         ends = (await session.execute(transaction_ends_query(first_minute * MINUTE_MS))).all()
-        partitions = (
-            await session.execute(
-                select(
-                    Partition.topic,
-                    Partition.partition,
-                    Partition.log_start_offset,
-                    Partition.high_watermark,
-                ).order_by(Partition.topic, Partition.partition)
-            )
-        ).all()
+        partitions = await all_bounds(session)
         kept = await bytes_kept(session)
         cleanup = {
             name: configs.cleanup_settings(stored, settings)
             for name, stored in await session.execute(select(Topic.name, Topic.configs))
-        }
-        pinned: dict[tuple[str, int], int | None] = {
-            (topic, partition): first
-            for topic, partition, first in await session.execute(
-                select(
-                    ProducerState.topic,
-                    ProducerState.partition,
-                    func.min(ProducerState.current_txn_first_offset),
-                )
-                .where(ProducerState.current_txn_first_offset.is_not(None))
-                .group_by(ProducerState.topic, ProducerState.partition)
-            )
         }
         effects = await effect_counts(session, now)
         lapsed = [
@@ -219,15 +197,14 @@ async def stats(db: Database, settings: Settings, minutes: int) -> Stats:
         (int(minute), control == CONTROL_COMMIT): count for minute, control, count in ends
     }
     topics: defaultdict[str, list[PartitionLag]] = defaultdict(list)
-    for topic, partition, log_start, high_watermark in partitions:
-        stable = stable_offset(high_watermark, pinned.get((topic, partition)))
+    for (topic, partition), bounds in partitions.items():
         topics[topic].append(
             PartitionLag(
                 partition=partition,
-                log_start_offset=log_start,
-                high_watermark=high_watermark,
-                last_stable_offset=stable,
-                lso_lag=high_watermark - stable,
+                log_start_offset=bounds.log_start_offset,
+                high_watermark=bounds.high_watermark,
+                last_stable_offset=bounds.last_stable_offset,
+                lso_lag=bounds.high_watermark - bounds.last_stable_offset,
                 bytes=kept.get((topic, partition), 0),
             )
         )

@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import (
 from sqlalchemy.orm import DeclarativeBase
 from sqlalchemy.types import TypeDecorator
 
+from coordinator.core.errors import StoreUnavailable, UnstorableText
 from coordinator.core.settings import Settings
 
 log = logging.getLogger("coordinator.store")
@@ -104,9 +105,6 @@ def _refuse_nul(
 
 
 def _unstorable(value: str) -> None:
-    # Imported here: core.errors reaches the domains' models through core.metrics.
-    from coordinator.core.errors import UnstorableText
-
     raise UnstorableText(f"text may not hold a NUL character: {value[:64]!r}")
 
 
@@ -175,8 +173,6 @@ class Database:
                 log.warning(
                     "the store is unavailable (%s); answering retriable errors", _brief(exc)
                 )
-            from coordinator.core.errors import StoreUnavailable
-
             raise StoreUnavailable(
                 "the store is unavailable; retry shortly", {"cause": _brief(exc)}
             ) from None

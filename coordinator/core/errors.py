@@ -77,6 +77,14 @@ class RequestTooLarge(CoordinatorError):
     title = "Request body too large"
 
 
+class RecordListTooLarge(CoordinatorError):
+    """A record batch, or a request body, over its limit (Kafka's RECORD_LIST_TOO_LARGE)."""
+
+    code = "RECORD_LIST_TOO_LARGE"
+    status = 413
+    title = "Record batch too large"
+
+
 class NotFound(CoordinatorError):
     code = "NOT_FOUND"
     status = 404

@@ -23,11 +23,11 @@ from coordinator.core.errors import (
     CoordinatorError,
     NotImplementedCoding,
     NotUtf8,
+    RecordListTooLarge,
     RequestTooLarge,
     problem_response,
 )
 from coordinator.core.metrics import record_refusal, set_error_code
-from coordinator.log.errors import RecordListTooLarge
 
 _PRODUCE_PATH = re.compile(r"^/v1/topics/[^/]+/partitions/[^/]+/records/?$")
 

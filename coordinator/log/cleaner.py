@@ -30,9 +30,10 @@ from coordinator.core.database import Database
 from coordinator.core.periodic import run_periodically
 from coordinator.core.settings import Settings
 from coordinator.log import configs
+from coordinator.log.bounds import partition_bounds
 from coordinator.log.compaction import Compactor, Plan, Stored, note_keys
 from coordinator.log.models import Batch, Partition, ProducerState, Topic
-from coordinator.log.service import BOUNDS, move_log_start, stable_offset
+from coordinator.log.service import move_log_start
 from coordinator.producers.models import ProducerId
 
 log = logging.getLogger("coordinator.log.cleaner")
@@ -115,10 +116,10 @@ async def clean_partition(
             .where(Partition.topic == topic, Partition.partition == partition)
             .with_for_update()
         )
-        bounds = await _bounds(session, topic, partition)
+        bounds = await partition_bounds(await session.connection(), topic, partition)
         if bounds is None:
             return  # the topic was deleted meanwhile
-        _, log_start, stable = bounds
+        log_start, stable = bounds.log_start_offset, bounds.last_stable_offset
         if cleanup.delete:
             start = await _retention_start(session, topic, partition, cleanup, now, stable)
             if start is not None and start > log_start:
@@ -136,17 +137,6 @@ async def _claim(session: AsyncSession, topic: str, partition: int) -> bool:
         {"class": _CLAIM_CLASS, "key": f"{topic}/{partition}"},
     )
     return bool(claimed)
-
-
-async def _bounds(session: AsyncSession, topic: str, partition: int) -> tuple[int, int, int] | None:
-    """(high watermark, log start offset, LSO)."""
-    row = (
-        await (await session.connection()).execute(BOUNDS, {"topic": topic, "partition": partition})
-    ).first()
-    if row is None:
-        return None
-    high_watermark, log_start, first_open = row
-    return high_watermark, log_start, stable_offset(high_watermark, first_open)
 
 
 def _in_partition(topic: str, partition: int) -> tuple[Any, Any]:
@@ -210,11 +200,11 @@ async def _plan_compaction(
             )
         )
     ).first()
-    bounds = await _bounds(session, topic, partition)
+    bounds = await partition_bounds(await session.connection(), topic, partition)
     if row is None or bounds is None:
         return None
     cleaned, again_at = row
-    _, log_start, end = bounds
+    log_start, end = bounds.log_start_offset, bounds.last_stable_offset
     if cleanup.min_compaction_lag_ms > 0:
         young = await session.scalar(
             select(Batch.base_offset)

@@ -2,6 +2,9 @@
 
 from coordinator.core.errors import CoordinatorError
 
+# A batch over its limits is RECORD_LIST_TOO_LARGE, as a body over the request limit is (core).
+from coordinator.core.errors import RecordListTooLarge as RecordListTooLarge
+
 
 class UnknownTopicOrPartition(CoordinatorError):
     code = "UNKNOWN_TOPIC_OR_PARTITION"
@@ -13,12 +16,6 @@ class TopicAlreadyExists(CoordinatorError):
     code = "TOPIC_ALREADY_EXISTS"
     status = 409
     title = "Topic already exists"
-
-
-class RecordListTooLarge(CoordinatorError):
-    code = "RECORD_LIST_TOO_LARGE"
-    status = 413
-    title = "Record batch too large"
 
 
 class OutOfOrderSequenceNumber(CoordinatorError):

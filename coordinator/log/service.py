@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import base64
 import uuid
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -27,6 +27,7 @@ from coordinator.core.errors import InvalidRequest
 from coordinator.core.settings import Settings
 from coordinator.groups.models import GroupOffset
 from coordinator.log import configs, recordbatch
+from coordinator.log.bounds import all_bounds, partition_bounds
 from coordinator.log.errors import (
     InvalidConfig,
     InvalidPartitions,
@@ -65,11 +66,6 @@ from coordinator.transactions.service import (
 # many more rows from the store than it returns).
 FETCH_CHUNK = 64
 FIRST_CHUNK = 4
-
-
-def stable_offset(high_watermark: int, first_open_offset: int | None) -> int:
-    """The LSO: the first offset of the oldest open transaction, else the high watermark."""
-    return high_watermark if first_open_offset is None else min(first_open_offset, high_watermark)
 
 
 # -- topics -------------------------------------------------------------------------------------
@@ -145,36 +141,19 @@ async def list_topics(db: Database) -> TopicList:
 
 async def describe_topic(db: Database, name: str) -> TopicDescription:
     async with db.read() as session:
-        partitions = (
-            await session.execute(
-                select(Partition.partition, Partition.log_start_offset, Partition.high_watermark)
-                .where(Partition.topic == name)
-                .order_by(Partition.partition)
-            )
-        ).all()
-        if not partitions:
-            raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
-        pinned: dict[int, int | None] = dict(
-            (
-                await session.execute(
-                    select(
-                        ProducerState.partition, func.min(ProducerState.current_txn_first_offset)
-                    )
-                    .where(ProducerState.topic == name)
-                    .group_by(ProducerState.partition)
-                )
-            ).all()
-        )
+        bounds = await all_bounds(session, name)
+    if not bounds:
+        raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
     return TopicDescription(
         name=name,
         partitions=[
             PartitionInfo(
                 partition=p,
-                log_start_offset=start,
-                high_watermark=hw,
-                last_stable_offset=stable_offset(hw, pinned.get(p)),
+                log_start_offset=b.log_start_offset,
+                high_watermark=b.high_watermark,
+                last_stable_offset=b.last_stable_offset,
             )
-            for p, start, hw in partitions
+            for (_, p), b in bounds.items()
         ],
     )
 
@@ -338,20 +317,6 @@ _batches = cast(Table, Batch.__table__)
 _partitions = cast(Table, Partition.__table__)
 _states = cast(Table, ProducerState.__table__)
 
-# The partition's bounds in one statement: high watermark, log start, first open offset
-# (fetch, and the log cleaner).
-BOUNDS = select(
-    _partitions.c.high_watermark,
-    _partitions.c.log_start_offset,
-    select(func.min(_states.c.current_txn_first_offset))
-    .where(
-        _states.c.topic == bindparam("topic"),
-        _states.c.partition == bindparam("partition"),
-    )
-    .scalar_subquery(),
-).where(
-    _partitions.c.topic == bindparam("topic"), _partitions.c.partition == bindparam("partition")
-)
 # Where a fetch from `offset` starts: the batch holding it (possibly a marker). In a gap that
 # compaction left, the batch before it, which the first chunk's `last_offset` bound drops.
 _CONTAINING = (
@@ -431,16 +396,15 @@ async def fetch_batches(
     params: dict[str, Any] = {"topic": topic, "partition": partition}
     async with db.read() as session:
         connection = await session.connection()
-        bounds = (await connection.execute(BOUNDS, params)).first()
+        bounds = await partition_bounds(connection, topic, partition)
         if bounds is None:
             raise UnknownTopicOrPartition(f"{topic}-{partition} does not exist")
-        high_watermark, log_start, first_open = bounds
+        log_start, high_watermark, stable = astuple(bounds)
         if not log_start <= offset <= high_watermark:
             raise OffsetOutOfRange(
                 f"offset {offset} is outside {topic}-{partition}'s log: the log start offset is "
                 f"{log_start} and the high watermark {high_watermark}"
             )
-        stable = stable_offset(high_watermark, first_open)
         upper = stable if read_committed else high_watermark
         fetched = Fetched([], offset, high_watermark, stable, log_start)
         if offset >= upper:
@@ -600,16 +564,13 @@ async def list_offset(
     then its records are read for the exact one, as Kafka answers. -1 when there is none."""
     async with db.read() as session:
         connection = await session.connection()
-        params = {"topic": topic, "partition": partition}
-        bounds = (await connection.execute(BOUNDS, params)).first()
+        bounds = await partition_bounds(connection, topic, partition)
         if bounds is None:
             raise UnknownTopicOrPartition(f"{topic}-{partition} does not exist")
-        high_watermark, log_start, first_open = bounds
         if timestamp == LATEST:
-            end = stable_offset(high_watermark, first_open) if read_committed else high_watermark
-            return end, -1
+            return bounds.last_stable_offset if read_committed else bounds.high_watermark, -1
         if timestamp == EARLIEST:
-            return log_start, -1
+            return bounds.log_start_offset, -1
         if timestamp < MAX_TIMESTAMP:
             raise InvalidRequest(f"timestamp {timestamp}: -3, -2, -1 or a time in ms")
         query = select(Batch.payload, Batch.max_timestamp).where(
@@ -624,6 +585,6 @@ async def list_offset(
         for payload, newest in await session.execute(query.limit(_LIST_OFFSET_BATCHES)):
             wanted = newest if timestamp == MAX_TIMESTAMP else timestamp
             for record in recordbatch.records(payload):
-                if record.offset >= log_start and record.timestamp >= wanted:
+                if record.offset >= bounds.log_start_offset and record.timestamp >= wanted:
                     return record.offset, record.timestamp
         return -1, -1
