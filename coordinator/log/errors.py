@@ -66,3 +66,12 @@ class InvalidPartitions(CoordinatorError):
     code = "INVALID_PARTITIONS"
     status = 400
     title = "Invalid partition count"
+
+
+class InvalidTxnState(CoordinatorError):
+    """A call the transaction's state does not allow; raised by the log too, for a
+    non-transactional batch of a producer whose transaction is open on the partition."""
+
+    code = "INVALID_TXN_STATE"
+    status = 409
+    title = "Invalid transaction state"

@@ -29,7 +29,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from coordinator.core.database import one_statement, pairs_in
 from coordinator.log import recordbatch
 from coordinator.log.models import CONTROL_ABORT, CONTROL_COMMIT, Batch, Partition, ProducerState
-from coordinator.transactions.models import TransactionPartition
 
 
 async def lock_partitions(
@@ -50,39 +49,6 @@ async def lock_partitions(
     return {(t, p): hw for t, p, hw in rows}
 
 
-async def lock_transaction_partitions(
-    session: AsyncSession, transactional_id: str
-) -> dict[tuple[str, int], tuple[int, int, int | None]]:
-    """Lock the partitions of a transaction, in the fixed order, in one query; returns each one's
-    high watermark, the producer id whose records the transaction holds there, and the first
-    offset of those records (None if it wrote none there). The caller holds the transactional
-    id's lock, so its partition list cannot change meanwhile, nor can that producer's state."""
-    rows = await session.execute(
-        select(
-            Partition.topic,
-            Partition.partition,
-            Partition.high_watermark,
-            TransactionPartition.producer_id,
-            ProducerState.current_txn_first_offset,
-        )
-        .join(
-            TransactionPartition,
-            (TransactionPartition.topic == Partition.topic)
-            & (TransactionPartition.partition == Partition.partition),
-        )
-        .outerjoin(
-            ProducerState,
-            (ProducerState.topic == Partition.topic)
-            & (ProducerState.partition == Partition.partition)
-            & (ProducerState.producer_id == TransactionPartition.producer_id),
-        )
-        .where(TransactionPartition.transactional_id == transactional_id)
-        .order_by(Partition.topic, Partition.partition)
-        .with_for_update(of=Partition)
-    )
-    return {(t, p): (hw, pid, first) for t, p, hw, pid, first in rows}
-
-
 async def write_markers(
     session: AsyncSession,
     producer_epoch: int,
@@ -94,7 +60,7 @@ async def write_markers(
     params: dict[str, Any] | None = None,
 ) -> Sequence[Any]:
     """Append a commit or abort marker (a Kafka control batch) to every locked partition:
-    (topic, partition) -> (high watermark, producer id, first offset), as
+    (topic, partition) -> (high watermark, producer id, first offset), as the transactions'
     `lock_transaction_partitions` answers. Each marker row keeps the first offset of the
     transaction it ends there; an abort flags the transaction's batches aborted.
 

@@ -26,10 +26,10 @@ import binascii
 import threading
 import weakref
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
@@ -43,25 +43,45 @@ from coordinator.log.errors import (
     CorruptMessage,
     InvalidProducerEpoch,
     InvalidRecord,
+    InvalidTxnState,
     OutOfOrderSequenceNumber,
     RecordListTooLarge,
     UnknownProducerId,
     UnknownTopicOrPartition,
 )
 from coordinator.log.schemas import ProduceRequest
-from coordinator.transactions.errors import InvalidTxnState
-from coordinator.transactions.service import (
-    Joining,
-    Joins,
-    check_produce,
-    join_from_produce,
-    lock_for_produce,
-)
 
 # A group takes waiting appends until it holds this many batches or bytes (it always takes the
 # first waiting request whole, and never splits one).
 GROUP_MAX_BATCHES = 512
 GROUP_MAX_BYTES = 16 * 1024 * 1024
+
+
+class GroupTransactions(Protocol):
+    """What an append group needs of the transactions its batches join. The log declares it;
+    the transactions domain provides it (`use_transactions`), so the log never imports it."""
+
+    async def lock(self, transactional_ids: Collection[str]) -> None:
+        """Lock them in the fixed order: sorted, before any partition."""
+
+    async def check(self, transactional_id: str, producer_id: int, epoch: int) -> None:
+        """API.md's checks of a transactional batch (the id, the caller, the state): raises."""
+
+    def join(self, transactional_id: str, topic: str, partition: int, now: int) -> None:
+        """Add the partition to the transaction (written by `write`)."""
+
+    async def write(self) -> None:
+        """The joins' writes, in the group's unit of work."""
+
+
+_transactions: Callable[[AsyncSession], GroupTransactions] | None = None
+
+
+def use_transactions(provider: Callable[[AsyncSession], GroupTransactions]) -> None:
+    """How append groups reach the transactions their batches join (set once, on import of
+    `coordinator.transactions`)."""
+    global _transactions
+    _transactions = provider
 
 
 def next_sequence(sequence: int) -> int:
@@ -415,13 +435,12 @@ class _Plan:
 
     partitions: dict[tuple[str, int], appends.LockedPartition]
     views: dict[tuple[str, int, int], appends.ProducerView]
-    joining: dict[str, Joining]
+    transactions: GroupTransactions | None
     now: int
     rows: list[dict[str, Any]] = field(default_factory=list)
     states: dict[tuple[str, int, int], dict[str, Any]] = field(default_factory=dict)
     # The group's own batches, as a retry racing its original in the group must find them.
     written: dict[_Written, tuple[int, int, int]] = field(default_factory=dict)
-    joins: Joins = field(default_factory=Joins)
 
 
 async def write_group(
@@ -431,9 +450,13 @@ async def write_group(
     alone (a failure of the unit of work itself is raised)."""
     async with db.write() as session:
         connection = await session.connection()
-        joining = await lock_for_produce(
-            session, {a.transactional_id for a in batch if a.transactional_id is not None}
-        )
+        joined = {a.transactional_id for a in batch if a.transactional_id is not None}
+        transactions = None
+        if joined:
+            if _transactions is None:
+                raise RuntimeError("transactional produce needs coordinator.transactions imported")
+            transactions = _transactions(session)
+            await transactions.lock(joined)
         locked = await appends.lock_partitions(connection, {(a.topic, a.partition) for a in batch})
         keyed = {
             (a.topic, a.partition, a.checked.header.producer_id)
@@ -441,7 +464,7 @@ async def write_group(
             if a.checked.header.producer_id >= 0 and (a.topic, a.partition) in locked
         }
         views = await appends.producer_views(connection, keyed) if keyed else {}
-        plan = _Plan(locked, views, joining, now_ms())
+        plan = _Plan(locked, views, transactions, now_ms())
         results: list[Appended | CoordinatorError] = []
         for append in batch:
             try:
@@ -454,7 +477,8 @@ async def write_group(
             list(plan.states.values()),
             {key: p.high_watermark for key, p in plan.partitions.items()},
         )
-        await plan.joins.write(session)
+        if transactions is not None:
+            await transactions.write()
     return results
 
 
@@ -492,7 +516,8 @@ async def _plan_one(
             f"{topic} is compacted: every record needs a key", {"record_errors": keyless}
         )
     if tid is not None:
-        await check_produce(session, plan.joining.get(tid), tid, pid, epoch)
+        assert plan.transactions is not None
+        await plan.transactions.check(tid, pid, epoch)
     if pid >= 0:
         view = plan.views.get((topic, partition, pid))
         verdict = sequence_rule(view, where, pid, epoch, base_seq, tid is not None)
@@ -519,7 +544,8 @@ async def _plan_one(
                 )
     now = plan.now
     if tid is not None:
-        join_from_produce(plan.joining[tid], topic, partition, now, plan.joins)
+        assert plan.transactions is not None
+        plan.transactions.join(tid, topic, partition, now)
     base_offset = locked.high_watermark
     last_offset = base_offset + count - 1
     locked.high_watermark = last_offset + 1

@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.responses import Response
 
+from coordinator import deletion
 from coordinator.core.auth import AccessDep
 from coordinator.core.dependencies import DB, AppSettings, Quota
 from coordinator.core.errors import InvalidRequest
@@ -77,7 +78,7 @@ async def describe_topic(topic: TopicPath, db: DB, access: AccessDep) -> Respons
 async def delete_topic(topic: TopicPath, db: DB, access: AccessDep) -> Response:
     """Delete the topic, aborting (and fencing) open transactions that include it."""
     access.cluster()
-    return json_response(await service.delete_topic(db, topic))
+    return json_response(await deletion.delete_topic(db, topic))
 
 
 @router.post("/{topic}/delete-records", response_model=DeletedRecords)

@@ -21,11 +21,9 @@ from sqlalchemy import Table, bindparam, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from coordinator.core.clock import now_ms
 from coordinator.core.database import Database
 from coordinator.core.errors import InvalidRequest
 from coordinator.core.settings import Settings
-from coordinator.groups.models import GroupOffset
 from coordinator.log import configs, recordbatch
 from coordinator.log.bounds import all_bounds, partition_bounds
 from coordinator.log.errors import (
@@ -35,7 +33,6 @@ from coordinator.log.errors import (
     TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
-from coordinator.log.markers import lock_partitions
 from coordinator.log.models import CONTROL_ABORT, Batch, Partition, ProducerState, Topic
 from coordinator.log.schemas import (
     MAX_PARTITIONS,
@@ -44,21 +41,12 @@ from coordinator.log.schemas import (
     ConfigList,
     CreateTopic,
     DeletedRecords,
-    DeletedTopic,
     DeleteRecords,
     LogStart,
     PartitionInfo,
     TopicDescription,
     TopicList,
     TopicSummary,
-)
-from coordinator.transactions.errors import ConcurrentTransactions
-from coordinator.transactions.models import TransactionOffset
-from coordinator.transactions.service import (
-    BY_ADMIN,
-    abort_and_fence,
-    lock_including,
-    partitions_of,
 )
 
 # Most batches read per query while filling a fetch; the first query reads FIRST_CHUNK, later
@@ -264,51 +252,6 @@ async def move_log_start(
         .values(log_start_offset=start)
     )
     return batches, size
-
-
-class _TransactionJoined(Exception):
-    """A transaction took a partition of the topic being deleted before its locks were held."""
-
-
-async def delete_topic(db: Database, name: str) -> DeletedTopic:
-    """Delete a topic with its partitions, records, producer state and group offsets, in one
-    step; an open transaction including one of its partitions is aborted first, in the same
-    step, and its producer fenced (the operator's abort). Pending transactional offsets of the
-    topic are dropped with it."""
-    for _ in range(_DELETE_ATTEMPTS):
-        try:
-            async with db.write() as session:
-                exists = await session.scalar(select(Topic.name).where(Topic.name == name))
-                if exists is None:
-                    raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
-                now = now_ms()
-                # The fixed lock order: transactional ids, then partitions in order.
-                including = await lock_including(session, name)
-                own = await session.execute(
-                    select(Partition.topic, Partition.partition).where(Partition.topic == name)
-                )
-                keys = [(t, p) for t, p in own] + await partitions_of(session, including)
-                await lock_partitions(session, keys)
-                joined = {
-                    locked.txn.transactional_id for locked in await lock_including(session, name)
-                }
-                if joined - {locked.txn.transactional_id for locked in including}:
-                    raise _TransactionJoined
-                for locked in including:
-                    await abort_and_fence(session, locked, BY_ADMIN, now)
-                for model in (GroupOffset, TransactionOffset, Batch, ProducerState, Partition):
-                    await session.execute(delete(model).where(model.topic == name))
-                await session.execute(delete(Topic).where(Topic.name == name))
-            return DeletedTopic(name=name)
-        except _TransactionJoined:
-            continue
-    raise ConcurrentTransactions(
-        f"transactions kept joining {name!r} while it was being deleted; try again"
-    )
-
-
-# A deletion retries when a transaction joins the topic between its lookup and its locks.
-_DELETE_ATTEMPTS = 5
 
 
 # -- fetch --------------------------------------------------------------------------------------

@@ -1,2 +1,11 @@
 """Transactions: transactional ids, epochs that fence zombies, the state machine, EndTxn with
-control markers, commit-group, and the coordinator's timeouts."""
+control markers, commit-group, and the coordinator's timeouts.
+
+The log calls the produce-time join through the interface it declares
+(`coordinator.log.produce.GroupTransactions`); importing this package provides it, so the log
+never imports the transactions domain."""
+
+from coordinator.log import produce as _produce
+from coordinator.transactions.joining import GroupJoins as _GroupJoins
+
+_produce.use_transactions(_GroupJoins)

@@ -2,6 +2,9 @@
 
 from coordinator.core.errors import CoordinatorError
 
+# INVALID_TXN_STATE is the log's too (a plain batch into an open transaction): defined there.
+from coordinator.log.errors import InvalidTxnState as InvalidTxnState
+
 
 class TransactionalIdNotFound(CoordinatorError):
     code = "TRANSACTIONAL_ID_NOT_FOUND"
@@ -25,12 +28,6 @@ class TransactionTimedOut(CoordinatorError):
     code = "TRANSACTION_TIMED_OUT"
     status = 409
     title = "Transaction timed out"
-
-
-class InvalidTxnState(CoordinatorError):
-    code = "INVALID_TXN_STATE"
-    status = 409
-    title = "Invalid transaction state"
 
 
 class ConcurrentTransactions(CoordinatorError):

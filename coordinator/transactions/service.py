@@ -10,16 +10,14 @@ database transaction: it happens whole or not at all.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, cast
 
 import orjson
-from sqlalchemy import Table, and_, bindparam, delete, insert, or_, select, update
+from sqlalchemy import Table, and_, bindparam, delete, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm.attributes import set_committed_value
 
 from coordinator.core.clock import now_ms, rfc3339
 from coordinator.core.database import Database, insert_ignore, pairs_in, upsert
@@ -30,8 +28,8 @@ from coordinator.core.settings import Settings
 from coordinator.groups.fencing import check_offset_commit
 from coordinator.groups.models import GroupOffset
 from coordinator.log.errors import InvalidProducerEpoch, UnknownTopicOrPartition
-from coordinator.log.markers import lock_partitions, lock_transaction_partitions, write_markers
-from coordinator.log.models import Partition
+from coordinator.log.markers import lock_partitions, write_markers
+from coordinator.log.models import Partition, ProducerState
 from coordinator.producers.models import ProducerId
 from coordinator.producers.repository import EPOCH_RETIRED, issue_producer_id, set_epoch
 from coordinator.transactions.errors import (
@@ -92,23 +90,37 @@ _TAKE_OFFSETS = (
 )
 
 
-# Transactional batches joining their transaction: the partitions added, the state changed.
-_JOIN_PARTITION = insert(_txn_partitions).values(
-    transactional_id=bindparam("j_tid"),
-    topic=bindparam("j_topic"),
-    partition=bindparam("j_partition"),
-    producer_id=bindparam("j_producer_id"),
-)
-_JOIN_STATE = (
-    update(_transactions)
-    .where(_transactions.c.transactional_id == bindparam("j_tid"))
-    .values(
-        state=bindparam("j_state"),
-        started_ms=bindparam("j_started_ms"),
-        deadline_ms=bindparam("j_deadline_ms"),
-        updated_ms=bindparam("j_updated_ms"),
+async def lock_transaction_partitions(
+    session: AsyncSession, transactional_id: str
+) -> dict[tuple[str, int], tuple[int, int, int | None]]:
+    """Lock the partitions of a transaction, in the fixed order, in one query; returns each one's
+    high watermark, the producer id whose records the transaction holds there, and the first
+    offset of those records (None if it wrote none there). The caller holds the transactional
+    id's lock, so its partition list cannot change meanwhile, nor can that producer's state."""
+    rows = await session.execute(
+        select(
+            Partition.topic,
+            Partition.partition,
+            Partition.high_watermark,
+            TransactionPartition.producer_id,
+            ProducerState.current_txn_first_offset,
+        )
+        .join(
+            TransactionPartition,
+            (TransactionPartition.topic == Partition.topic)
+            & (TransactionPartition.partition == Partition.partition),
+        )
+        .outerjoin(
+            ProducerState,
+            (ProducerState.topic == Partition.topic)
+            & (ProducerState.partition == Partition.partition)
+            & (ProducerState.producer_id == TransactionPartition.producer_id),
+        )
+        .where(TransactionPartition.transactional_id == transactional_id)
+        .order_by(Partition.topic, Partition.partition)
+        .with_for_update(of=Partition)
     )
-)
+    return {(t, p): (hw, pid, first) for t, p, hw, pid, first in rows}
 
 
 @dataclass(slots=True)
@@ -167,92 +179,6 @@ async def check_caller(
             f"epoch {epoch} of {txn.transactional_id!r} is newer than its current epoch "
             f"{current_epoch}"
         )
-
-
-@dataclass(slots=True)
-class Joining:
-    """The transaction the transactional batches of an append group join, locked for the
-    group's unit of work, with the partitions it already includes."""
-
-    locked: Locked
-    joined: set[tuple[str, int]]
-
-
-async def lock_for_produce(
-    session: AsyncSession, transactional_ids: Collection[str]
-) -> dict[str, Joining]:
-    """Lock the transactional ids an append group's batches join, in the fixed order (ids
-    sorted, before any partition), with each one's partitions; an unknown id is left out. The
-    caller runs `check_produce` for each batch once it has found the partition."""
-    ids = sorted(transactional_ids)
-    if not ids:
-        return {}
-    rows = (
-        await session.execute(
-            select(Transaction, ProducerId.producer_epoch)
-            .join(ProducerId, ProducerId.producer_id == Transaction.producer_id)
-            .where(Transaction.transactional_id.in_(ids))
-            .order_by(Transaction.transactional_id)
-            .with_for_update()
-        )
-    ).all()
-    joining = {txn.transactional_id: Joining(Locked(txn, epoch), set()) for txn, epoch in rows}
-    for tid, topic, partition, _ in await _partitions_of(session, list(joining)):
-        joining[tid].joined.add((topic, partition))
-    return joining
-
-
-async def check_produce(
-    session: AsyncSession,
-    joining: Joining | None,
-    transactional_id: str,
-    producer_id: int,
-    epoch: int,
-) -> None:
-    """A transactional batch's checks, in API.md's order: the id, the caller, the state."""
-    if joining is None:
-        raise TransactionalIdNotFound(f"transactional id {transactional_id!r} is not known")
-    locked = joining.locked
-    await check_caller(session, locked.txn, locked.epoch, producer_id, epoch)
-    transition(locked.txn.state, Op.PRODUCE, transactional_id)
-
-
-@dataclass(slots=True)
-class Joins:
-    """What an append group's batches add to their transactions (KIP-890 part 2: no
-    AddPartitions call needed): the partitions, and each transaction's new state."""
-
-    partitions: list[dict[str, Any]] = field(default_factory=list)
-    transactions: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    async def write(self, session: AsyncSession) -> None:
-        """In the group's unit of work, one statement each (none when nothing joined)."""
-        if self.partitions:
-            await session.execute(_JOIN_PARTITION, self.partitions)
-        if self.transactions:
-            await session.execute(_JOIN_STATE, list(self.transactions.values()))
-
-
-def join_from_produce(joining: Joining, topic: str, partition: int, now: int, joins: Joins) -> None:
-    """Add the partition to the transaction, starting it when none is open at this epoch, in
-    the append's own unit of work: the writes go to `joins`, and the locked row object is
-    brought up to date as if they had run."""
-    if (topic, partition) in joining.joined:
-        return
-    txn = joining.locked.txn
-    started, deadline = txn.started_ms, txn.deadline_ms
-    if txn.state != State.ONGOING:
-        started, deadline = now, now + txn.timeout_ms
-    state = transition(txn.state, Op.PRODUCE, txn.transactional_id)
-    changes = {"state": state, "started_ms": started, "deadline_ms": deadline, "updated_ms": now}
-    for name, value in changes.items():
-        set_committed_value(txn, name, value)
-    joining.joined.add((topic, partition))
-    tid = txn.transactional_id
-    joins.partitions.append(
-        {"j_tid": tid, "j_topic": topic, "j_partition": partition, "j_producer_id": txn.producer_id}
-    )
-    joins.transactions[tid] = {"j_tid": tid, **{f"j_{k}": v for k, v in changes.items()}}
 
 
 async def _refuse_timed_out(

@@ -9,6 +9,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from coordinator import deletion
 from coordinator.core.quotas import ThrottlingQuotaExceeded
 from coordinator.kafka.connection import Client
 from coordinator.kafka.errors import FAILURES, Refused, outcome
@@ -156,7 +157,7 @@ async def delete_topics(client: Client, request: Request) -> Any:
                 if topic_id not in by_id:
                     raise Refused(ErrorCode.unknown_topic_id, f"no topic has id {topic_id}")
                 name = by_id[topic_id]
-            await log_service.delete_topic(client.db, name)
+            await deletion.delete_topic(client.db, name)
         except FAILURES as failure:
             answer = outcome(failure)
         results.append(
