@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 import httpx
+import pytest
 
 from coordinator.core.clock import now_ms
 from coordinator.core.database import Database
@@ -16,9 +17,11 @@ from tests.conftest import Store, make_settings
 from tests.txn import Instance
 
 
+@pytest.mark.parametrize("per_unit", [1, 5, service.ABORTS_PER_UNIT])
 async def test_concurrent_sweeps_abort_each_timed_out_transaction_once(
-    client: httpx.AsyncClient, store: Store, app: Any
+    client: httpx.AsyncClient, store: Store, app: Any, per_unit: int
 ) -> None:
+    """`per_unit` transactions per unit of work: one, several units of several, all in one."""
     await create_topic(client, "t", partitions=4)
     producers = []
     for i in range(12):
@@ -33,8 +36,8 @@ async def test_concurrent_sweeps_abort_each_timed_out_transaction_once(
     later = now_ms() + 5000
     try:
         results = await asyncio.gather(
-            service.abort_timed_out(app.state.db, now=later),
-            *(service.abort_timed_out(db, now=later) for db in others),
+            service.abort_timed_out(app.state.db, now=later, per_unit=per_unit),
+            *(service.abort_timed_out(db, now=later, per_unit=per_unit) for db in others),
         )
     finally:
         for db in others:

@@ -209,17 +209,28 @@ class Database:
             await self.read_engine.dispose()
 
 
-def upsert(
+# Rows per statement of a multi-row write: within both stores' bound-parameter limits (32766)
+# for tables of up to 32 columns.
+ROWS_PER_STATEMENT = 1000
+
+
+async def upsert(
     session: AsyncSession,
     table: Any,
-    values: dict[str, Any],
+    rows: Sequence[dict[str, Any]],
     keys: list[str],
-) -> Any:
-    """INSERT ... ON CONFLICT (keys) DO UPDATE, in the session's dialect."""
+) -> None:
+    """INSERT ... ON CONFLICT (keys) DO UPDATE, in the session's dialect: every row in one
+    statement (per ROWS_PER_STATEMENT). Rows sharing keys: the last one wins, as if each had
+    been written in turn (one statement may not update a row twice)."""
+    if not rows:
+        return
+    last = list({tuple(row[k] for k in keys): row for row in rows}.values())
     dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
-    stmt = dialect.insert(table).values(**values)
-    updates = {k: v for k, v in values.items() if k not in keys}
-    return session.execute(stmt.on_conflict_do_update(index_elements=keys, set_=updates))
+    for start in range(0, len(last), ROWS_PER_STATEMENT):
+        stmt = dialect.insert(table).values(last[start : start + ROWS_PER_STATEMENT])
+        updates = {c: stmt.excluded[c] for c in last[0] if c not in keys}
+        await session.execute(stmt.on_conflict_do_update(index_elements=keys, set_=updates))
 
 
 def insert_ignore(

@@ -56,10 +56,10 @@ async def commit(db: Database, group_id: str, body: CommitOffsetsRequest) -> Off
         await check_offset_commit(session, group_id, body.member_id, body.member_epoch, keys)
         await require_partitions(session, keys)
         now = now_ms()
-        for o in body.offsets:
-            await upsert(
-                session,
-                GroupOffset,
+        await upsert(
+            session,
+            GroupOffset,
+            [
                 {
                     "group_id": group_id,
                     "topic": o.topic,
@@ -68,9 +68,11 @@ async def commit(db: Database, group_id: str, body: CommitOffsetsRequest) -> Off
                     "metadata": o.metadata,
                     "leader_epoch": o.leader_epoch,
                     "committed_ms": now,
-                },
-                ["group_id", "topic", "partition"],
-            )
+                }
+                for o in body.offsets
+            ],
+            ["group_id", "topic", "partition"],
+        )
     return OffsetsResponse(
         offsets=[
             OffsetOut(

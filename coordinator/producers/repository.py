@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import insert, update
+from sqlalchemy import bindparam, insert, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from coordinator.core.schemas import EPOCH_MAX
@@ -25,7 +25,12 @@ async def issue_producer_id(session: AsyncSession, transactional_id: str | None)
     return producer_id
 
 
+_SET_EPOCH = (
+    update(ProducerId)
+    .where(ProducerId.producer_id == bindparam("pid"))
+    .values(producer_epoch=bindparam("epoch"))
+)
+
+
 async def set_epoch(session: AsyncSession, producer_id: int, epoch: int) -> None:
-    await session.execute(
-        update(ProducerId).where(ProducerId.producer_id == producer_id).values(producer_epoch=epoch)
-    )
+    await session.execute(_SET_EPOCH, {"pid": producer_id, "epoch": epoch})
