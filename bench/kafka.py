@@ -3,7 +3,12 @@ cost of transactions measured with Kafka's own transactional producer.
 
 What it measures, in one run on one machine, on a fresh Postgres database each:
 
-1. kafka: `coordinator serve --kafka-listener` in a child process; `--producers` confluent-kafka
+1. kafka (prebuilt batches): `coordinator serve --kafka-listener` in a child process;
+   `--producers` idempotent producers speaking Kafka's protocol from this process (InitProducerId,
+   then Produce v9 requests built once, only the batch's producer id, epoch, sequence and CRC and
+   the correlation id spliced in, one request in flight each): the HTTP phase's load through the
+   other door, so `kafka_vs_http` compares the doors, not a client library with a door.
+1b. kafka (confluent-kafka): `--producers` confluent-kafka
    (librdkafka) producers, each in a process of its own (one interpreter's GIL would bound the
    load, not the listener) and on its own partition, send 1 KB records (`--record-bytes`) with
    acks=all and idempotence on, batched by librdkafka (`batch.num.messages` = `--batch-records`,
@@ -16,9 +21,9 @@ What it measures, in one run on one machine, on a fresh Postgres database each:
    `--commit-ms`), alternating for `--rounds` rounds (AB, BA, ...), each for `--overhead-seconds`;
    txn_overhead = 1 - median transactional MB/s / median idempotent MB/s.
 
-Ratios (last stdout line, JSON): kafka_vs_raw = kafka MB/s / raw MB/s, kafka_vs_http = kafka MB/s
-/ http MB/s, and txn_overhead; the service's CPU ms per MB delivered in the kafka and http
-phases.
+Ratios (last stdout line, JSON): kafka_vs_raw = kafka MB/s (prebuilt) / raw MB/s, kafka_vs_http
+= kafka MB/s (prebuilt) / http MB/s (confluent_kafka_vs_http with librdkafka's), and
+txn_overhead; the service's CPU ms per MB delivered in each produce phase.
 
     python bench/kafka.py --seconds 15
 """
@@ -27,6 +32,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
+import io
 import json
 import multiprocessing
 import statistics
@@ -38,10 +45,15 @@ from typing import Any
 
 import confluent_kafka as ck
 import httpx
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is not a package
 from _support import (
     MB,
+    BatchTemplate,
+    BenchFailure,
     Window,
     add_postgres_url,
     cancel_on_sigterm,
@@ -67,6 +79,8 @@ from produce import (
     run_raw,
     run_service,
 )
+
+from coordinator.kafka.wire import payload_type
 
 TOPIC = "bench-kafka"
 
@@ -116,6 +130,108 @@ def kafka_producer(
         raise RuntimeError(f"{len(failures)} deliveries failed, e.g. {failures[0]}")
     tally.batches = tally.records // len(payload.values)
     return tally
+
+
+# -- prebuilt Produce requests: the door, not the client ----------------------------------------
+
+
+def _frame(api_key: int, version: int, body: Any, correlation_id: int) -> bytes:
+    """A request frame, size prefix included, encoded by kio."""
+    request_type = payload_type(api_key, version, EntityType.request)
+    header_type = request_type.__header_schema__
+    buffer = io.BytesIO()
+    header = header_type(
+        request_api_key=api_key,
+        request_api_version=version,
+        correlation_id=correlation_id,
+        client_id="bench",
+    )
+    entity_writer(header_type)(buffer, header)
+    entity_writer(request_type)(buffer, body)
+    encoded = buffer.getvalue()
+    return len(encoded).to_bytes(4, "big") + encoded
+
+
+async def _call(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, frame: bytes, api: tuple[int, int]
+) -> Any:
+    writer.write(frame)
+    size = int.from_bytes(await reader.readexactly(4), "big")
+    answer = await reader.readexactly(size)
+    response_type = payload_type(*api, EntityType.response)
+    _, used = entity_reader(response_type.__header_schema__)(answer, 0)
+    return entity_reader(response_type)(answer, used)[0]
+
+
+async def prebuilt_producer(port: int, partition: int, payload: Payload, window: Window) -> Tally:
+    """An idempotent producer speaking Kafka's protocol with prebuilt record batches (the HTTP
+    phase's load: one request in flight, the batch built once, only its producer id, epoch,
+    sequence and CRC spliced in), so the figure is the listener's, not a client library's."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        init_type = payload_type(22, 4, EntityType.request)
+        init = await _call(
+            reader,
+            writer,
+            _frame(
+                22,
+                4,
+                init_type(
+                    transactional_id=None,
+                    transaction_timeout=datetime.timedelta(seconds=60),
+                    producer_id=-1,
+                    producer_epoch=-1,
+                ),
+                0,
+            ),
+            (22, 4),
+        )
+        if init.error_code != ErrorCode.none:
+            raise BenchFailure(f"InitProducerId: {init.error_code}")
+        pid, epoch = int(init.producer_id), int(init.producer_epoch)
+        template = BatchTemplate(payload.values)
+        first = template.at(pid, epoch, 0)
+        module: Any = __import__("kio.schema.produce.v9.request", fromlist=["x"])
+        produce = payload_type(0, 9, EntityType.request)(
+            transactional_id=None,
+            acks=-1,
+            timeout=datetime.timedelta(seconds=30),
+            topic_data=(
+                module.TopicProduceData(
+                    name=TOPIC,
+                    partition_data=(module.PartitionProduceData(index=partition, records=first),),
+                ),
+            ),
+        )
+        frame = bytearray(_frame(0, 9, produce, 1))
+        at = frame.find(first)
+        batch_records = len(payload.values)
+        batch_bytes = sum(len(v) for v in payload.values)
+        clock = time.perf_counter
+        tally = Tally()
+        sequence = 0
+        while True:
+            sent = clock()
+            if sent >= window.end:
+                return tally
+            frame[8:12] = (sequence // batch_records + 1).to_bytes(4, "big")  # correlation id
+            frame[at : at + len(first)] = template.at(pid, epoch, sequence)
+            answer = await _call(reader, writer, bytes(frame), (0, 9))
+            done = clock()
+            result = answer.responses[0].partition_responses[0]
+            if result.error_code != ErrorCode.none:
+                raise BenchFailure(f"produce pid {pid} seq {sequence}: {result.error_code}")
+            sequence += batch_records
+            if window.counts(done):
+                tally.batches += 1
+                tally.records += batch_records
+                tally.value_bytes += batch_bytes
+                tally.latencies.append(done - sent)
+    finally:
+        writer.close()
+
+
+# -- confluent-kafka ------------------------------------------------------------------------------
 
 
 def run_kafka(
@@ -215,6 +331,17 @@ async def bench(args: argparse.Namespace) -> None:
             run_kafka, bootstrap, args, payload, window
         )
         kafka_cpu_s = await kafka_cpu
+        await checkpoint(database_url)
+        log(f"kafka phase, prebuilt batches: {args.warmup:g} s warm-up + {args.seconds:g} s")
+        window = Window.after(args.warmup, args.seconds)
+        prebuilt_cpu = asyncio.create_task(cpu_in_window(service.pid, window))
+        prebuilt_tallies = await asyncio.gather(
+            *(
+                prebuilt_producer(port, i % args.partitions, payload, window)
+                for i in range(args.producers)
+            )
+        )
+        prebuilt_cpu_s = await prebuilt_cpu
         log(f"txn_overhead: {args.rounds} rounds of 2 x {args.overhead_seconds:g} s")
         idempotent: list[float] = []
         transactional: list[float] = []
@@ -244,6 +371,9 @@ async def bench(args: argparse.Namespace) -> None:
             database_url, args.producers, args, payload, raw_writer
         )
     kafka = Figures.of(kafka_tally, kafka_seconds)
+    prebuilt_tally = merged(list(prebuilt_tallies))
+    prebuilt = Figures.of(prebuilt_tally, args.seconds)
+    prebuilt_cpu_ms_per_mb = 1000 * prebuilt_cpu_s / (prebuilt_tally.value_bytes / MB or 1)
     http = Figures.of(http_tally, http_seconds)
     raw = Figures.of(raw_tally, raw_seconds)
     overhead = 1 - statistics.median(transactional) / statistics.median(idempotent)
@@ -254,18 +384,21 @@ async def bench(args: argparse.Namespace) -> None:
         f"produce: {args.producers} producers, {args.partitions} partitions, "
         f"{args.record_bytes} B records, {args.batch_records} per batch, {args.seconds:g} s"
     )
-    for name, f in (
-        ("kafka (confluent-kafka)", kafka),
-        ("http (record batches)", http),
-        ("raw (INSERT)", raw),
+    for name, f, cpu in (
+        ("kafka (prebuilt batches)", prebuilt, prebuilt_cpu_ms_per_mb),
+        ("kafka (confluent-kafka)", kafka, kafka_cpu_ms_per_mb),
+        ("http (record batches)", http, http_cpu_ms_per_mb),
+        ("raw (INSERT)", raw, float("nan")),
     ):
-        print(f"  {name:<24}{f.records_per_s:>12,.0f} records/s{f.mb_per_s:>10.2f} MB/s")
+        print(
+            f"  {name:<26}{f.records_per_s:>12,.0f} records/s{f.mb_per_s:>10.2f} MB/s"
+            f"{f.p50_ms:>8.1f} ms p50   service CPU {cpu:.1f} ms/MB"
+        )
     print(
-        f"service CPU per MB: kafka {kafka_cpu_ms_per_mb:.1f} ms, http {http_cpu_ms_per_mb:.1f} ms"
-    )
-    print(
-        f"kafka_vs_raw: {kafka.mb_per_s / raw.mb_per_s:.3f}  "
-        f"kafka_vs_http: {kafka.mb_per_s / http.mb_per_s:.3f}"
+        f"kafka_vs_raw: {prebuilt.mb_per_s / raw.mb_per_s:.3f}  "
+        f"kafka_vs_http: {prebuilt.mb_per_s / http.mb_per_s:.3f}  (prebuilt batches; "
+        f"confluent-kafka: {kafka.mb_per_s / raw.mb_per_s:.3f}, "
+        f"{kafka.mb_per_s / http.mb_per_s:.3f})"
     )
     print(
         f"txn_overhead (confluent-kafka, commit every {args.commit_ms:g} ms): {overhead:.4f} "
@@ -275,12 +408,15 @@ async def bench(args: argparse.Namespace) -> None:
     print(
         json.dumps(
             {
-                "kafka_mb_per_s": round(kafka.mb_per_s, 3),
+                "kafka_mb_per_s": round(prebuilt.mb_per_s, 3),
+                "confluent_kafka_mb_per_s": round(kafka.mb_per_s, 3),
                 "http_mb_per_s": round(http.mb_per_s, 3),
                 "raw_mb_per_s": round(raw.mb_per_s, 3),
-                "kafka_vs_raw": round(kafka.mb_per_s / raw.mb_per_s, 4),
-                "kafka_vs_http": round(kafka.mb_per_s / http.mb_per_s, 4),
-                "kafka_service_cpu_ms_per_mb": round(kafka_cpu_ms_per_mb, 2),
+                "kafka_vs_raw": round(prebuilt.mb_per_s / raw.mb_per_s, 4),
+                "kafka_vs_http": round(prebuilt.mb_per_s / http.mb_per_s, 4),
+                "confluent_kafka_vs_http": round(kafka.mb_per_s / http.mb_per_s, 4),
+                "kafka_service_cpu_ms_per_mb": round(prebuilt_cpu_ms_per_mb, 2),
+                "confluent_kafka_service_cpu_ms_per_mb": round(kafka_cpu_ms_per_mb, 2),
                 "http_service_cpu_ms_per_mb": round(http_cpu_ms_per_mb, 2),
                 "idempotent_mb_per_s": round(statistics.median(idempotent), 3),
                 "transactional_mb_per_s": round(statistics.median(transactional), 3),
