@@ -1,6 +1,7 @@
 """The Postgres statements of an append group run on asyncpg under SQLAlchemy's unit of work
 (coordinator.log.appends): a connection the store cuts between them is an outage, retriable, the
-pool does not hand that connection out again, and nothing of the unit was written.
+pool does not hand that connection out again, and nothing of the unit was written; batches are
+stored without Postgres compressing them again.
 
 Postgres only: SQLite runs every statement through SQLAlchemy, whose outage handling the store
 outage tests cover on both stores.
@@ -13,6 +14,7 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
+from sqlalchemy import text
 
 from coordinator.core.errors import StoreUnavailable
 from coordinator.log import appends, produce, recordbatch
@@ -61,3 +63,16 @@ async def test_a_connection_cut_between_the_lock_and_the_writes_is_an_outage_and
     assert (appended.base_offset, appended.duplicate) == (0, False)
     assert [r["value"] for r in await read_all(client, "t")] == ["a"]
     assert len(cut) == 1
+
+
+async def test_batch_payloads_are_stored_as_they_come(app: Any) -> None:
+    """Postgres does not try to compress a stored batch again (EXTERNAL storage): producers'
+    batches are compressed already or do not compress, and trying costs more than the write."""
+    async with app.state.db.read() as session:
+        storage = await session.scalar(
+            text(
+                "SELECT attstorage FROM pg_attribute "
+                "WHERE attrelid = 'batches'::regclass AND attname = 'payload'"
+            )
+        )
+    assert storage in ("e", b"e")  # "char": asyncpg answers it as bytes
