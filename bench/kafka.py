@@ -222,11 +222,7 @@ async def prebuilt_producer(port: int, partition: int, payload: Payload, window:
             if result.error_code != ErrorCode.none:
                 raise BenchFailure(f"produce pid {pid} seq {sequence}: {result.error_code}")
             sequence += batch_records
-            if window.counts(done):
-                tally.batches += 1
-                tally.records += batch_records
-                tally.value_bytes += batch_bytes
-                tally.latencies.append(done - sent)
+            tally.count(window, sent, done, 1, batch_records, batch_bytes)
     finally:
         writer.close()
 

@@ -120,6 +120,16 @@ class Tally:
     value_bytes: int = 0
     latencies: list[float] = field(default_factory=list)
 
+    def count(
+        self, window: Window, sent: float, done: float, batches: int, records: int, size: int
+    ) -> None:
+        """Work answered at `done` (sent at `sent`), if inside the measured window."""
+        if window.counts(done):
+            self.batches += batches
+            self.records += records
+            self.value_bytes += size
+            self.latencies.append(done - sent)
+
     def add(self, other: Tally) -> None:
         self.batches += other.batches
         self.records += other.records
@@ -198,11 +208,7 @@ async def service_producer(
         if answer["duplicate"] is not False or span != batch_records:
             raise BenchFailure(f"produce pid {pid} seq {sequence}: unexpected answer {answer}")
         sequence += batch_records
-        if window.counts(done):
-            tally.batches += 1
-            tally.records += batch_records
-            tally.value_bytes += batch_bytes
-            tally.latencies.append(done - sent)
+        tally.count(window, sent, done, 1, batch_records, batch_bytes)
 
 
 async def run_service(
@@ -266,11 +272,7 @@ async def raw_writer(
         await execute(producer_id, sequence, batch_records, time.time_ns() // 1_000_000, raw)
         done = clock()
         sequence += batch_records
-        if window.counts(done):
-            tally.batches += 1
-            tally.records += batch_records
-            tally.value_bytes += batch_bytes
-            tally.latencies.append(done - sent)
+        tally.count(window, sent, done, 1, batch_records, batch_bytes)
 
 
 async def copy_writer(
@@ -294,11 +296,7 @@ async def copy_writer(
         await connection.copy_records_to_table(RAW_TABLE, records=rows)
         done = clock()
         sequence += COPY_ROWS * batch_records
-        if window.counts(done):
-            tally.batches += COPY_ROWS
-            tally.records += COPY_ROWS * batch_records
-            tally.value_bytes += COPY_ROWS * len(raw)
-            tally.latencies.append(done - sent)
+        tally.count(window, sent, done, COPY_ROWS, COPY_ROWS * batch_records, COPY_ROWS * len(raw))
 
 
 async def run_raw(
