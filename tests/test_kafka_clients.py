@@ -5,11 +5,13 @@ through either door are read through the other."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +57,8 @@ def broker(
         COORDINATOR_GROUP_MIN_SESSION_TIMEOUT_MS="1000",
         # A classic group's first rebalance waits less than Kafka's 3 s for more members.
         COORDINATOR_GROUP_INITIAL_REBALANCE_DELAY_MS="200",
+        # KIP-848 members learn of a new assignment at their next heartbeat: 1 s, not 5 s.
+        COORDINATOR_GROUP_HEARTBEAT_INTERVAL_MS="1000",
     ):
         yield Broker(service, f"127.0.0.1:{port}")
 
@@ -93,11 +97,30 @@ def http_produce(broker: Broker, topic: str, partition: int, values: list[str]) 
     assert response.status_code == 200, response.text
 
 
-def until(condition: Callable[[], bool], what: str) -> None:
+def until(condition: Callable[[], bool], what: str | Callable[[], str]) -> None:
+    """Poll `condition` until it holds; `what` (or what it answers, once the time is up) names
+    what was awaited in the failure."""
     deadline = time.monotonic() + DEADLINE_S
     while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if time.monotonic() >= deadline:
+            raise AssertionError(
+                f"timed out waiting for {what if isinstance(what, str) else what()}"
+            )
         time.sleep(0.05)
+
+
+@contextmanager
+def closing(*consumers: ck.Consumer) -> Iterator[None]:
+    """Close the consumers however the block ends, while the broker still runs. A consumer left
+    to the garbage collector (a failed test's traceback holds it) is destroyed after the module's
+    broker stopped, and librdkafka's destroy of a KIP-848 member then waits forever: one failure
+    became a suite that never ended."""
+    try:
+        yield
+    finally:
+        for consumer in consumers:
+            with contextlib.suppress(RuntimeError):  # closed already by the test
+                consumer.close()
 
 
 def consume(consumer: ck.Consumer, count: int) -> list[ck.Message]:
@@ -262,34 +285,34 @@ def test_consume_transform_produce_with_subscribe_is_exactly_once(
         )
     )
     consumer.subscribe([source])
-    producer = ck.Producer(confluent_config(broker, **{"transactional.id": f"eos-{source}"}))
-    producer.init_transactions(DEADLINE_S)
-    done = 0
-    deadline = time.monotonic() + DEADLINE_S
-    aborted_once = False
-    while done < 60:
-        assert time.monotonic() < deadline, f"processed {done} of 60"
-        batch = [m for m in consumer.consume(10, 0.2) if m.error() is None]
-        if not batch:
-            continue
-        producer.begin_transaction()
-        for m in batch:
-            producer.produce(sink, value=m.value() + b"!", partition=m.partition())
-        positions = consumer.position(consumer.assignment())
-        producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 10)
-        if not aborted_once:
-            # One aborted round: its output never shows, and its input is read again.
-            aborted_once = True
-            producer.abort_transaction(DEADLINE_S)
-            first: dict[int, int] = {}
+    with closing(consumer):
+        producer = ck.Producer(confluent_config(broker, **{"transactional.id": f"eos-{source}"}))
+        producer.init_transactions(DEADLINE_S)
+        done = 0
+        deadline = time.monotonic() + DEADLINE_S
+        aborted_once = False
+        while done < 60:
+            assert time.monotonic() < deadline, f"processed {done} of 60"
+            batch = [m for m in consumer.consume(10, 0.2) if m.error() is None]
+            if not batch:
+                continue
+            producer.begin_transaction()
             for m in batch:
-                first.setdefault(m.partition(), m.offset())
-            for partition, offset in first.items():
-                consumer.seek(ck.TopicPartition(source, partition, offset))
-            continue
-        producer.commit_transaction(DEADLINE_S)
-        done += len(batch)
-    consumer.close()
+                producer.produce(sink, value=m.value() + b"!", partition=m.partition())
+            positions = consumer.position(consumer.assignment())
+            producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 10)
+            if not aborted_once:
+                # One aborted round: its output never shows, and its input is read again.
+                aborted_once = True
+                producer.abort_transaction(DEADLINE_S)
+                first: dict[int, int] = {}
+                for m in batch:
+                    first.setdefault(m.partition(), m.offset())
+                for partition, offset in first.items():
+                    consumer.seek(ck.TopicPartition(source, partition, offset))
+                continue
+            producer.commit_transaction(DEADLINE_S)
+            done += len(batch)
     outputs = sorted(http_values(broker, sink, 0) + http_values(broker, sink, 1))
     assert outputs == sorted(f"{p}-{i}!" for p in (0, 1) for i in range(30))
     offsets = httpx.get(f"{broker.url}/v1/groups/{group}/offsets").json()["offsets"]
@@ -556,22 +579,32 @@ def test_kip_848_consumers_split_the_partitions_and_one_leaves(broker: Broker) -
         return consumer
 
     a, b = member(), member()
+    owned: list[set[int]] = []
 
     def split() -> bool:
-        mine, theirs = _owned(a, b)
+        owned[:] = _owned(a, b)
+        mine, theirs = owned
         return len(mine) == len(theirs) == 2 and not mine & theirs
 
-    until(split, "the two to split four partitions")
-    description = httpx.get(f"{broker.url}/v1/groups/{group}").json()
-    assert description["type"] == "consumer"
-    assert {m["protocol"] for m in description["members"]} == {"consumer"}
-    admin = cka.AdminClient(confluent_config(broker))  # held: its futures need it alive
-    described = admin.describe_consumer_groups([group])[group].result(DEADLINE_S)
-    assert described.type == ck.ConsumerGroupType.CONSUMER
-    assert sorted(len(m.assignment.topic_partitions) for m in described.members) == [2, 2]
-    b.close()
-    until(lambda: _owned(a)[0] == {0, 1, 2, 3}, "the one left to own everything")
-    a.close()
+    def state() -> str:
+        return f"{owned}; the group: {httpx.get(f'{broker.url}/v1/groups/{group}').text}"
+
+    with closing(a, b):
+        until(split, lambda: f"the two to split four partitions: {state()}")
+        description = httpx.get(f"{broker.url}/v1/groups/{group}").json()
+        assert description["type"] == "consumer"
+        assert {m["protocol"] for m in description["members"]} == {"consumer"}
+        admin = cka.AdminClient(confluent_config(broker))  # held: its futures need it alive
+        described = admin.describe_consumer_groups([group])[group].result(DEADLINE_S)
+        assert described.type == ck.ConsumerGroupType.CONSUMER
+        assert sorted(len(m.assignment.topic_partitions) for m in described.members) == [2, 2]
+        b.close()
+
+        def alone() -> bool:
+            owned[:] = _owned(a)
+            return owned[0] == {0, 1, 2, 3}
+
+        until(alone, lambda: f"the one left to own everything: {state()}")
 
 
 def test_admin_client_describes_the_cluster_and_lists_and_deletes_groups(broker: Broker) -> None:
