@@ -253,14 +253,10 @@ RAW_INSERT = (
 )
 
 
-async def raw_writer(
-    connection: asyncpg.Connection, producer_id: int, payload: Payload, window: Window
+async def _timed(
+    window: Window, rows: int, records_per_row: int, row_bytes: int, write: Callable[[int], Any]
 ) -> Tally:
-    batch_records = len(payload.values)
-    batch_bytes = len(payload.raw_batch)
-    raw = payload.raw_batch
-    statement = await connection.prepare(RAW_INSERT)
-    execute = statement.fetch
+    """Call `write(first sequence)` (it writes `rows` rows) until the window ends, timing each."""
     clock = time.perf_counter
     sequence = 0
     tally = Tally()
@@ -268,35 +264,37 @@ async def raw_writer(
         sent = clock()
         if sent >= window.end:
             return tally
-        # Autocommit: each INSERT is its own transaction, as each produce is in the service.
-        await execute(producer_id, sequence, batch_records, time.time_ns() // 1_000_000, raw)
+        await write(sequence)
         done = clock()
-        sequence += batch_records
-        tally.count(window, sent, done, 1, batch_records, batch_bytes)
+        sequence += rows * records_per_row
+        tally.count(window, sent, done, rows, rows * records_per_row, rows * row_bytes)
+
+
+async def raw_writer(
+    connection: asyncpg.Connection, producer_id: int, payload: Payload, window: Window
+) -> Tally:
+    """One INSERT per batch; autocommit: each its own transaction, as each produce is."""
+    count, raw = len(payload.values), payload.raw_batch
+    execute = (await connection.prepare(RAW_INSERT)).fetch
+
+    def write(sequence: int) -> Any:
+        return execute(producer_id, sequence, count, time.time_ns() // 1_000_000, raw)
+
+    return await _timed(window, 1, count, len(raw), write)
 
 
 async def copy_writer(
     connection: asyncpg.Connection, producer_id: int, payload: Payload, window: Window
 ) -> Tally:
     """The ceiling: the same rows, COPY_ROWS per COPY (each its own transaction)."""
-    batch_records = len(payload.values)
-    raw = payload.raw_batch
-    clock = time.perf_counter
-    sequence = 0
-    tally = Tally()
-    while True:
-        sent = clock()
-        if sent >= window.end:
-            return tally
+    count, raw = len(payload.values), payload.raw_batch
+
+    def write(sequence: int) -> Any:
         now = time.time_ns() // 1_000_000
-        rows = [
-            (producer_id, sequence + i * batch_records, batch_records, now, raw)
-            for i in range(COPY_ROWS)
-        ]
-        await connection.copy_records_to_table(RAW_TABLE, records=rows)
-        done = clock()
-        sequence += COPY_ROWS * batch_records
-        tally.count(window, sent, done, COPY_ROWS, COPY_ROWS * batch_records, COPY_ROWS * len(raw))
+        rows = [(producer_id, sequence + i * count, count, now, raw) for i in range(COPY_ROWS)]
+        return connection.copy_records_to_table(RAW_TABLE, records=rows)
+
+    return await _timed(window, COPY_ROWS, count, len(raw), write)
 
 
 async def run_raw(

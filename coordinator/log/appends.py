@@ -21,7 +21,7 @@ from typing import Any, cast
 
 import asyncpg
 from sqlalchemy import Table, bindparam, func, insert, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.core.database import pairs_in
@@ -108,7 +108,7 @@ async def producer_views(
     keys = set(keys)
     if connection.dialect.name == "postgresql":
         topics_, partitions_, pids_ = zip(*keys, strict=True) if keys else ((), (), ())
-        found = await _driver_fetch(connection, _VIEWS_POSTGRES, topics_, partitions_, pids_)
+        found = await _on_driver(connection, _VIEWS_POSTGRES, topics_, partitions_, pids_)
         return {(r[0], r[1], r[2]): ProducerView(r[3], r[4], r[5], r[6]) for r in found}
     pids = {pid for _, _, pid in keys}
     epochs = dict(
@@ -131,7 +131,7 @@ async def producer_views(
             states.c.current_txn_first_offset,
         ).where(
             pairs_in(states.c.topic, states.c.partition, {(t, p) for t, p, _ in keys}),
-            states.c.producer_id.in_(epochs),
+            states.c.producer_id.in_(list(epochs)),
         )
     )
     for topic, partition, pid, epoch, last_sequence, open_offset in rows:
@@ -190,8 +190,9 @@ _ADVANCE = (
 )
 
 
-def _upsert_states(dialect: Any) -> Any:
-    stmt = dialect.insert(states)
+def _upsert_states_sqlite() -> Any:
+    """SQLite's; on Postgres the same rule is a CTE of `_WRITE_POSTGRES`."""
+    stmt = sqlite.insert(states)
     updates: dict[str, Any] = {c: stmt.excluded[c] for c in STATE_COLUMNS if c not in _STATE_KEY}
     # An open transaction's first offset pins the LSO until its marker clears it: keep it.
     updates["current_txn_first_offset"] = func.coalesce(
@@ -200,7 +201,7 @@ def _upsert_states(dialect: Any) -> Any:
     return stmt.on_conflict_do_update(index_elements=_STATE_KEY, set_=updates)
 
 
-_UPSERT_STATES = {"sqlite": _upsert_states(sqlite), "postgresql": _upsert_states(postgresql)}
+_UPSERT_STATES_SQLITE = _upsert_states_sqlite()
 
 
 _BATCH_COLUMNS = (
@@ -273,18 +274,16 @@ WHERE p.topic = v.topic AND p."partition" = v."partition"
 
 
 async def write(
-    connection: AsyncConnection,
-    rows: list[dict[str, Any]],
-    producer_states: list[dict[str, Any]],
-    high_watermarks: dict[tuple[str, int], int],
+    connection: AsyncConnection, rows: list[dict[str, Any]], producer_states: list[dict[str, Any]]
 ) -> None:
-    """Write the group's batch rows, its producers' states (one row per key) and its partitions'
-    new high watermarks; the caller holds the partitions' locks."""
+    """Write the group's batch rows (in offset order per partition), its producers' states (one
+    row per key) and the high watermarks past the rows; the caller holds the partitions' locks."""
     if not rows:
         return
+    # The last row of each partition is its newest.
+    moved = sorted({(r["topic"], r["partition"]): r["last_offset"] + 1 for r in rows}.items())
     if connection.dialect.name == "postgresql":
-        moved = sorted(high_watermarks.items())
-        await _driver_execute(
+        await _on_driver(
             connection,
             _WRITE_POSTGRES,
             *([row[c] for row in rows] for c in _BATCH_COLUMNS),
@@ -296,13 +295,9 @@ async def write(
         return
     await connection.execute(_INSERT_BATCHES, rows)
     if producer_states:
-        await connection.execute(_UPSERT_STATES[connection.dialect.name], producer_states)
+        await connection.execute(_UPSERT_STATES_SQLITE, producer_states)
     await connection.execute(
-        _ADVANCE,
-        [
-            {"at_topic": t, "at_partition": p, "next_offset": hw}
-            for (t, p), hw in sorted(high_watermarks.items())
-        ],
+        _ADVANCE, [{"at_topic": t, "at_partition": p, "next_offset": hw} for (t, p), hw in moved]
     )
 
 
@@ -320,24 +315,12 @@ async def _driver(connection: AsyncConnection) -> asyncpg.Connection:
     return driver
 
 
-async def _driver_fetch(connection: AsyncConnection, sql: str, *args: Any) -> list[Any]:
+async def _on_driver(connection: AsyncConnection, sql: str, *args: Any) -> list[Any]:
+    """Run `sql` on the asyncpg connection under `connection`; its rows (none for a write). A
+    connection the store cut is invalidated, so the pool never hands it out again, and raised
+    as an outage (an OSError is one to the store's outage handling)."""
     try:
         return list(await (await _driver(connection)).fetch(sql, *args))
     except _LOST as exc:
-        await _lost(connection, exc)
-        raise
-
-
-async def _driver_execute(connection: AsyncConnection, sql: str, *args: Any) -> None:
-    try:
-        await (await _driver(connection)).execute(sql, *args)
-    except _LOST as exc:
-        await _lost(connection, exc)
-        raise
-
-
-async def _lost(connection: AsyncConnection, exc: BaseException) -> None:
-    """The pool must not hand out this connection again; the store's outage handling answers
-    the caller (an OSError is an outage to it)."""
-    await connection.invalidate(exc if isinstance(exc, Exception) else None)
-    raise ConnectionError(f"the store connection was lost: {exc}") from exc
+        await connection.invalidate(exc if isinstance(exc, Exception) else None)
+        raise ConnectionError(f"the store connection was lost: {exc}") from exc

@@ -237,13 +237,8 @@ async def produce_batch(
 ) -> Appended:
     """Append one record batch, as API.md's Records section says."""
     checked = await check_batch(settings, data, transactional_id)
-    return _answer(
-        (
-            await append_all(
-                db, settings, [Append(topic, partition, data, checked, transactional_id)]
-            )
-        )[0]
-    )
+    append = Append(topic, partition, data, checked, transactional_id)
+    return _answer((await append_all(db, settings, [append]))[0])
 
 
 async def produce_json(
@@ -468,22 +463,16 @@ async def write_group(
         results: list[Appended | CoordinatorError] = []
         for append in batch:
             try:
-                results.append(await _plan_one(session, connection, settings, plan, append))
+                results.append(await _plan_one(connection, settings, plan, append))
             except CoordinatorError as exc:
                 results.append(exc)
-        await appends.write(
-            connection,
-            plan.rows,
-            list(plan.states.values()),
-            {key: p.high_watermark for key, p in plan.partitions.items()},
-        )
+        await appends.write(connection, plan.rows, list(plan.states.values()))
         if transactions is not None:
             await transactions.write()
     return results
 
 
 async def _plan_one(
-    session: AsyncSession,
     connection: AsyncConnection,
     settings: Settings,
     plan: _Plan,

@@ -9,14 +9,13 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, insert, select, update
+from sqlalchemy import Table, bindparam, insert, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
-from coordinator.producers.models import ProducerId
 from coordinator.transactions.errors import TransactionalIdNotFound
 from coordinator.transactions.models import Transaction, TransactionPartition
-from coordinator.transactions.service import Locked, check_caller
+from coordinator.transactions.service import Locked, check_caller, lock_ids, partitions_by_id
 from coordinator.transactions.states import Op, State, transition
 
 _transactions = cast(Table, Transaction.__table__)
@@ -60,24 +59,9 @@ class GroupJoins:
     async def lock(self, transactional_ids: Collection[str]) -> None:
         """Lock the ids in the fixed order (sorted, before any partition), with each one's
         partitions; an unknown id is left for `check` to refuse."""
-        ids = sorted(transactional_ids)
-        rows = await self._session.execute(
-            select(Transaction, ProducerId.producer_epoch)
-            .join(ProducerId, ProducerId.producer_id == Transaction.producer_id)
-            .where(Transaction.transactional_id.in_(ids))
-            .order_by(Transaction.transactional_id)
-            .with_for_update()
-        )
-        for txn, epoch in rows:
-            self._joining[txn.transactional_id] = _Joining(Locked(txn, epoch), set())
-        included = await self._session.execute(
-            select(
-                TransactionPartition.transactional_id,
-                TransactionPartition.topic,
-                TransactionPartition.partition,
-            ).where(TransactionPartition.transactional_id.in_(list(self._joining)))
-        )
-        for tid, topic, partition in included:
+        for locked in await lock_ids(self._session, transactional_ids):
+            self._joining[locked.txn.transactional_id] = _Joining(locked, set())
+        for tid, topic, partition, _ in await partitions_by_id(self._session, list(self._joining)):
             self._joining[tid].joined.add((topic, partition))
 
     async def check(self, transactional_id: str, producer_id: int, epoch: int) -> None:

@@ -10,6 +10,7 @@ database transaction: it happens whole or not at all.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Collection
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, cast
@@ -136,16 +137,22 @@ class Locked:
     epoch: int
 
 
+async def lock_ids(session: AsyncSession, transactional_ids: Collection[str]) -> list[Locked]:
+    """Lock the transactional ids in the fixed order (sorted), each with its producer's current
+    epoch; unknown ones are left out."""
+    rows = await session.execute(
+        select(Transaction, ProducerId.producer_epoch)
+        .join(ProducerId, ProducerId.producer_id == Transaction.producer_id)
+        .where(Transaction.transactional_id.in_(sorted(transactional_ids)))
+        .order_by(Transaction.transactional_id)
+        .with_for_update()
+    )
+    return [Locked(txn, epoch) for txn, epoch in rows]
+
+
 async def _lock(session: AsyncSession, transactional_id: str) -> Locked | None:
-    row = (
-        await session.execute(
-            select(Transaction, ProducerId.producer_epoch)
-            .join(ProducerId, ProducerId.producer_id == Transaction.producer_id)
-            .where(Transaction.transactional_id == transactional_id)
-            .with_for_update()
-        )
-    ).first()
-    return None if row is None else Locked(row[0], row[1])
+    locked = await lock_ids(session, [transactional_id])
+    return locked[0] if locked else None
 
 
 async def _lock_existing(session: AsyncSession, transactional_id: str) -> Locked:
@@ -237,9 +244,11 @@ async def _raise_epoch(session: AsyncSession, locked: Locked) -> tuple[int, int]
     return txn.producer_id, 0
 
 
-async def _partitions_of(
+async def partitions_by_id(
     session: AsyncSession, transactional_ids: list[str]
 ) -> list[tuple[str, str, int, int]]:
+    """(transactional id, topic, partition, producer id) of every partition the ids' open
+    transactions include."""
     rows = await session.execute(
         select(
             TransactionPartition.transactional_id,
@@ -550,7 +559,7 @@ async def describe_rows(
 ) -> list[TransactionDescription]:
     ids = [txn.transactional_id for txn, _ in rows]
     partitions: dict[str, list[TopicPartitionOut]] = {tid: [] for tid in ids}
-    for tid, topic, partition, _ in sorted(await _partitions_of(session, ids)):
+    for tid, topic, partition, _ in sorted(await partitions_by_id(session, ids)):
         partitions[tid].append(TopicPartitionOut(topic=topic, partition=partition))
     groups: dict[str, list[str]] = {tid: [] for tid in ids}
     for tid, group_id in (
@@ -654,7 +663,7 @@ async def commit_group(db: Database, body: CommitGroupRequest) -> CommitGroupRes
             if not retry and tid not in set(listed) and locked.txn.state in OPEN
         ]
         ending = sorted(to_commit + to_abort, key=lambda lk: lk.txn.transactional_id)
-        partitions = await _partitions_of(session, [lk.txn.transactional_id for lk in ending])
+        partitions = await partitions_by_id(session, [lk.txn.transactional_id for lk in ending])
         # Every partition of every ending transaction, locked once, in the fixed order.
         await lock_partitions(session, [(t, p) for _, t, p, _ in partitions])
         committing = {id(lk) for lk in to_commit}
@@ -721,7 +730,7 @@ async def lock_including(session: AsyncSession, topic: str) -> list[Locked]:
 
 async def partitions_of(session: AsyncSession, locked: list[Locked]) -> list[tuple[str, int]]:
     """The partitions the locked transactions include."""
-    rows = await _partitions_of(session, [entry.txn.transactional_id for entry in locked])
+    rows = await partitions_by_id(session, [entry.txn.transactional_id for entry in locked])
     return [(topic, partition) for _, topic, partition, _ in rows]
 
 
