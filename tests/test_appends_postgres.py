@@ -3,6 +3,10 @@
 pool does not hand that connection out again, and nothing of the unit was written; batches are
 stored without Postgres compressing them again.
 
+A group planned on what its process saw written goes in one statement (`write_optimistic`), and
+takes the locking path whenever the rows say otherwise: another process appended, the topic's
+configs or the producer's epoch changed. Each case is answered as the locking path answers it.
+
 Postgres only: SQLite runs every statement through SQLAlchemy, whose outage handling the store
 outage tests cover on both stores.
 """
@@ -16,8 +20,11 @@ import httpx
 import pytest
 from sqlalchemy import text
 
+from coordinator.core.database import Database
 from coordinator.core.errors import StoreUnavailable
 from coordinator.log import appends, produce, recordbatch
+from coordinator.log.errors import InvalidProducerEpoch, RecordListTooLarge
+from coordinator.log.produce import Append, Appended
 from tests.api import create_topic, init_pid, read_all
 from tests.conftest import Store
 from tests.support import postgres_base_url
@@ -76,3 +83,138 @@ async def test_batch_payloads_are_stored_as_they_come(app: Any) -> None:
             )
         )
     assert storage in ("e", b"e")  # "char": asyncpg answers it as bytes
+
+
+@pytest.fixture
+def paths(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Which path wrote each group: "one statement" or "locks"."""
+    taken: list[str] = []
+    write_group, write_optimistic = produce.write_group, produce.write_optimistic
+
+    async def locking(db: Any, settings: Any, batch: Any, seen: Any = None) -> Any:
+        taken.append("locks")
+        return await write_group(db, settings, batch, seen)
+
+    async def optimistic(db: Any, settings: Any, batch: Any, seen: Any) -> Any:
+        written = await write_optimistic(db, settings, batch, seen)
+        if written is not None:
+            taken.append("one statement")
+        return written
+
+    monkeypatch.setattr(produce, "write_group", locking)
+    monkeypatch.setattr(produce, "write_optimistic", optimistic)
+    return taken
+
+
+async def append(
+    db: Database, settings: Any, pid: int, sequence: int, values: list[bytes], epoch: int = 0
+) -> Appended:
+    data = recordbatch.build(
+        [(1, None, v, []) for v in values],
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=sequence,
+    )
+    checked = await produce.check_batch(settings, data, None)
+    (result,) = await produce.append_all(db, settings, [Append("t", 0, data, checked, None)])
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+async def test_a_producers_appends_after_its_first_go_in_one_statement(
+    app: Any, client: httpx.AsyncClient, paths: list[str]
+) -> None:
+    await create_topic(client, "t")
+    await client.post("/v1/topics/t/partitions/0/records", json={"records": [{"value": "z"}]})
+    pid = await init_pid(client)
+    db, settings = app.state.db, app.state.settings
+
+    first = await append(db, settings, pid, 0, [b"a", b"b"])
+    second = await append(db, settings, pid, 2, [b"c"])
+    third = await append(db, settings, pid, 3, [b"d", b"e"])
+    retry = await append(db, settings, pid, 3, [b"d", b"e"])  # its original is in the log
+
+    assert paths == ["locks", "locks", "one statement", "one statement", "locks"]
+    assert first == Appended(1, 2, False, -1, 0)
+    assert second == Appended(3, 3, False, -1, 0)
+    assert third == Appended(4, 5, False, -1, 0)
+    assert retry == Appended(4, 5, True, -1, 0)
+    assert [r["value"] for r in await read_all(client, "t")] == ["z", "a", "b", "c", "d", "e"]
+    # Each stored batch carries its own base offset, which the statement wrote into it.
+    assert [r["offset"] for r in await read_all(client, "t")] == [0, 1, 2, 3, 4, 5]
+    state = (await client.get("/v1/admin/producers", params={"topic": "t", "partition": 0})).json()
+    assert [(p["producer_id"], p["last_sequence"]) for p in state["producers"]] == [(pid, 4)]
+
+
+@pytest.fixture
+async def other_process(app: Any) -> Any:
+    """A second service process on the same store: its own pool and its own appends' memory."""
+    db = Database(app.state.settings)
+    try:
+        yield db
+    finally:
+        await db.dispose()
+
+
+async def test_a_retry_of_what_another_process_appended_is_a_duplicate(
+    app: Any, client: httpx.AsyncClient, paths: list[str], other_process: Database
+) -> None:
+    await create_topic(client, "t")
+    pid = await init_pid(client)
+    db, settings = app.state.db, app.state.settings
+    await append(db, settings, pid, 0, [b"a"])
+    await append(db, settings, pid, 1, [b"b"])  # this process has seen sequence 1
+    elsewhere = await append(other_process, settings, pid, 2, [b"c", b"d"])
+    paths.clear()
+
+    # To this process, sequence 2 is the next one; the locked state says it is written.
+    retry = await append(db, settings, pid, 2, [b"c", b"d"])
+
+    assert paths == ["locks"]
+    assert retry == Appended(elsewhere.base_offset, elsewhere.last_offset, True, -1, 0)
+    assert [r["value"] for r in await read_all(client, "t")] == ["a", "b", "c", "d"]
+    # What the locking path read is this process's memory now: the next goes in one statement.
+    assert await append(db, settings, pid, 4, [b"e"]) == Appended(4, 4, False, -1, 0)
+    assert paths == ["locks", "one statement"]
+
+
+async def test_a_topic_config_changed_elsewhere_is_the_one_applied(
+    app: Any, client: httpx.AsyncClient, paths: list[str], other_process: Database
+) -> None:
+    await create_topic(client, "t")
+    pid = await init_pid(client)
+    db, settings = app.state.db, app.state.settings
+    await append(db, settings, pid, 0, [b"a"])
+    async with other_process.write() as session:
+        await session.execute(
+            text("UPDATE topics SET configs = :c WHERE name = 't'"),
+            {"c": '{"max.message.bytes": "100"}'},
+        )
+    paths.clear()
+
+    with pytest.raises(RecordListTooLarge, match=r"max\.message\.bytes is 100"):
+        await append(db, settings, pid, 1, [b"x" * 200])
+
+    assert paths == ["locks"]
+    assert [r["value"] for r in await read_all(client, "t")] == ["a"]
+
+
+async def test_an_epoch_raised_elsewhere_fences_the_next_append(
+    app: Any, client: httpx.AsyncClient, paths: list[str], other_process: Database
+) -> None:
+    await create_topic(client, "t")
+    pid = await init_pid(client)
+    db, settings = app.state.db, app.state.settings
+    await append(db, settings, pid, 0, [b"a"])
+    async with other_process.write() as session:
+        await session.execute(
+            text("UPDATE producer_ids SET producer_epoch = 1 WHERE producer_id = :p"), {"p": pid}
+        )
+    paths.clear()
+
+    with pytest.raises(InvalidProducerEpoch, match=r"older than its current epoch 1"):
+        await append(db, settings, pid, 1, [b"b"])
+
+    assert paths == ["locks"]
+    assert [r["value"] for r in await read_all(client, "t")] == ["a"]

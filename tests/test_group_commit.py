@@ -37,13 +37,20 @@ async def append_of(
 def group_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many batches each unit of work wrote."""
     sizes: list[int] = []
-    write_group = produce.write_group
+    write_group, write_optimistic = produce.write_group, produce.write_optimistic
 
-    async def counting(db: Any, settings: Any, batch: Any) -> Any:
+    async def locking(db: Any, settings: Any, batch: Any, seen: Any = None) -> Any:
         sizes.append(len(batch))
-        return await write_group(db, settings, batch)
+        return await write_group(db, settings, batch, seen)
 
-    monkeypatch.setattr(produce, "write_group", counting)
+    async def optimistic(db: Any, settings: Any, batch: Any, seen: Any) -> Any:
+        written = await write_optimistic(db, settings, batch, seen)
+        if written is not None:
+            sizes.append(len(batch))
+        return written
+
+    monkeypatch.setattr(produce, "write_group", locking)
+    monkeypatch.setattr(produce, "write_optimistic", optimistic)
     return sizes
 
 

@@ -14,10 +14,12 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
+import asyncpg
 from sqlalchemy import BigInteger, Integer, LargeBinary, MetaData, and_, event, or_
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
@@ -189,6 +191,14 @@ class Database:
             yield
 
     @asynccontextmanager
+    async def autocommit(self) -> AsyncIterator[AsyncConnection]:
+        """A pooled connection (Postgres) under no transaction of its own: a statement sent to
+        its driver (`on_driver`) is its own unit of work, committed in the one round trip that
+        runs it. Outages as in `write()`."""
+        async with self._outages(), self.engine.connect() as connection:
+            yield connection
+
+    @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:
         async with self._outages(), self._reads() as session, session.begin():
             yield session
@@ -207,6 +217,25 @@ class Database:
         await self.engine.dispose()
         if self.read_engine is not self.engine:
             await self.read_engine.dispose()
+
+
+# A connection the store cut, or a driver that lost it: whatever ran on it cannot go on.
+_LOST = (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError)
+
+
+async def on_driver(connection: AsyncConnection, sql: str, *args: Any) -> list[Any]:
+    """Run `sql` as an asyncpg prepared statement (cached by the driver) on the connection under
+    `connection`, inside whatever transaction SQLAlchemy began on it; its rows (none for a
+    write). For the hot statements: no compilation, no result processing. A connection the store
+    cut is invalidated, so the pool never hands it out again, and raised as an outage (an
+    OSError is one to `Database`'s outage handling)."""
+    try:
+        raw = await connection.get_raw_connection()
+        driver: asyncpg.Connection = raw.driver_connection
+        return list(await driver.fetch(sql, *args))
+    except _LOST as exc:
+        await connection.invalidate(exc if isinstance(exc, Exception) else None)
+        raise ConnectionError(f"the store connection was lost: {exc}") from exc
 
 
 # Rows per statement of a multi-row write: within both stores' bound-parameter limits (32766)

@@ -19,12 +19,11 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any, cast
 
-import asyncpg
 from sqlalchemy import Table, bindparam, func, insert, select, update
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from coordinator.core.database import pairs_in
+from coordinator.core.database import on_driver, pairs_in
 from coordinator.log.models import Batch, Partition, ProducerState, Topic
 from coordinator.producers.models import ProducerId
 
@@ -108,7 +107,7 @@ async def producer_views(
     keys = set(keys)
     if connection.dialect.name == "postgresql":
         topics_, partitions_, pids_ = zip(*keys, strict=True) if keys else ((), (), ())
-        found = await _on_driver(connection, _VIEWS_POSTGRES, topics_, partitions_, pids_)
+        found = await on_driver(connection, _VIEWS_POSTGRES, topics_, partitions_, pids_)
         return {(r[0], r[1], r[2]): ProducerView(r[3], r[4], r[5], r[6]) for r in found}
     pids = {pid for _, _, pid in keys}
     epochs = dict(
@@ -251,6 +250,16 @@ def _quoted(columns: Iterable[str]) -> str:
 # Data batches only: a producer never writes a control batch (`control` null, not aborted, no
 # first offset).
 _B, _S = len(_BATCH_COLUMNS), len(STATE_COLUMNS)
+# A producer's state after an append; an open transaction's first offset pins the LSO until its
+# marker clears it: kept.
+_STATE_UPDATE = """
+  ON CONFLICT (topic, partition, producer_id) DO UPDATE SET
+    producer_epoch = EXCLUDED.producer_epoch,
+    last_sequence = EXCLUDED.last_sequence,
+    last_offset = EXCLUDED.last_offset,
+    last_timestamp = EXCLUDED.last_timestamp,
+    current_txn_first_offset = COALESCE(
+      producer_states.current_txn_first_offset, EXCLUDED.current_txn_first_offset)"""
 _WRITE_POSTGRES = f"""
 WITH appended AS (
   INSERT INTO batches ({_quoted(_BATCH_COLUMNS)}, control, aborted, first_offset)
@@ -259,13 +268,7 @@ WITH appended AS (
 ), stated AS (
   INSERT INTO producer_states ({_quoted(STATE_COLUMNS)})
   SELECT {_quoted(STATE_COLUMNS)} FROM {_unnest(STATE_COLUMNS, _STATE_TYPES, _B + 1)}
-  ON CONFLICT (topic, partition, producer_id) DO UPDATE SET
-    producer_epoch = EXCLUDED.producer_epoch,
-    last_sequence = EXCLUDED.last_sequence,
-    last_offset = EXCLUDED.last_offset,
-    last_timestamp = EXCLUDED.last_timestamp,
-    current_txn_first_offset = COALESCE(
-      producer_states.current_txn_first_offset, EXCLUDED.current_txn_first_offset)
+  {_STATE_UPDATE}
 )
 UPDATE partitions p SET high_watermark = v.next_offset
 FROM {_unnest(("topic", "partition", "next_offset"), ("varchar", "int", "bigint"), _B + _S + 1)}
@@ -283,7 +286,7 @@ async def write(
     # The last row of each partition is its newest.
     moved = sorted({(r["topic"], r["partition"]): r["last_offset"] + 1 for r in rows}.items())
     if connection.dialect.name == "postgresql":
-        await _on_driver(
+        await on_driver(
             connection,
             _WRITE_POSTGRES,
             *([row[c] for row in rows] for c in _BATCH_COLUMNS),
@@ -301,26 +304,122 @@ async def write(
     )
 
 
-# -- asyncpg, under SQLAlchemy's unit of work ---------------------------------------------------
+# -- an optimistic group: one statement, one round trip -----------------------------------------
 
-# A connection the store cut, or a driver that lost it: the unit of work cannot go on.
-_LOST = (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError)
+_EXPECTED_COLUMNS = (
+    "topic",
+    "partition",
+    "producer_id",
+    "current_epoch",
+    "state_epoch",
+    "last_sequence",
+)
+_EXPECTED_TYPES = ("varchar", "int", "bigint", "int", "int", "int")
+_WANTED_COLUMNS = ("topic", "partition", "configs", "advance")
+_WANTED_TYPES = ("varchar", "int", "text", "bigint")
+_W, _E = _B + _S + 1, _B + _S + 1 + len(_WANTED_COLUMNS)
+_OFFSET_COLUMNS = ("base_offset", "last_offset")
+_PASSES = "(SELECT passes FROM checked)"
+
+# The group planned on what its process saw written (offsets relative to each partition's high
+# watermark), written only if the locked rows are still what it saw. Rows locked FOR UPDATE are
+# read as the newest committed version (READ COMMITTED re-reads a row it waited for), not as the
+# statement's snapshot: the partitions first, in the fixed order, then the producers' states on
+# them (every writer of a producer state holds its partition's lock, so nothing waits for a state
+# while holding a partition this statement wants). Epochs are read from the snapshot, as the
+# locking path reads them just after its locks. Every write is gated on `checked`, computed once
+# from all the locked rows; nothing is written if it fails.
+_WRITE_OPTIMISTIC_POSTGRES = f"""
+WITH wanted AS (
+  SELECT * FROM {_unnest(_WANTED_COLUMNS, _WANTED_TYPES, _W)}
+), locked AS (
+  SELECT p.topic, p."partition", p.high_watermark, p.log_start_offset, v.advance,
+         t.configs = v.configs AS same_configs
+  FROM partitions p
+  JOIN wanted v ON v.topic = p.topic AND v."partition" = p."partition"
+  JOIN topics t ON t.name = p.topic
+  ORDER BY p.topic, p."partition"
+  FOR UPDATE OF p
+), expected AS (
+  SELECT * FROM {_unnest(_EXPECTED_COLUMNS, _EXPECTED_TYPES, _E)}
+), held AS (
+  SELECT s.producer_epoch, s.last_sequence, s.current_txn_first_offset, e.producer_id,
+         e.current_epoch, e.state_epoch, e.last_sequence AS expected_sequence
+  FROM producer_states s
+  JOIN locked l ON l.topic = s.topic AND l."partition" = s."partition"
+  JOIN expected e
+    ON e.topic = s.topic AND e."partition" = s."partition" AND e.producer_id = s.producer_id
+  FOR UPDATE OF s
+), checked AS (
+  SELECT (SELECT count(*) FROM locked WHERE same_configs) = cardinality(${_W}::varchar[])
+     AND (SELECT count(*) FROM held h JOIN producer_ids i ON i.producer_id = h.producer_id
+          WHERE h.producer_epoch = h.state_epoch AND h.last_sequence = h.expected_sequence
+            AND h.current_txn_first_offset IS NULL AND i.producer_epoch = h.current_epoch)
+         = cardinality(${_E}::varchar[]) AS passes
+), appended AS (
+  INSERT INTO batches ({_quoted(_BATCH_COLUMNS)}, control, aborted, first_offset)
+  SELECT {
+    ", ".join(
+        f"l.high_watermark + v.{c}"
+        if c in _OFFSET_COLUMNS
+        else "overlay(v.payload PLACING int8send(l.high_watermark + v.base_offset) FROM 1 FOR 8)"
+        if c == "payload"
+        else f'v."{c}"'
+        for c in _BATCH_COLUMNS
+    )
+}, NULL, false, NULL
+  FROM {_unnest(_BATCH_COLUMNS, _BATCH_TYPES, 1)}
+  JOIN locked l ON l.topic = v.topic AND l."partition" = v."partition"
+  WHERE {_PASSES}
+), stated AS (
+  INSERT INTO producer_states ({_quoted(STATE_COLUMNS)})
+  SELECT {
+    ", ".join(
+        "l.high_watermark + v.last_offset" if c == "last_offset" else f'v."{c}"'
+        for c in STATE_COLUMNS
+    )
+}
+  FROM {_unnest(STATE_COLUMNS, _STATE_TYPES, _B + 1)}
+  JOIN locked l ON l.topic = v.topic AND l."partition" = v."partition"
+  WHERE {_PASSES}
+  {_STATE_UPDATE}
+), moved AS (
+  UPDATE partitions p SET high_watermark = l.high_watermark + l.advance
+  FROM locked l
+  WHERE p.topic = l.topic AND p."partition" = l."partition" AND {_PASSES}
+)
+SELECT l.topic, l."partition", l.high_watermark, l.log_start_offset, {_PASSES} FROM locked l
+"""
 
 
-async def _driver(connection: AsyncConnection) -> asyncpg.Connection:
-    """The asyncpg connection under `connection`, whose transaction SQLAlchemy has begun (the
-    unit of work ran `lock_partitions` on it first)."""
-    raw = await connection.get_raw_connection()
-    driver: asyncpg.Connection = raw.driver_connection
-    return driver
-
-
-async def _on_driver(connection: AsyncConnection, sql: str, *args: Any) -> list[Any]:
-    """Run `sql` on the asyncpg connection under `connection`; its rows (none for a write). A
-    connection the store cut is invalidated, so the pool never hands it out again, and raised
-    as an outage (an OSError is one to the store's outage handling)."""
-    try:
-        return list(await (await _driver(connection)).fetch(sql, *args))
-    except _LOST as exc:
-        await connection.invalidate(exc if isinstance(exc, Exception) else None)
-        raise ConnectionError(f"the store connection was lost: {exc}") from exc
+async def write_optimistic(
+    connection: AsyncConnection,
+    rows: list[dict[str, Any]],
+    producer_states: list[dict[str, Any]],
+    wanted: dict[tuple[str, int], tuple[str, int]],
+    expected: dict[tuple[str, int, int], ProducerView],
+) -> dict[tuple[str, int], LockedPartition] | None:
+    """Postgres, on a connection with no transaction open: write the group's rows and states
+    (offsets relative to each partition's high watermark) and move each partition in `wanted`
+    by its advance, in one statement that commits by itself, if every partition in `wanted`
+    still has the configs given there and every producer in `expected` still has that view;
+    the partitions as they were before the write, or None when nothing was written."""
+    found = await on_driver(
+        connection,
+        _WRITE_OPTIMISTIC_POSTGRES,
+        *([row[c] for row in rows] for c in _BATCH_COLUMNS),
+        *([state[c] for state in producer_states] for c in STATE_COLUMNS),
+        [t for t, _ in wanted],
+        [p for _, p in wanted],
+        [configs for configs, _ in wanted.values()],
+        [advance for _, advance in wanted.values()],
+        [t for t, _, _ in expected],
+        [p for _, p, _ in expected],
+        [pid for _, _, pid in expected],
+        [v.current_epoch for v in expected.values()],
+        [v.state_epoch for v in expected.values()],
+        [v.last_sequence for v in expected.values()],
+    )
+    if not found or not found[0][4]:
+        return None
+    return {(r[0], r[1]): LockedPartition(r[2], r[3], "") for r in found}

@@ -27,7 +27,7 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Protocol
 
@@ -35,7 +35,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from coordinator.core.clock import now_ms
 from coordinator.core.database import Database
-from coordinator.core.errors import CoordinatorError, InvalidRequest
+from coordinator.core.errors import CoordinatorError, InvalidRequest, StoreUnavailable
 from coordinator.core.schemas import INT32_MAX
 from coordinator.core.settings import Settings
 from coordinator.log import appends, configs, recordbatch
@@ -278,6 +278,8 @@ class _GroupCommit:
     def __init__(self, db: Database, settings: Settings) -> None:
         self._db, self._settings = db, settings
         self._in_flight = 1 if db.is_sqlite else settings.append_groups_in_flight
+        # SQLite runs in process: a unit of work costs no round trips, so none are saved.
+        self._seen = None if db.is_sqlite else _Seen()
         self._loop = asyncio.get_running_loop()
         self._waiting: deque[_Request] = deque()
         self._writers: set[asyncio.Task[None]] = set()
@@ -324,13 +326,20 @@ class _GroupCommit:
         batch = [a for request in group for a in request.appends]
         answers = [f for request in group for f in request.answers]
         try:
-            results: list[Appended | BaseException] = list(
-                await write_group(self._db, self._settings, batch)
-            )
+            written: Sequence[Appended | BaseException] | None = None
+            if self._seen is not None:
+                written = await write_optimistic(self._db, self._settings, batch, self._seen)
+            if written is None:
+                written = await write_group(self._db, self._settings, batch, self._seen)
+            results = list(written)
         except asyncio.CancelledError:
             for answer in answers:
                 answer.cancel()
             raise
+        except StoreUnavailable as exc:
+            # Whether the group was written is unknown: only the clients may retry (a retry of
+            # an idempotent batch is found a duplicate; here it would append a plain one twice).
+            results = [exc] * len(batch)
         except Exception as exc:
             # One batch the store refused must not fail the others: each goes alone.
             results = [exc] if len(batch) == 1 else [await self._write_alone(a) for a in batch]
@@ -344,7 +353,7 @@ class _GroupCommit:
 
     async def _write_alone(self, append: Append) -> Appended | BaseException:
         try:
-            return (await write_group(self._db, self._settings, [append]))[0]
+            return (await write_group(self._db, self._settings, [append], self._seen))[0]
         except Exception as exc:
             return exc
 
@@ -420,6 +429,100 @@ def sequence_rule(
     return Verdict.RETRY_OR_GAP
 
 
+# -- an optimistic group ------------------------------------------------------------------------
+
+# Producers' views a process keeps for its optimistic groups (past this, it starts again empty).
+SEEN_MAX_VIEWS = 100_000
+
+
+@dataclass(slots=True)
+class _Seen:
+    """What a process's append groups last saw written: each topic's configs and each
+    producer's view on a partition. A group planned on it is written by one statement that
+    checks it against the locked rows (`write_optimistic`)."""
+
+    configs: dict[str, str] = field(default_factory=dict)
+    views: dict[tuple[str, int, int], appends.ProducerView] = field(default_factory=dict)
+
+    def remember(self, plan: _Plan) -> None:
+        """What a plan leaves written (as planned: a group that then fails `forget`s it)."""
+        if len(self.views) + len(plan.views) > SEEN_MAX_VIEWS:
+            self.views.clear()
+        if len(self.configs) > SEEN_MAX_VIEWS:
+            self.configs.clear()
+        for (topic, _), locked in plan.partitions.items():
+            self.configs[topic] = locked.configs
+        for key, view in plan.views.items():
+            self.views[key] = replace(view)
+
+    def forget(self, keys: Collection[tuple[str, int, int]]) -> None:
+        for key in keys:
+            self.views.pop(key, None)
+
+
+async def write_optimistic(
+    db: Database, settings: Settings, batch: Sequence[Append], seen: _Seen
+) -> list[Appended | CoordinatorError] | None:
+    """Postgres: the group in one round trip, planned on what `seen` says is written and
+    written by one statement only if the locked rows agree; None when the group must take the
+    locking path (`write_group`) instead: a transactional batch, a producer or topic not seen,
+    a batch the rules would not append as it is (a retry, a gap, an error), rows that changed.
+    It never answers an error itself: the locking path does, from the rows."""
+    if any(a.transactional_id is not None for a in batch):
+        return None
+    wanted: dict[tuple[str, int], appends.LockedPartition] = {}
+    for append in batch:
+        configs = seen.configs.get(append.topic)
+        if configs is None:
+            return None
+        # Offsets planned from 0: the statement adds each partition's high watermark.
+        wanted[(append.topic, append.partition)] = appends.LockedPartition(0, 0, configs)
+    expected: dict[tuple[str, int, int], appends.ProducerView] = {}
+    for append in batch:
+        key = (append.topic, append.partition, append.checked.header.producer_id)
+        if key[2] >= 0 and key not in expected:
+            view = seen.views.get(key)
+            if view is None:
+                return None
+            expected[key] = view
+    plan = _Plan(wanted, {key: replace(view) for key, view in expected.items()}, None, now_ms())
+    planned: list[Appended] = []
+    try:
+        for append in batch:
+            planned.append(await _plan_one(None, settings, plan, append))
+    except (_NeedsTheLocks, CoordinatorError):
+        return None
+    # Seen at once, so the next group of a producer with several requests in flight plans on it.
+    seen.remember(plan)
+    try:
+        async with db.autocommit() as connection:
+            before = await appends.write_optimistic(
+                connection,
+                plan.rows,
+                list(plan.states.values()),
+                {key: (p.configs, p.high_watermark) for key, p in wanted.items()},
+                expected,
+            )
+    except BaseException:
+        seen.forget(expected)
+        raise
+    if before is None:
+        seen.forget(expected)
+        return None
+    results: list[Appended | CoordinatorError] = []
+    for append, answer in zip(batch, planned, strict=True):
+        partition = before[(append.topic, append.partition)]
+        results.append(
+            replace(
+                answer,
+                base_offset=answer.base_offset + partition.high_watermark,
+                last_offset=answer.last_offset + partition.high_watermark,
+                log_start_offset=partition.log_start_offset,
+            )
+        )
+    return results
+
+
 # A batch's key among those written: (topic, partition, producer id, epoch, base sequence).
 _Written = tuple[str, int, int, int, int]
 
@@ -439,10 +542,11 @@ class _Plan:
 
 
 async def write_group(
-    db: Database, settings: Settings, batch: Sequence[Append]
+    db: Database, settings: Settings, batch: Sequence[Append], seen: _Seen | None = None
 ) -> list[Appended | CoordinatorError]:
-    """Append the batches in one unit of work: each one's answer, or the error that failed it
-    alone (a failure of the unit of work itself is raised)."""
+    """Append the batches in one unit of work under its locks: each one's answer, or the error
+    that failed it alone (a failure of the unit of work itself is raised). What it read and
+    wrote goes to `seen` once committed."""
     async with db.write() as session:
         connection = await session.connection()
         joined = {a.transactional_id for a in batch if a.transactional_id is not None}
@@ -469,11 +573,17 @@ async def write_group(
         await appends.write(connection, plan.rows, list(plan.states.values()))
         if transactions is not None:
             await transactions.write()
+    if seen is not None:
+        seen.remember(plan)
     return results
 
 
+class _NeedsTheLocks(Exception):
+    """An optimistic plan met what only the locked rows and the log can decide."""
+
+
 async def _plan_one(
-    connection: AsyncConnection,
+    connection: AsyncConnection | None,
     settings: Settings,
     plan: _Plan,
     append: Append,
@@ -511,6 +621,8 @@ async def _plan_one(
         view = plan.views.get((topic, partition, pid))
         verdict = sequence_rule(view, where, pid, epoch, base_seq, tid is not None)
         if verdict is not Verdict.APPEND:
+            if connection is None:
+                raise _NeedsTheLocks
             original = plan.written.get((topic, partition, pid, epoch, base_seq))
             if original is None:
                 original = await appends.written_batch(
