@@ -30,7 +30,7 @@ from coordinator.kafka.handlers import HANDLERS
 from coordinator.kafka.server import KafkaListener
 from coordinator.kafka.wire import SUPPORTED, payload_type
 from coordinator.log import recordbatch
-from coordinator.log import service as log_service
+from coordinator.log import topics as log_topics
 from coordinator.log.schemas import CreateTopic
 from tests.conftest import Store, empty_tables
 from tests.support import free_port
@@ -250,7 +250,7 @@ async def test_bytes_after_a_request_body_are_ignored_as_kafka_ignores_them(
 async def test_a_frame_before_authentication_is_held_to_the_sasl_limit(
     listener: KafkaListener,
 ) -> None:
-    await log_service.create_topic(listener.db, CreateTopic(name="big", partitions=1))
+    await log_topics.create_topic(listener.db, CreateTopic(name="big", partitions=1))
     # Over the limit before SASL: closed on the size alone, without the frame being sent.
     before = await connect(listener)
     before.writer.write(struct.pack(">i", 4097))
@@ -268,18 +268,18 @@ async def test_a_frame_before_authentication_is_held_to_the_sasl_limit(
 async def test_a_frame_over_socket_request_max_bytes_closes_the_connection(
     listener: KafkaListener,
 ) -> None:
-    await log_service.create_topic(listener.db, CreateTopic(name="capped", partitions=1))
+    await log_topics.create_topic(listener.db, CreateTopic(name="capped", partitions=1))
     connection = await connect(listener)
     batch = recordbatch.build([(1, b"k", b"v" * 8192, [])], producer_id=-1, producer_epoch=-1)
     with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
         await connection.produce("capped", batch)
     assert await connection.closed()
-    described = await log_service.describe_topic(listener.db, "capped")
+    described = await log_topics.describe_topic(listener.db, "capped")
     assert described.partitions[0].high_watermark == 0
 
 
 async def test_corrupt_batch_is_refused_and_nothing_is_written(listener: KafkaListener) -> None:
-    await log_service.create_topic(listener.db, CreateTopic(name="corrupt", partitions=1))
+    await log_topics.create_topic(listener.db, CreateTopic(name="corrupt", partitions=1))
     good = recordbatch.build([(1, b"k", b"v", [])], producer_id=-1, producer_epoch=-1)
     bad = bytearray(good)
     bad[-1] ^= 0xFF  # the CRC no longer matches
@@ -288,7 +288,7 @@ async def test_corrupt_batch_is_refused_and_nothing_is_written(listener: KafkaLi
     result = answer.responses[0].partition_responses[0]
     assert result.error_code == ErrorCode.corrupt_message
     assert result.error_message
-    described = await log_service.describe_topic(listener.db, "corrupt")
+    described = await log_topics.describe_topic(listener.db, "corrupt")
     assert described.partitions[0].high_watermark == 0
 
 
@@ -340,8 +340,8 @@ async def test_sasl_plain_refuses_unknown_tokens_and_applies_roles(listener: Kaf
         _, answer = await _authenticated(listener, user, token)
         assert answer.error_code == ErrorCode.sasl_authentication_failed
 
-    await log_service.create_topic(listener.db, CreateTopic(name="payments", partitions=1))
-    await log_service.create_topic(listener.db, CreateTopic(name="secret", partitions=1))
+    await log_topics.create_topic(listener.db, CreateTopic(name="payments", partitions=1))
+    await log_topics.create_topic(listener.db, CreateTopic(name="secret", partitions=1))
     reader, answer = await _authenticated(listener, "reader", "reader-token-1")
     assert answer.error_code == ErrorCode.none
     metadata = await reader.call(3, 12, topics=None, include_topic_authorized_operations=False)
@@ -456,7 +456,7 @@ async def test_a_nul_in_a_kafka_id_is_answered_invalid_request_not_a_closed_conn
 async def test_a_decompression_bomb_is_record_list_too_large_and_writes_nothing(
     listener: KafkaListener,
 ) -> None:
-    await log_service.create_topic(listener.db, CreateTopic(name="bombed", partitions=1))
+    await log_topics.create_topic(listener.db, CreateTopic(name="bombed", partitions=1))
     bomb = recordbatch.build(
         [(1, b"k", bytes(4 * 1024 * 1024), [])],
         producer_id=-1,
@@ -467,7 +467,7 @@ async def test_a_decompression_bomb_is_record_list_too_large_and_writes_nothing(
     answer = await connection.produce("bombed", bomb)
     result = answer.responses[0].partition_responses[0]
     assert result.error_code == ErrorCode.record_list_too_large
-    described = await log_service.describe_topic(listener.db, "bombed")
+    described = await log_topics.describe_topic(listener.db, "bombed")
     assert described.partitions[0].high_watermark == 0
 
 

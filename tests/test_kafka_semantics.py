@@ -12,8 +12,9 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from coordinator.kafka.server import KafkaListener
+from coordinator.log import fetch as log_fetch
 from coordinator.log import produce, recordbatch
-from coordinator.log import service as log_service
+from coordinator.log import topics as log_topics
 from coordinator.log.schemas import CreateTopic
 from tests.test_kafka_listener import connect, listener
 
@@ -23,7 +24,7 @@ __all__ = ["listener"]
 async def test_delete_records_answers_each_partition_on_its_own(listener: KafkaListener) -> None:
     # Kafka's DeleteRecords: an offset above the high watermark (or below -1) is
     # OFFSET_OUT_OF_RANGE for that partition, and the others still move (issue 22, item 8).
-    await log_service.create_topic(listener.db, CreateTopic(name="trim", partitions=3))
+    await log_topics.create_topic(listener.db, CreateTopic(name="trim", partitions=3))
     connection = await connect(listener)
     batch = recordbatch.build([(1, b"k", b"v", [])], producer_id=-1, producer_epoch=-1)
     produce: Any = __import__("kio.schema.produce.v9.request", fromlist=["x"])
@@ -61,7 +62,7 @@ async def test_delete_records_answers_each_partition_on_its_own(listener: KafkaL
     assert (results[0].error_code, results[0].low_watermark) == (ErrorCode.none, 1)
     assert results[1].error_code == ErrorCode.offset_out_of_range
     assert results[2].error_code == ErrorCode.offset_out_of_range
-    described = await log_service.describe_topic(listener.db, "trim")
+    described = await log_topics.describe_topic(listener.db, "trim")
     assert described.partitions[0].log_start_offset == 1
 
 
@@ -92,7 +93,7 @@ async def test_a_replica_assignment_naming_this_broker_is_taken(listener: KafkaL
 
     taken = await create("assigned", (0,))
     assert (taken.error_code, taken.num_partitions) == (ErrorCode.none, 2)
-    assert len((await log_service.describe_topic(listener.db, "assigned")).partitions) == 2
+    assert len((await log_topics.describe_topic(listener.db, "assigned")).partitions) == 2
     refused = await create("elsewhere", (1,))
     assert refused.error_code == ErrorCode.invalid_replica_assignment
 
@@ -100,7 +101,7 @@ async def test_a_replica_assignment_naming_this_broker_is_taken(listener: KafkaL
 async def test_cleanup_policy_is_a_list_config_that_takes_append_and_subtract(
     listener: KafkaListener,
 ) -> None:
-    await log_service.create_topic(listener.db, CreateTopic(name="policy", partitions=1))
+    await log_topics.create_topic(listener.db, CreateTopic(name="policy", partitions=1))
     connection = await connect(listener)
     module: Any = __import__("kio.schema.incremental_alter_configs.v1.request", fromlist=["x"])
 
@@ -123,7 +124,7 @@ async def test_cleanup_policy_is_a_list_config_that_takes_append_and_subtract(
         return code
 
     async def policy() -> str:
-        listed = await log_service.describe_configs(listener.db, listener.settings, "policy")
+        listed = await log_topics.describe_configs(listener.db, listener.settings, "policy")
         return {c.name: c.value for c in listed.configs}["cleanup.policy"]
 
     assert await alter("cleanup.policy", 2, "compact") == ErrorCode.none  # APPEND
@@ -142,7 +143,7 @@ async def test_only_the_first_partition_with_data_may_exceed_the_fetch_budget(
     import random
 
     topic = f"budget-{max_bytes}"
-    await log_service.create_topic(listener.db, CreateTopic(name=topic, partitions=3))
+    await log_topics.create_topic(listener.db, CreateTopic(name=topic, partitions=3))
     noise = random.Random(0).randbytes(600_000)  # one 600 KB batch a partition
     for partition in range(3):
         batch = recordbatch.build([(1, b"k", noise, [])], producer_id=-1, producer_epoch=-1)
@@ -187,7 +188,7 @@ async def test_only_the_first_partition_with_data_may_exceed_the_fetch_budget(
 
 
 async def test_list_offsets_by_time_answers_the_exact_record(listener: KafkaListener) -> None:
-    await log_service.create_topic(listener.db, CreateTopic(name="times", partitions=1))
+    await log_topics.create_topic(listener.db, CreateTopic(name="times", partitions=1))
     for records in ([(100, b"a"), (200, b"b"), (300, b"c")], [(400, b"d"), (350, b"e")]):
         batch = recordbatch.build(
             [(ts, b"k", v, []) for ts, v in records], producer_id=-1, producer_epoch=-1
@@ -195,14 +196,12 @@ async def test_list_offsets_by_time_answers_the_exact_record(listener: KafkaList
         await produce.produce_batch(listener.db, listener.settings, "times", 0, batch, None)
 
     async def at(timestamp: int) -> tuple[int, int]:
-        return await log_service.list_offset(
-            listener.db, "times", 0, timestamp, read_committed=False
-        )
+        return await log_fetch.list_offset(listener.db, "times", 0, timestamp, read_committed=False)
 
     assert await at(150) == (1, 200)  # the first record at least that old, not its batch
     assert await at(300) == (2, 300)
     assert await at(360) == (3, 400)
-    assert await at(log_service.MAX_TIMESTAMP) == (3, 400)
+    assert await at(log_fetch.MAX_TIMESTAMP) == (3, 400)
     assert await at(1000) == (-1, -1)
 
 
@@ -211,7 +210,7 @@ async def test_offset_fetch_echoes_the_committed_leader_epoch_and_metadata(
 ) -> None:
     # librdkafka's transactional test compares what it committed with what it fetches: the
     # leader epoch, and metadata that may hold a NUL (issue 22, item 8).
-    await log_service.create_topic(listener.db, CreateTopic(name="echo", partitions=2))
+    await log_topics.create_topic(listener.db, CreateTopic(name="echo", partitions=2))
     connection = await connect(listener)
     commit: Any = __import__("kio.schema.offset_commit.v8.request", fromlist=["x"])
     committed = await connection.call(
@@ -295,7 +294,7 @@ async def test_describe_transactions_gives_the_start_time_in_milliseconds(
 ) -> None:
     import time
 
-    await log_service.create_topic(listener.db, CreateTopic(name="described", partitions=1))
+    await log_topics.create_topic(listener.db, CreateTopic(name="described", partitions=1))
     connection = await connect(listener)
     init = await connection.call(
         22,
@@ -339,10 +338,10 @@ async def test_metadata_creates_an_unknown_topic_as_auto_create_topics_enable_do
     (topic,) = answer.topics
     if created:
         assert (topic.error_code, len(topic.partitions)) == (ErrorCode.none, 1)
-        assert len((await log_service.describe_topic(listener.db, "auto")).partitions) == 1
+        assert len((await log_topics.describe_topic(listener.db, "auto")).partitions) == 1
     else:
         assert topic.error_code == ErrorCode.unknown_topic_or_partition
-        assert "auto" not in [t.name for t in (await log_service.list_topics(listener.db)).topics]
+        assert "auto" not in [t.name for t in (await log_topics.list_topics(listener.db)).topics]
 
 
 @pytest.mark.parametrize("listener", [{"auto_create_topics_enable": False}], indirect=True)
@@ -382,11 +381,11 @@ async def test_only_a_principal_that_may_create_topics_auto_creates_them(
 
     assert await ask("reader", "reader-token-1", "pay-auto") == ErrorCode.unknown_topic_or_partition
     assert await ask("ops", "admin-token-1", "pay-auto") == ErrorCode.none
-    assert [t.name for t in (await log_service.list_topics(listener.db)).topics] == ["pay-auto"]
+    assert [t.name for t in (await log_topics.list_topics(listener.db)).topics] == ["pay-auto"]
 
 
 async def test_alter_configs_replaces_every_config_as_kafka_does(listener: KafkaListener) -> None:
-    await log_service.create_topic(
+    await log_topics.create_topic(
         listener.db,
         CreateTopic(name="replaced", partitions=1, configs={"retention.ms": "1000"}),
     )
@@ -405,7 +404,7 @@ async def test_alter_configs_replaces_every_config_as_kafka_does(listener: Kafka
         validate_only=False,
     )
     assert answer.responses[0].error_code == ErrorCode.none
-    listed = await log_service.describe_configs(listener.db, listener.settings, "replaced")
+    listed = await log_topics.describe_configs(listener.db, listener.settings, "replaced")
     by_name = {c.name: (c.value, c.source) for c in listed.configs}
     assert by_name["cleanup.policy"] == ("compact", "TOPIC")
     assert by_name["retention.ms"][1] == "DEFAULT"  # not given: back to its default
@@ -419,7 +418,7 @@ async def test_offset_delete_removes_offsets_but_of_subscribed_topics(
     from coordinator.groups.schemas import CommitOffsetsRequest, HeartbeatRequest
 
     for name in ("kept", "gone"):
-        await log_service.create_topic(listener.db, CreateTopic(name=name, partitions=1))
+        await log_topics.create_topic(listener.db, CreateTopic(name=name, partitions=1))
     offsets = [{"topic": t, "partition": 0, "offset": 1} for t in ("kept", "gone")]
     await groups_service.commit(
         listener.db, "od-g", CommitOffsetsRequest.model_validate({"offsets": offsets})
@@ -477,7 +476,7 @@ async def test_authorized_operations_follow_the_principal_s_rights(
     # KIP-430, for Metadata: the reader may READ, DESCRIBE and DESCRIBE_CONFIGS its topics.
     from tests.test_kafka_listener import _authenticated
 
-    await log_service.create_topic(listener.db, CreateTopic(name="pay-ops", partitions=1))
+    await log_topics.create_topic(listener.db, CreateTopic(name="pay-ops", partitions=1))
     module: Any = __import__("kio.schema.metadata.v12.request", fromlist=["x"])
 
     async def operations(user: str, token: str, asked: bool) -> int:
@@ -521,7 +520,7 @@ async def test_a_topic_recreated_under_its_name_has_a_new_id_and_ids_name_topics
         found: uuid.UUID = answer.topics[0].topic_id
         return found
 
-    await log_service.create_topic(listener.db, CreateTopic(name="again", partitions=2))
+    await log_topics.create_topic(listener.db, CreateTopic(name="again", partitions=2))
     first = await topic_id("again")
     assert first != no_id
     by_id = await connection.call(
@@ -539,7 +538,7 @@ async def test_a_topic_recreated_under_its_name_has_a_new_id_and_ids_name_topics
         timeout=datetime.timedelta(seconds=5),
     )
     assert [(r.name, r.error_code) for r in deleted.responses] == [("again", ErrorCode.none)]
-    await log_service.create_topic(listener.db, CreateTopic(name="again", partitions=1))
+    await log_topics.create_topic(listener.db, CreateTopic(name="again", partitions=1))
     assert await topic_id("again") not in (first, no_id)
     gone = await connection.call(
         3,
@@ -597,7 +596,7 @@ async def test_keyless_records_on_a_compacted_topic_are_named_in_record_errors(
 ) -> None:
     # KIP-467: INVALID_RECORD names the records by index, so a client fails only those
     # (librdkafka's 0011 test counts them) and nothing of the batch is written.
-    await log_service.create_topic(
+    await log_topics.create_topic(
         listener.db,
         CreateTopic(name="compacted", partitions=1, configs={"cleanup.policy": "compact"}),
     )
@@ -624,5 +623,5 @@ async def test_keyless_records_on_a_compacted_topic_are_named_in_record_errors(
     result = answer.responses[0].partition_responses[0]
     assert result.error_code == ErrorCode.invalid_record
     assert [e.batch_index for e in result.record_errors] == [1, 3]
-    described = await log_service.describe_topic(listener.db, "compacted")
+    described = await log_topics.describe_topic(listener.db, "compacted")
     assert described.partitions[0].high_watermark == 0

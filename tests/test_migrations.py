@@ -141,8 +141,8 @@ def test_record_batch_migration_reads_every_old_record_back_unchanged(empty_stor
 
     from coordinator.app import create_app
     from coordinator.core.migrate import alembic_config
+    from coordinator.log import fetch as log_fetch
     from coordinator.log import recordbatch as rb
-    from coordinator.log import service
     from coordinator.log.models import Batch, Partition
 
     def table_of(name: str, *columns: str) -> Any:
@@ -195,11 +195,11 @@ def test_record_batch_migration_reads_every_old_record_back_unchanged(empty_stor
                 binary = await client.get(
                     path, headers={"accept": "application/vnd.kafka.record-batch"}
                 )
-                everything = await service.fetch_batches(
+                everything = await log_fetch.fetch_batches(
                     app.state.db, "t", 0, 0, max_bytes=10**6, read_committed=False,
                     include_control=True, include_aborted=True,
                 )  # fmt: skip
-                aborted = await service.aborted_transactions(app.state.db, "t", 0, 0, 8)
+                aborted = await log_fetch.aborted_transactions(app.state.db, "t", 0, 0, 8)
         finally:
             await app.state.db.dispose()
 

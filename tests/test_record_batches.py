@@ -152,14 +152,14 @@ async def test_binary_fetch_leaves_out_markers_and_what_read_committed_may_not_s
 async def test_markers_are_stored_as_kafka_control_batches(
     client: httpx.AsyncClient, app: Any
 ) -> None:
-    from coordinator.log import service
+    from coordinator.log import fetch as log_fetch
 
     await create_topic(client, "t")
     producer = await started(client, "p")
     assert (await producer.produce("t", 0, "a", "b")).status_code == 200
     pid, epoch = producer.pid, producer.epoch
     assert (await producer.end(commit=False)).status_code == 200
-    fetched = await service.fetch_batches(
+    fetched = await log_fetch.fetch_batches(
         app.state.db, "t", 0, 0, max_bytes=10**6, read_committed=False,
         include_control=True, include_aborted=True,
     )  # fmt: skip
@@ -169,8 +169,8 @@ async def test_markers_are_stored_as_kafka_control_batches(
     assert (header.producer_id, header.producer_epoch) == (pid, epoch)
     assert rb.control_type(marker) == rb.CONTROL_ABORT
     # Kafka's read_committed clients filter themselves, given the aborted transactions.
-    assert await service.aborted_transactions(app.state.db, "t", 0, 0, 3) == [(pid, 0)]
-    assert await service.aborted_transactions(app.state.db, "t", 0, 3, 3) == []
+    assert await log_fetch.aborted_transactions(app.state.db, "t", 0, 0, 3) == [(pid, 0)]
+    assert await log_fetch.aborted_transactions(app.state.db, "t", 0, 3, 3) == []
 
 
 def _reframed(data: bytes, **changes: int) -> bytes:

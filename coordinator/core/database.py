@@ -3,7 +3,7 @@
 SQLite (the embedded default) allows one writer at a time: write units begin with
 `BEGIN IMMEDIATE`, so two writers never both read and then fail to upgrade their lock; reads use
 a second engine with plain deferred transactions, which WAL lets run beside the writer. Postgres
-serialises appends with row locks taken inside the unit (see `coordinator.log.service`).
+serialises appends with row locks taken inside the unit (see `coordinator.log.produce`).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from coordinator.log import configs
 from coordinator.log.bounds import partition_bounds
 from coordinator.log.compaction import Compactor, Plan, Stored, note_keys
 from coordinator.log.models import Batch, Partition, ProducerState, Topic
-from coordinator.log.service import move_log_start
+from coordinator.log.topics import move_log_start
 from coordinator.producers.models import ProducerId
 
 log = logging.getLogger("coordinator.log.cleaner")

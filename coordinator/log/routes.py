@@ -28,8 +28,9 @@ from coordinator.core.schemas import (
     TopicNameParam,
     TransactionalId,
 )
+from coordinator.log import fetch as log_fetch
 from coordinator.log import produce as appending
-from coordinator.log import service
+from coordinator.log import topics as log_topics
 from coordinator.log.schemas import (
     AlterConfigs,
     ConfigList,
@@ -57,13 +58,13 @@ PartitionPath = Annotated[int, Digits, Path(ge=0, le=INT32_MAX, description="par
 async def create_topic(body: CreateTopic, db: DB, access: AccessDep, quota: Quota) -> Response:
     access.cluster()
     quota.admit(access.name, body.partitions)
-    return json_response(await service.create_topic(db, body), 201)
+    return json_response(await log_topics.create_topic(db, body), 201)
 
 
 @router.get("", response_model=TopicList)
 async def list_topics(db: DB, access: AccessDep) -> Response:
     """Every topic for an admin; for others, the topics under their prefixes."""
-    topics = await service.list_topics(db)
+    topics = await log_topics.list_topics(db)
     topics.topics = [t for t in topics.topics if access.visible_topic(t.name)]
     return json_response(topics)
 
@@ -71,7 +72,7 @@ async def list_topics(db: DB, access: AccessDep) -> Response:
 @router.get("/{topic}", response_model=TopicDescription)
 async def describe_topic(topic: TopicPath, db: DB, access: AccessDep) -> Response:
     access.describe_topic(topic)
-    return json_response(await service.describe_topic(db, topic))
+    return json_response(await log_topics.describe_topic(db, topic))
 
 
 @router.delete("/{topic}", response_model=DeletedTopic)
@@ -88,7 +89,7 @@ async def delete_records(
     """Move partitions' log start offsets up (Kafka's DeleteRecords; offset -1: the high
     watermark)."""
     access.cluster()
-    return json_response(await service.delete_records(db, topic, body))
+    return json_response(await log_topics.delete_records(db, topic, body))
 
 
 @router.get("/{topic}/configs", response_model=ConfigList)
@@ -96,7 +97,7 @@ async def describe_configs(
     topic: TopicPath, db: DB, settings: AppSettings, access: AccessDep
 ) -> Response:
     access.describe_topic(topic)
-    return json_response(await service.describe_configs(db, settings, topic))
+    return json_response(await log_topics.describe_configs(db, settings, topic))
 
 
 @router.patch("/{topic}/configs", response_model=ConfigList)
@@ -104,7 +105,7 @@ async def alter_configs(
     topic: TopicPath, body: AlterConfigs, db: DB, settings: AppSettings, access: AccessDep
 ) -> Response:
     access.cluster()
-    return json_response(await service.alter_configs(db, settings, topic, body))
+    return json_response(await log_topics.alter_configs(db, settings, topic, body))
 
 
 def _inline(schema: dict[str, Any]) -> dict[str, Any]:
@@ -241,7 +242,7 @@ async def fetch(
     read_committed = isolation_level == "read_committed"
     limit = settings.fetch_max_bytes if max_bytes is None else max_bytes
     if _wants_batches(request.headers.get("accept")):
-        fetched = await service.fetch_batches(
+        fetched = await log_fetch.fetch_batches(
             db, topic, partition, offset, max_bytes=limit, read_committed=read_committed
         )
         headers = {
@@ -251,7 +252,7 @@ async def fetch(
             "Log-Start-Offset": str(fetched.log_start_offset),
         }
         return Response(b"".join(fetched.batches), headers=headers, media_type=RECORD_BATCH)
-    result = await service.fetch_json(
+    result = await log_fetch.fetch_json(
         db, topic, partition, offset, max_records, read_committed, encoding, limit
     )
     return json_response(result)

@@ -13,7 +13,7 @@ from coordinator.core.errors import ClusterAuthorizationFailed, StoreUnavailable
 from coordinator.kafka.connection import Client
 from coordinator.kafka.errors import FAILURES, error_code
 from coordinator.kafka.wire import SUPPORTED, Reply, Request
-from coordinator.log import service as log_service
+from coordinator.log import topics as log_topics
 from coordinator.log.errors import TopicAlreadyExists
 from coordinator.log.schemas import CreateTopic
 
@@ -78,7 +78,7 @@ async def _auto_create(client: Client, request: Request, name: str) -> tuple[Err
         client.access.cluster()
         spec = CreateTopic(name=name, partitions=settings.num_partitions)
         client.quota.admit(client.access.name, spec.partitions)
-        await log_service.create_topic(client.db, spec)
+        await log_topics.create_topic(client.db, spec)
     except TopicAlreadyExists:
         pass  # another client's request created it meanwhile
     except ClusterAuthorizationFailed:
@@ -87,7 +87,7 @@ async def _auto_create(client: Client, request: Request, name: str) -> tuple[Err
         return ErrorCode.invalid_topic_exception, 0
     except FAILURES as failure:
         return error_code(failure), 0
-    described = await log_service.describe_topic(client.db, name)
+    described = await log_topics.describe_topic(client.db, name)
     return ErrorCode.none, len(described.partitions)
 
 
@@ -96,7 +96,7 @@ async def metadata(client: Client, request: Request) -> Any:
     assert client.access is not None
     all_topics = body.topics is None or (request.version == 0 and not body.topics)
     try:
-        listed = await log_service.list_topics(client.db)
+        listed = await log_topics.list_topics(client.db)
     except StoreUnavailable:
         if all_topics:
             raise  # no answer can say "all topics, none known": the client retries elsewhere
@@ -154,7 +154,7 @@ async def metadata(client: Client, request: Request) -> Any:
         elif name not in known:
             error, partitions = await _auto_create(client, request, name)
             if error is ErrorCode.none:
-                created = await log_service.list_topics(client.db)
+                created = await log_topics.list_topics(client.db)
                 ids.update((t.name, t.topic_id or _NO_TOPIC_ID) for t in created.topics)
         else:
             error, partitions = ErrorCode.none, known[name]

@@ -24,7 +24,7 @@ from coordinator.kafka.connection import Client
 from coordinator.kafka.errors import FAILURES, Refused, error_code, message
 from coordinator.kafka.handlers.cluster import NOT_ASKED
 from coordinator.kafka.wire import Request, milliseconds
-from coordinator.log import service as log_service
+from coordinator.log import topics as log_topics
 
 # -2: a static member leaving for now (KIP-848); it leaves here (no static membership yet).
 _STATIC_LEAVE_EPOCH = -2
@@ -32,7 +32,7 @@ _MAX_REGEX = 256
 
 
 async def _topic_ids(client: Client) -> tuple[dict[str, uuid.UUID], dict[uuid.UUID, str]]:
-    listed = await log_service.list_topics(client.db)
+    listed = await log_topics.list_topics(client.db)
     ids = {t.name: t.topic_id for t in listed.topics if t.topic_id is not None}
     return ids, {topic_id: name for name, topic_id in ids.items()}
 

@@ -15,8 +15,9 @@ from pydantic import ValidationError
 from coordinator.kafka.connection import Client
 from coordinator.kafka.errors import FAILURES, Refused, error_code, outcome
 from coordinator.kafka.wire import Request, milliseconds
+from coordinator.log import fetch as log_fetch
 from coordinator.log import produce as appending
-from coordinator.log import service as log_service
+from coordinator.log import topics as log_topics
 from coordinator.log.schemas import DeleteRecords
 
 READ_COMMITTED = 1
@@ -116,7 +117,7 @@ async def fetch(client: Client, request: Request) -> Any:
 async def _names(client: Client, body: Any) -> list[str | None]:
     """Fetch v13+ names its topics by id (KIP-516): a topic deleted and created again under its
     name is another id, UNKNOWN_TOPIC_ID to a client still fetching the old one."""
-    listed = await log_service.list_topics(client.db)
+    listed = await log_topics.list_topics(client.db)
     by_id = {t.topic_id: t.name for t in listed.topics}
     return [by_id.get(t.topic_id) for t in body.topics]
 
@@ -149,7 +150,7 @@ async def _fetch_once(
                 client.access.fetch(name)
                 if total >= budget:
                     # Over the fetch's budget: where the partition stands, no data (Kafka's way).
-                    fetched = await log_service.fetch_batches(
+                    fetched = await log_fetch.fetch_batches(
                         client.db,
                         name,
                         asked.partition,
@@ -165,7 +166,7 @@ async def _fetch_once(
                     # Batches must fit the partition's and the fetch's budgets, but the first
                     # batch of the first partition with data comes whatever its size, so a
                     # client always makes progress (Kafka's rule).
-                    fetched = await log_service.fetch_batches(
+                    fetched = await log_fetch.fetch_batches(
                         client.db,
                         name,
                         asked.partition,
@@ -183,7 +184,7 @@ async def _fetch_once(
                 if read_committed and records:
                     aborted = tuple(
                         reply("AbortedTransaction", producer_id=pid, first_offset=first)
-                        for pid, first in await log_service.aborted_transactions(
+                        for pid, first in await log_fetch.aborted_transactions(
                             client.db,
                             name,
                             asked.partition,
@@ -224,7 +225,7 @@ async def list_offsets(client: Client, request: Request) -> Any:
             answer: dict[str, Any] = {"offset": -1, "timestamp": -1, "leader_epoch": -1}
             try:
                 client.access.fetch(topic.name)
-                offset, timestamp = await log_service.list_offset(
+                offset, timestamp = await log_fetch.list_offset(
                     client.db,
                     topic.name,
                     asked.partition_index,
@@ -256,7 +257,7 @@ async def delete_records(client: Client, request: Request) -> Any:
         for p in topic.partitions:
             try:
                 client.access.cluster()
-                deleted = await log_service.delete_records(
+                deleted = await log_topics.delete_records(
                     client.db,
                     topic.name,
                     DeleteRecords.model_validate(

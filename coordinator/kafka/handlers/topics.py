@@ -16,7 +16,7 @@ from coordinator.kafka.errors import FAILURES, Refused, outcome
 from coordinator.kafka.handlers.cluster import NODE_ID
 from coordinator.kafka.wire import Request
 from coordinator.log import configs
-from coordinator.log import service as log_service
+from coordinator.log import topics as log_topics
 from coordinator.log.schemas import AlterConfigs, CreateTopic
 
 TOPIC = 2
@@ -56,14 +56,14 @@ async def create_topics(client: Client, request: Request) -> Any:
             if body.validate_only:
                 configs.validated(spec.configs or {})
                 if any(
-                    t.name == topic.name for t in (await log_service.list_topics(client.db)).topics
+                    t.name == topic.name for t in (await log_topics.list_topics(client.db)).topics
                 ):
                     raise Refused(
                         ErrorCode.topic_already_exists, f"topic {topic.name!r} already exists"
                     )
             else:
                 client.quota.admit(client.access.name, spec.partitions)
-                created = await log_service.create_topic(client.db, spec)
+                created = await log_topics.create_topic(client.db, spec)
                 topic_id = created.topic_id or _NO_TOPIC_ID
         except FAILURES as failure:
             answer = outcome(failure)
@@ -122,12 +122,12 @@ async def create_partitions(client: Client, request: Request) -> Any:
                     ErrorCode.invalid_replica_assignment,
                     f"this coordinator is one broker, node {NODE_ID}",
                 )
-            added = await log_service.grow_topic(
+            added = await log_topics.grow_topic(
                 client.db, topic.name, topic.count, validate_only=True
             )
             if not body.validate_only:
                 client.quota.admit(client.access.name, added)
-                await log_service.grow_topic(client.db, topic.name, topic.count)
+                await log_topics.grow_topic(client.db, topic.name, topic.count)
         except FAILURES as failure:
             answer = outcome(failure)
             if isinstance(failure, ThrottlingQuotaExceeded):
@@ -146,7 +146,7 @@ async def delete_topics(client: Client, request: Request) -> Any:
         asked = [(name, None) for name in body.topic_names]
     by_id: dict[uuid.UUID, str] = {}
     if any(name is None for name, _ in asked):
-        listed = await log_service.list_topics(client.db)
+        listed = await log_topics.list_topics(client.db)
         by_id = {t.topic_id: t.name for t in listed.topics if t.topic_id is not None}
     results = []
     for name, topic_id in asked:
@@ -181,7 +181,7 @@ async def describe_configs(client: Client, request: Request) -> Any:
         try:
             if resource.resource_type == TOPIC:
                 client.access.describe_topic(resource.resource_name)
-                listed = await log_service.describe_configs(
+                listed = await log_topics.describe_configs(
                     client.db, client.settings, resource.resource_name
                 )
                 keys = set(resource.configuration_keys or ())
@@ -238,11 +238,11 @@ async def _alter_each(client: Client, request: Request, change_of: ChangeOf) -> 
             if body.validate_only:
                 configs.validated(change.set)
                 configs.known(change.delete)
-                await log_service.describe_configs(
+                await log_topics.describe_configs(
                     client.db, client.settings, resource.resource_name
                 )
             else:
-                await log_service.alter_configs(
+                await log_topics.alter_configs(
                     client.db, client.settings, resource.resource_name, change
                 )
         except FAILURES as failure:
@@ -285,7 +285,7 @@ async def _incremental(client: Client, resource: Any) -> AlterConfigs:
                     f"({', '.join(sorted(configs.LISTS))})",
                 )
             if current is None:
-                listed = await log_service.describe_configs(
+                listed = await log_topics.describe_configs(
                     client.db, client.settings, resource.resource_name
                 )
                 current = {c.name: c.value for c in listed.configs}

@@ -1,6 +1,5 @@
-"""Topics, their configs and fetch: the rules of API.md's Topics and Records sections, for every
-front door (HTTP JSON, HTTP record batches, and Kafka's protocol). Produce is
-`coordinator.log.produce`.
+"""Fetch and offsets by time: the reads of API.md's Records section for every front door (HTTP
+JSON, HTTP record batches, and Kafka's protocol).
 
 Fetch returns stored batches (`fetch_batches`), with the options each door needs; JSON fetch
 reads their records. Appends to a partition are serial: their unit of work locks the partition's
@@ -12,42 +11,20 @@ Different partitions never wait for each other.
 from __future__ import annotations
 
 import base64
-import uuid
 from dataclasses import astuple, dataclass
-from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, delete, func, insert, select, update
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import Table, bindparam, func, select
 
 from coordinator.core.database import Database
 from coordinator.core.errors import InvalidRequest
-from coordinator.core.settings import Settings
-from coordinator.log import configs, recordbatch
-from coordinator.log.bounds import all_bounds, partition_bounds
+from coordinator.log import recordbatch
+from coordinator.log.bounds import partition_bounds
 from coordinator.log.errors import (
-    InvalidConfig,
-    InvalidPartitions,
     OffsetOutOfRange,
-    TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
-from coordinator.log.models import CONTROL_ABORT, Batch, Partition, ProducerState, Topic
-from coordinator.log.schemas import (
-    MAX_PARTITIONS,
-    AlterConfigs,
-    ConfigEntry,
-    ConfigList,
-    CreateTopic,
-    DeletedRecords,
-    DeleteRecords,
-    LogStart,
-    PartitionInfo,
-    TopicDescription,
-    TopicList,
-    TopicSummary,
-)
+from coordinator.log.models import CONTROL_ABORT, Batch, Partition, ProducerState
 
 # Most batches read per query while filling a fetch; the first query reads FIRST_CHUNK, later
 # ones as many as the batches seen so far say will fill `max_bytes` (so a fetch does not read
@@ -55,206 +32,6 @@ from coordinator.log.schemas import (
 FETCH_CHUNK = 64
 FIRST_CHUNK = 4
 
-
-# -- topics -------------------------------------------------------------------------------------
-
-
-async def create_topic(db: Database, body: CreateTopic) -> TopicSummary:
-    topic_configs = configs.encode(configs.validated(body.configs or {}))
-    try:
-        async with db.write() as session:
-            exists = await session.scalar(select(Topic.name).where(Topic.name == body.name))
-            if exists is not None:
-                raise TopicAlreadyExists(f"topic {body.name!r} already exists")
-            topic = Topic(
-                name=body.name,
-                partitions=body.partitions,
-                created_at=datetime.now(UTC),
-                configs=topic_configs,
-                topic_id=uuid.uuid4(),
-            )
-            session.add(topic)
-            await session.flush()
-            await session.execute(
-                insert(Partition),
-                [
-                    {"topic": body.name, "partition": p, "log_start_offset": 0, "high_watermark": 0}
-                    for p in range(body.partitions)
-                ],
-            )
-    except IntegrityError:
-        # Another process created it between our check and our insert.
-        raise TopicAlreadyExists(f"topic {body.name!r} already exists") from None
-    return TopicSummary(name=body.name, partitions=body.partitions, topic_id=topic.topic_id)
-
-
-async def grow_topic(db: Database, name: str, count: int, *, validate_only: bool = False) -> int:
-    """Kafka's CreatePartitions: the topic's partition count raised to `count` (it never
-    shrinks), the new partitions empty. Producers see them in the topic's description; a group
-    subscribed to the topic rebalances over them at its next heartbeat (its count changed).
-    Returns how many partitions were added."""
-    async with db.write() as session:
-        current = await session.scalar(
-            select(Topic.partitions).where(Topic.name == name).with_for_update()
-        )
-        if current is None:
-            raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
-        if count <= current:
-            raise InvalidPartitions(
-                f"topic {name!r} has {current} partitions; a count only grows (asked {count})"
-            )
-        if count > MAX_PARTITIONS:
-            raise InvalidPartitions(f"{count} partitions: at most {MAX_PARTITIONS}")
-        if validate_only:
-            return count - current
-        await session.execute(update(Topic).where(Topic.name == name).values(partitions=count))
-        await session.execute(
-            insert(Partition),
-            [
-                {"topic": name, "partition": p, "log_start_offset": 0, "high_watermark": 0}
-                for p in range(current, count)
-            ],
-        )
-        return count - current
-
-
-async def list_topics(db: Database) -> TopicList:
-    async with db.read() as session:
-        rows = (await session.execute(select(Topic.name, Topic.partitions, Topic.topic_id))).all()
-    # Sorted here, by code point: a database's collation would make the order differ by store.
-    return TopicList(
-        topics=[TopicSummary(name=n, partitions=p, topic_id=i) for n, p, i in sorted(rows)]
-    )
-
-
-async def describe_topic(db: Database, name: str) -> TopicDescription:
-    async with db.read() as session:
-        bounds = await all_bounds(session, name)
-    if not bounds:
-        raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
-    return TopicDescription(
-        name=name,
-        partitions=[
-            PartitionInfo(
-                partition=p,
-                log_start_offset=b.log_start_offset,
-                high_watermark=b.high_watermark,
-                last_stable_offset=b.last_stable_offset,
-            )
-            for (_, p), b in bounds.items()
-        ],
-    )
-
-
-def _config_list(stored: str, settings: Settings) -> ConfigList:
-    return ConfigList(
-        configs=[
-            ConfigEntry.model_validate(e)
-            for e in configs.describe(configs.decode(stored), settings)
-        ]
-    )
-
-
-async def describe_configs(db: Database, settings: Settings, name: str) -> ConfigList:
-    async with db.read() as session:
-        stored = await session.scalar(select(Topic.configs).where(Topic.name == name))
-    if stored is None:
-        raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
-    return _config_list(stored, settings)
-
-
-async def alter_configs(
-    db: Database, settings: Settings, name: str, body: AlterConfigs
-) -> ConfigList:
-    """Set and delete (back to the default) configs, all or nothing."""
-    changes = configs.validated(body.set)
-    removed = configs.known(body.delete)
-    both = sorted(set(changes) & set(removed))
-    if both:
-        raise InvalidConfig(f"{both[0]!r} is both set and deleted")
-    async with db.write() as session:
-        stored = await session.scalar(
-            select(Topic.configs).where(Topic.name == name).with_for_update()
-        )
-        if stored is None:
-            raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
-        current = configs.decode(stored)
-        current.update(changes)
-        for config in removed:
-            current.pop(config, None)
-        updated = configs.encode(current)
-        await session.execute(update(Topic).where(Topic.name == name).values(configs=updated))
-    return _config_list(updated, settings)
-
-
-async def delete_records(db: Database, name: str, body: DeleteRecords) -> DeletedRecords:
-    """Kafka's DeleteRecords: move each partition's log start offset up to the offset asked
-    (-1: the high watermark), deleting the batches wholly below it; all or nothing."""
-    wanted: dict[int, int] = {}
-    for entry in body.partitions:
-        if entry.partition in wanted:
-            raise InvalidRequest(f"body.partitions: partition {entry.partition} is named twice")
-        wanted[entry.partition] = entry.offset
-    async with db.write() as session:
-        rows = (
-            await session.execute(
-                select(Partition.partition, Partition.log_start_offset, Partition.high_watermark)
-                .where(Partition.topic == name, Partition.partition.in_(sorted(wanted)))
-                .order_by(Partition.partition)
-                .with_for_update()
-            )
-        ).all()
-        found = {p: (start, hw) for p, start, hw in rows}
-        missing = sorted(set(wanted) - set(found))
-        if missing:
-            exists = await session.scalar(select(Topic.name).where(Topic.name == name))
-            if exists is None:
-                raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
-            raise UnknownTopicOrPartition(f"{name}-{missing[0]} does not exist")
-        starts: dict[int, int] = {}
-        for p, offset in wanted.items():
-            start, hw = found[p]
-            target = hw if offset == -1 else offset
-            if target > hw:
-                raise OffsetOutOfRange(
-                    f"{name}-{p}: offset {offset} is above the high watermark {hw}"
-                )
-            # The log start never moves down.
-            starts[p] = max(start, target)
-        for p, start in starts.items():
-            if start > found[p][0]:
-                await move_log_start(session, name, p, start)
-    return DeletedRecords(
-        partitions=[LogStart(partition=p, log_start_offset=starts[p]) for p in sorted(starts)]
-    )
-
-
-async def move_log_start(
-    session: AsyncSession, topic: str, partition: int, start: int
-) -> tuple[int, int]:
-    """Delete the batches wholly below `start` and move the log start offset up to it (never
-    down); the caller holds the partition's lock. Returns the batches and bytes removed."""
-    where = (Batch.topic == topic, Batch.partition == partition, Batch.last_offset < start)
-    batches, size = (
-        await session.execute(
-            select(func.count(), func.coalesce(func.sum(Batch.size), 0)).where(*where)
-        )
-    ).one()
-    if batches:
-        await session.execute(delete(Batch).where(*where))
-    await session.execute(
-        update(Partition)
-        .where(
-            Partition.topic == topic,
-            Partition.partition == partition,
-            Partition.log_start_offset < start,
-        )
-        .values(log_start_offset=start)
-    )
-    return batches, size
-
-
-# -- fetch --------------------------------------------------------------------------------------
 
 _batches = cast(Table, Batch.__table__)
 _partitions = cast(Table, Partition.__table__)
