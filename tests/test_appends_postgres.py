@@ -7,6 +7,8 @@ A group planned on what its process saw written goes in one statement (`write_op
 takes the locking path whenever the rows say otherwise: another process appended, the topic's
 configs or the producer's epoch changed. Each case is answered as the locking path answers it.
 
+A fetch within one chunk is one statement too: its bounds, batches and aborted transactions.
+
 Postgres only: SQLite runs every statement through SQLAlchemy, whose outage handling the store
 outage tests cover on both stores.
 """
@@ -218,3 +220,32 @@ async def test_an_epoch_raised_elsewhere_fences_the_next_append(
 
     assert paths == ["locks"]
     assert [r["value"] for r in await read_all(client, "t")] == ["a"]
+
+
+async def test_a_fetch_within_a_chunk_is_one_statement(
+    app: Any, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from coordinator.log import fetch as log_fetch
+
+    await create_topic(client, "t")
+    for value in "abc":
+        await client.post("/v1/topics/t/partitions/0/records", json={"records": [{"value": value}]})
+    statements: list[str] = []
+    on_driver = log_fetch.on_driver
+
+    async def counting(connection: Any, sql: str, *args: Any) -> Any:
+        statements.append(sql)
+        return await on_driver(connection, sql, *args)
+
+    def no_transaction() -> Any:
+        raise AssertionError("a fetch within one chunk opens no transaction")
+
+    monkeypatch.setattr(log_fetch, "on_driver", counting)
+    monkeypatch.setattr(app.state.db, "read", no_transaction)
+    fetched = await log_fetch.fetch_batches(
+        app.state.db, "t", 0, 1, max_bytes=10**6, read_committed=True, aborted_list=True
+    )
+
+    assert len(statements) == 1
+    assert [recordbatch.read_header(b).base_offset for b in fetched.batches] == [1, 2]
+    assert (fetched.next_offset, fetched.high_watermark, fetched.aborted) == (3, 3, [])

@@ -173,6 +173,56 @@ async def test_markers_are_stored_as_kafka_control_batches(
     assert await log_fetch.aborted_transactions(app.state.db, "t", 0, 3, 3) == []
 
 
+async def test_a_kafka_fetch_answers_its_batches_and_exactly_their_aborted_transactions(
+    client: httpx.AsyncClient, app: Any
+) -> None:
+    """Kafka's door fetches markers and aborted batches too, with the aborted transactions of
+    what it returns (`aborted_list`): the same whether the batches come in one chunk or need
+    more than one (FETCH_CHUNK), and whatever the byte budget leaves out."""
+    from coordinator.log import fetch as log_fetch
+
+    await create_topic(client, "t")
+    producer = await started(client, "p")
+    aborted: list[tuple[int, int]] = []
+    for round_ in range(3):  # 3 x (a batch, its marker, 30 plain batches): past one chunk
+        aborted.append((producer.pid, (await read_high_watermark(client))))
+        assert (await producer.produce("t", 0, f"a{round_}")).status_code == 200
+        assert (await producer.end(commit=False)).status_code == 200
+        for i in range(30):
+            await produce(client, "t", 0, {"records": [{"value": f"p{round_}.{i}"}]})
+    stored = 3 * 32
+    assert stored > log_fetch.FETCH_CHUNK
+
+    async def kafka_fetch(offset: int, max_bytes: int) -> Any:
+        return await log_fetch.fetch_batches(
+            app.state.db, "t", 0, offset, max_bytes=max_bytes, read_committed=True,
+            include_control=True, include_aborted=True, fit=True, aborted_list=True,
+        )  # fmt: skip
+
+    whole = await kafka_fetch(0, 10**6)
+    assert len(whole.batches) == stored and whole.next_offset == stored
+    assert [rb.read_header(b).base_offset for b in whole.batches] == list(range(stored))
+    assert whole.aborted == aborted
+    # Within a budget of three batches, past the second transaction's marker: none.
+    cut = await kafka_fetch(34, sum(len(b) for b in whole.batches[34:37]))
+    assert [rb.read_header(b).base_offset for b in cut.batches] == [34, 35, 36]
+    assert cut.next_offset == 37 and cut.aborted == []
+    # From the marker (its transaction began before it) or from the transaction's batch.
+    assert (await kafka_fetch(33, 1)).aborted == [aborted[1]]
+    second = await kafka_fetch(32, 10**6)
+    assert second.aborted == aborted[1:]
+    assert second.aborted == await log_fetch.aborted_transactions(
+        app.state.db, "t", 0, 32, second.next_offset
+    )
+    assert (await kafka_fetch(stored, 10**6)).aborted == []
+
+
+async def read_high_watermark(client: httpx.AsyncClient) -> int:
+    partitions = (await client.get("/v1/topics/t")).json()["partitions"]
+    high_watermark: int = partitions[0]["high_watermark"]
+    return high_watermark
+
+
 def _reframed(data: bytes, **changes: int) -> bytes:
     """`data` with header fields changed and the CRC made right again."""
     fields = {"attributes": (21, ">h"), "producer_id": (43, ">q"), "base_sequence": (53, ">i")}

@@ -11,15 +11,17 @@ Different partitions never wait for each other.
 from __future__ import annotations
 
 import base64
-from dataclasses import astuple, dataclass
+from collections.abc import Sequence
+from dataclasses import astuple, dataclass, field
 from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, func, select
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-from coordinator.core.database import Database
+from coordinator.core.database import Database, on_driver
 from coordinator.core.errors import InvalidRequest
 from coordinator.log import recordbatch
-from coordinator.log.bounds import partition_bounds
+from coordinator.log.bounds import Bounds, partition_bounds
 from coordinator.log.errors import (
     OffsetOutOfRange,
     UnknownTopicOrPartition,
@@ -86,6 +88,66 @@ class Fetched:
     high_watermark: int
     last_stable_offset: int
     log_start_offset: int
+    # Asked for (`aborted_list`): Kafka's aborted transactions of the fetched range.
+    aborted: list[tuple[int, int]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Filling:
+    """A fetch's batches taken chunk by chunk, by its rules of bytes and records."""
+
+    fetched: Fetched
+    offset: int
+    upper: int
+    max_bytes: int
+    max_records: int | None
+    fit: bool
+    at_least_one: bool
+    size: int = 0
+    records: int = 0
+
+    def take(self, rows: Sequence[Any], limit: int) -> int:
+        """Take what the rules allow of a chunk of (base offset, last offset, payload) rows read
+        with `limit`: how many to read next, 0 when the fetch is complete."""
+        fetched = self.fetched
+        for base_offset, last_offset, payload in rows:
+            if (
+                self.fit
+                and self.size + len(payload) > self.max_bytes
+                and (fetched.batches or not self.at_least_one)
+            ):
+                return 0
+            fetched.batches.append(payload)
+            fetched.next_offset = last_offset + 1
+            self.size += len(payload)
+            self.records += last_offset + 1 - max(base_offset, self.offset)
+            if self.size >= self.max_bytes or (
+                self.max_records is not None and self.records >= self.max_records
+            ):
+                return 0
+        if len(rows) < limit:
+            # Everything below `upper` was read: skipped markers and aborted batches too.
+            fetched.next_offset = self.upper
+            return 0
+        average = max(1, self.size // max(1, len(fetched.batches)))
+        return max(1, min(FETCH_CHUNK, (self.max_bytes - self.size) // average + 1))
+
+
+def _begin(
+    bounds: Bounds | None, topic: str, partition: int, offset: int, read_committed: bool
+) -> tuple[Fetched, int]:
+    """The fetch's answer so far and the offset its batches stop below (the LSO under
+    read_committed, else the high watermark)."""
+    if bounds is None:
+        raise UnknownTopicOrPartition(f"{topic}-{partition} does not exist")
+    log_start, high_watermark, stable = astuple(bounds)
+    if not log_start <= offset <= high_watermark:
+        raise OffsetOutOfRange(
+            f"offset {offset} is outside {topic}-{partition}'s log: the log start offset is "
+            f"{log_start} and the high watermark {high_watermark}"
+        )
+    upper = stable if read_committed else high_watermark
+    return Fetched([], offset, high_watermark, stable, log_start), upper
 
 
 async def fetch_batches(
@@ -101,6 +163,7 @@ async def fetch_batches(
     max_records: int | None = None,
     fit: bool = False,
     at_least_one: bool = True,
+    aborted_list: bool = False,
 ) -> Fetched:
     """Whole batches from the one holding `offset` up to the LSO (read_committed) or the high
     watermark, at least one and then while under `max_bytes` (and, given, until they hold
@@ -108,56 +171,66 @@ async def fetch_batches(
     while the batches stay within `max_bytes`, except a first one when `at_least_one` (Kafka
     lets only the first non-empty partition's first batch exceed the budget). HTTP leaves out
     control batches always and aborted batches under read_committed (the default of
-    `include_aborted`); Kafka's door includes both and sends `aborted_transactions` so its
-    clients filter. An offset below the log start offset
-    or above the high watermark is OFFSET_OUT_OF_RANGE."""
+    `include_aborted`); Kafka's door includes both and asks for the `aborted_list` of what it
+    fetched, so its clients filter. An offset below the log start offset or above the high
+    watermark is OFFSET_OUT_OF_RANGE.
+
+    On Postgres the bounds, the first chunk of batches (up to FETCH_CHUNK, the payloads only of
+    those within `max_bytes`) and the aborted list are one statement, one round trip, one
+    snapshot; a fetch that needs more batches reads them in further chunks."""
     if include_aborted is None:
         include_aborted = not read_committed
+    if not db.is_sqlite:
+        return await _fetch_postgres(
+            db, topic, partition, offset, max_bytes, read_committed, include_control,
+            include_aborted, max_records, fit, at_least_one, aborted_list,
+        )  # fmt: skip
     params: dict[str, Any] = {"topic": topic, "partition": partition}
     async with db.read() as session:
         connection = await session.connection()
         bounds = await partition_bounds(connection, topic, partition)
-        if bounds is None:
-            raise UnknownTopicOrPartition(f"{topic}-{partition} does not exist")
-        log_start, high_watermark, stable = astuple(bounds)
-        if not log_start <= offset <= high_watermark:
-            raise OffsetOutOfRange(
-                f"offset {offset} is outside {topic}-{partition}'s log: the log start offset is "
-                f"{log_start} and the high watermark {high_watermark}"
-            )
-        upper = stable if read_committed else high_watermark
-        fetched = Fetched([], offset, high_watermark, stable, log_start)
+        fetched, upper = _begin(bounds, topic, partition, offset, read_committed)
         if offset >= upper:
             return fetched
+        filling = _Filling(fetched, offset, upper, max_bytes, max_records, fit, at_least_one)
         params |= {"offset": offset, "upper": upper}
-        size = 0
-        records = 0
-        first = True
-        limit = FIRST_CHUNK
-        while True:
+        first, limit = True, FIRST_CHUNK
+        while limit:
             statement = _CHUNKS[(include_control, include_aborted, first)]
             rows = (await connection.execute(statement, {**params, "limit": limit})).all()
             first = False
-            for base_offset, last_offset, payload in rows:
-                if (
-                    fit
-                    and size + len(payload) > max_bytes
-                    and (fetched.batches or not at_least_one)
-                ):
-                    return fetched
-                fetched.batches.append(payload)
-                fetched.next_offset = last_offset + 1
-                size += len(payload)
-                records += last_offset + 1 - max(base_offset, offset)
-                if size >= max_bytes or (max_records is not None and records >= max_records):
-                    return fetched
-            if len(rows) < limit:
-                # Everything below `upper` was read: skipped markers and aborted batches too.
-                fetched.next_offset = upper
-                return fetched
-            params["cursor"] = rows[-1].base_offset + 1
-            average = max(1, size // len(fetched.batches))
-            limit = max(1, min(FETCH_CHUNK, (max_bytes - size) // average + 1))
+            limit = filling.take(rows, limit)
+            if limit:
+                params["cursor"] = rows[-1].base_offset + 1
+        if aborted_list and fetched.batches:
+            fetched.aborted = await _aborted(connection, topic, partition, offset, upper)
+    fetched.aborted = [
+        (pid, first) for pid, first in fetched.aborted if first < fetched.next_offset
+    ]
+    return fetched
+
+
+# Kafka's aborted-transactions list for fetched offsets [start, end): (producer id, first offset)
+# of every aborted transaction with records there, oldest first. Abort markers are indexed.
+_ABORTED = (
+    select(_batches.c.producer_id, _batches.c.first_offset)
+    .where(
+        _batches.c.topic == bindparam("topic"),
+        _batches.c.partition == bindparam("partition"),
+        _batches.c.control == CONTROL_ABORT,
+        _batches.c.base_offset >= bindparam("start"),
+        _batches.c.first_offset.is_not(None),
+        _batches.c.first_offset < bindparam("end"),
+    )
+    .order_by(_batches.c.first_offset)
+)
+
+
+async def _aborted(
+    connection: AsyncConnection, topic: str, partition: int, start: int, end: int
+) -> list[tuple[int, int]]:
+    params = {"topic": topic, "partition": partition, "start": start, "end": end}
+    return [(pid, first) for pid, first in await connection.execute(_ABORTED, params)]
 
 
 async def aborted_transactions(
@@ -167,19 +240,93 @@ async def aborted_transactions(
     offset) of every aborted transaction with records there, oldest first, for read_committed
     clients that filter batches themselves."""
     async with db.read() as session:
-        rows = await session.execute(
-            select(Batch.producer_id, Batch.first_offset)
-            .where(
-                Batch.topic == topic,
-                Batch.partition == partition,
-                Batch.control == CONTROL_ABORT,
-                Batch.base_offset >= start,
-                Batch.first_offset.is_not(None),
-                Batch.first_offset < end,
-            )
-            .order_by(Batch.first_offset)
+        return await _aborted(await session.connection(), topic, partition, start, end)
+
+
+# The bounds, the first chunk and the aborted list of a fetch, in one statement: $1 topic, $2
+# partition, $3 offset, $4 read_committed, $5 include_control, $6 include_aborted, $7 limit,
+# $8 max_bytes, $9 aborted_list. Rows: kind 0 the bounds (log start, high watermark, LSO, the
+# chunk's row count), kind 1 a batch within the budget (base offset, last offset, payload),
+# kind 2 an aborted transaction (producer id, first offset). Out of range: the bounds alone.
+_FETCH_POSTGRES = f"""
+WITH bounds AS (
+  SELECT p.log_start_offset, p.high_watermark,
+         least(p.high_watermark, coalesce(
+           (SELECT min(s.current_txn_first_offset) FROM producer_states s
+            WHERE s.topic = $1 AND s."partition" = $2), p.high_watermark)) AS stable
+  FROM partitions p WHERE p.topic = $1 AND p."partition" = $2
+), span AS (
+  SELECT CASE WHEN $4 THEN stable ELSE high_watermark END AS upper FROM bounds
+  WHERE $3 BETWEEN log_start_offset AND high_watermark
+), chunk AS (
+  SELECT b.base_offset, b.last_offset, b.payload,
+         sum(b.size) OVER (ORDER BY b.base_offset) - b.size AS before
+  FROM batches b, span
+  WHERE b.topic = $1 AND b."partition" = $2
+    AND b.base_offset >= coalesce(
+      (SELECT max(c.base_offset) FROM batches c
+       WHERE c.topic = $1 AND c."partition" = $2 AND c.base_offset <= $3), $3)
+    AND b.base_offset < span.upper AND b.last_offset >= $3
+    AND ($5 OR b.control IS NULL) AND ($6 OR NOT b.aborted)
+  ORDER BY b.base_offset LIMIT $7
+)
+SELECT 0, log_start_offset, high_watermark, stable, (SELECT count(*) FROM chunk), NULL::bytea
+FROM bounds
+UNION ALL
+SELECT 1, base_offset, last_offset, NULL, NULL, payload FROM chunk WHERE before < $8
+UNION ALL
+SELECT 2, b.producer_id, b.first_offset, NULL, NULL, NULL
+FROM batches b, span
+WHERE $9 AND b.topic = $1 AND b."partition" = $2 AND b.control = {CONTROL_ABORT}
+  AND b.base_offset >= $3 AND b.first_offset < span.upper
+"""
+
+
+async def _fetch_postgres(
+    db: Database,
+    topic: str,
+    partition: int,
+    offset: int,
+    max_bytes: int,
+    read_committed: bool,
+    include_control: bool,
+    include_aborted: bool,
+    max_records: int | None,
+    fit: bool,
+    at_least_one: bool,
+    aborted_list: bool,
+) -> Fetched:
+    async with db.autocommit() as connection:
+        found = await on_driver(
+            connection, _FETCH_POSTGRES, topic, partition, offset, read_committed,
+            include_control, include_aborted, FETCH_CHUNK, max_bytes, aborted_list,
+        )  # fmt: skip
+    head = next((row for row in found if row[0] == 0), None)
+    bounds = None if head is None else Bounds(head[1], head[2], head[3])
+    fetched, upper = _begin(bounds, topic, partition, offset, read_committed)
+    if offset >= upper:
+        return fetched
+    assert head is not None
+    rows = sorted((r[1], r[2], r[5]) for r in found if r[0] == 1)
+    filling = _Filling(fetched, offset, upper, max_bytes, max_records, fit, at_least_one)
+    # The budget cut the chunk short: as if it had been read with the rows it returned.
+    limit = filling.take(rows, FETCH_CHUNK if head[4] == FETCH_CHUNK else len(rows) + 1)
+    if limit:
+        # More than a chunk's batches within the budget: the rest in chunks (the snapshot is
+        # another, but what lies below `upper` is written already).
+        params = {"topic": topic, "partition": partition, "upper": upper}
+        async with db.read() as session:
+            connection = await session.connection()
+            while limit:
+                params |= {"cursor": fetched.next_offset, "limit": limit}
+                statement = _CHUNKS[(include_control, include_aborted, False)]
+                chunk = (await connection.execute(statement, params)).all()
+                limit = filling.take(chunk, limit)
+    if fetched.batches:
+        fetched.aborted = sorted(
+            (r[1], r[2]) for r in found if r[0] == 2 and r[2] < fetched.next_offset
         )
-        return [(pid, first) for pid, first in rows if first is not None]
+    return fetched
 
 
 def _text_of(raw: bytes, offset: int) -> str:

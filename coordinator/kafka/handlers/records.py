@@ -177,21 +177,14 @@ async def _fetch_once(
                         include_aborted=True,
                         fit=True,
                         at_least_one=total == 0,
+                        aborted_list=read_committed,
                     )
                 records = b"".join(fetched.batches)
                 total += len(records)
-                aborted: tuple[Any, ...] = ()
-                if read_committed and records:
-                    aborted = tuple(
-                        reply("AbortedTransaction", producer_id=pid, first_offset=first)
-                        for pid, first in await log_fetch.aborted_transactions(
-                            client.db,
-                            name,
-                            asked.partition,
-                            asked.fetch_offset,
-                            fetched.next_offset,
-                        )
-                    )
+                aborted = tuple(
+                    reply("AbortedTransaction", producer_id=pid, first_offset=first)
+                    for pid, first in fetched.aborted
+                )
                 answer = {
                     "error_code": ErrorCode.none,
                     "high_watermark": fetched.high_watermark,
