@@ -7,6 +7,9 @@ A group planned on what its process saw written goes in one statement (`write_op
 takes the locking path whenever the rows say otherwise: another process appended, the topic's
 configs or the producer's epoch changed. Each case is answered as the locking path answers it.
 
+A transaction's later batches on a partition go in one statement as well, the transaction
+checked Ongoing for its producer in it; its first batch there joins it on the locking path.
+
 A fetch within one chunk is one statement too: its bounds, batches and aborted transactions.
 
 Postgres only: SQLite runs every statement through SQLAlchemy, whose outage handling the store
@@ -27,9 +30,10 @@ from coordinator.core.errors import StoreUnavailable
 from coordinator.log import appends, produce, recordbatch
 from coordinator.log.errors import InvalidProducerEpoch, RecordListTooLarge
 from coordinator.log.produce import Append, Appended
-from tests.api import create_topic, init_pid, read_all
+from tests.api import assert_problem, create_topic, init_pid, read_all
 from tests.conftest import Store
 from tests.support import postgres_base_url
+from tests.txn import started
 
 
 @pytest.fixture
@@ -249,3 +253,59 @@ async def test_a_fetch_within_a_chunk_is_one_statement(
     assert len(statements) == 1
     assert [recordbatch.read_header(b).base_offset for b in fetched.batches] == [1, 2]
     assert (fetched.next_offset, fetched.high_watermark, fetched.aborted) == (3, 3, [])
+
+
+async def test_a_transactions_later_batches_on_a_partition_go_in_one_statement(
+    client: httpx.AsyncClient, paths: list[str]
+) -> None:
+    await create_topic(client, "t")
+    producer = await started(client, "tx")
+
+    assert (await producer.produce("t", 0, "a")).status_code == 200  # joins the partition
+    assert (await producer.produce("t", 0, "b", "c")).status_code == 200
+    assert (await producer.produce("t", 0, "d")).status_code == 200
+    assert paths == ["locks", "one statement", "one statement"]
+    assert await read_all(client, "t", isolation_level="read_committed") == []
+    assert (await producer.end(commit=True)).status_code == 200
+
+    committed = await read_all(client, "t", isolation_level="read_committed")
+    assert [r["value"] for r in committed] == ["a", "b", "c", "d"]
+
+
+async def test_a_transaction_no_longer_ongoing_refuses_the_batch_as_the_locks_do(
+    client: httpx.AsyncClient, paths: list[str]
+) -> None:
+    await create_topic(client, "t")
+    producer = await started(client, "tx")
+    assert (await producer.produce("t", 0, "a")).status_code == 200
+    assert (await producer.produce("t", 0, "b")).status_code == 200
+    # Prepared: same producer, same epoch, the partition's transaction still open there.
+    assert (await producer.prepare()).status_code == 200
+    paths.clear()
+
+    refused = await producer.produce("t", 0, "c")
+
+    assert paths == ["locks"]
+    assert_problem(refused, 409, "INVALID_TXN_STATE")
+    assert (await producer.end(commit=True)).status_code == 200
+    committed = await read_all(client, "t", isolation_level="read_committed")
+    assert [r["value"] for r in committed] == ["a", "b"]
+
+
+async def test_a_batch_of_a_transaction_that_ended_is_fenced(
+    client: httpx.AsyncClient, paths: list[str]
+) -> None:
+    await create_topic(client, "t")
+    zombie = await started(client, "tx")
+    assert (await zombie.produce("t", 0, "a")).status_code == 200
+    assert (await zombie.produce("t", 0, "b")).status_code == 200
+    # The transaction ends (its marker clears the open transaction on the partition); the
+    # zombie keeps its epoch and sends its next batch.
+    assert (await zombie.end(commit=False, adopt=False)).status_code == 200
+    paths.clear()
+
+    fenced = await zombie.produce("t", 0, "c")
+
+    assert paths == ["locks"]
+    assert_problem(fenced, 409, "PRODUCER_FENCED")
+    assert await read_all(client, "t", isolation_level="read_committed") == []

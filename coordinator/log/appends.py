@@ -313,24 +313,38 @@ _EXPECTED_COLUMNS = (
     "current_epoch",
     "state_epoch",
     "last_sequence",
+    "open_txn_offset",
 )
-_EXPECTED_TYPES = ("varchar", "int", "bigint", "int", "int", "int")
+_EXPECTED_TYPES = ("varchar", "int", "bigint", "int", "int", "int", "bigint")
 _WANTED_COLUMNS = ("topic", "partition", "configs", "advance")
 _WANTED_TYPES = ("varchar", "int", "text", "bigint")
-_W, _E = _B + _S + 1, _B + _S + 1 + len(_WANTED_COLUMNS)
+_W = _B + _S + 1
+_E = _W + len(_WANTED_COLUMNS)
+_T = _E + len(_EXPECTED_COLUMNS)
 _OFFSET_COLUMNS = ("base_offset", "last_offset")
 _PASSES = "(SELECT passes FROM checked)"
 
 # The group planned on what its process saw written (offsets relative to each partition's high
 # watermark), written only if the locked rows are still what it saw. Rows locked FOR UPDATE are
 # read as the newest committed version (READ COMMITTED re-reads a row it waited for), not as the
-# statement's snapshot: the partitions first, in the fixed order, then the producers' states on
-# them (every writer of a producer state holds its partition's lock, so nothing waits for a state
-# while holding a partition this statement wants). Epochs are read from the snapshot, as the
-# locking path reads them just after its locks. Every write is gated on `checked`, computed once
-# from all the locked rows; nothing is written if it fails.
+# statement's snapshot, in the fixed order: the transactions its batches belong to (sorted), then
+# the partitions (sorted; the scalar subquery on `txns` is evaluated before the first partition
+# row is read), then the producers' states on them (every writer of a producer state holds its
+# partition's lock, so nothing waits for a state while holding a partition this statement
+# wants). Epochs are read from the snapshot, as the locking path reads them just after its
+# locks. A transactional batch's transaction must be Ongoing for its producer, and the state
+# must show the same open transaction on the partition (its first offset there, which only the
+# transaction's marker clears): the partition is already in it. Every write is gated on
+# `checked`, computed once from all the locked rows; nothing is written if it fails.
 _WRITE_OPTIMISTIC_POSTGRES = f"""
-WITH wanted AS (
+WITH txns AS (
+  SELECT t.transactional_id, t.producer_id, t.state, v.producer_id AS expected_producer
+  FROM transactions t
+  JOIN unnest(${_T}::varchar[], ${_T + 1}::bigint[]) AS v(transactional_id, producer_id)
+    ON v.transactional_id = t.transactional_id
+  ORDER BY t.transactional_id
+  FOR UPDATE OF t
+), wanted AS (
   SELECT * FROM {_unnest(_WANTED_COLUMNS, _WANTED_TYPES, _W)}
 ), locked AS (
   SELECT p.topic, p."partition", p.high_watermark, p.log_start_offset, v.advance,
@@ -338,13 +352,15 @@ WITH wanted AS (
   FROM partitions p
   JOIN wanted v ON v.topic = p.topic AND v."partition" = p."partition"
   JOIN topics t ON t.name = p.topic
+  WHERE (SELECT count(*) FROM txns) >= 0
   ORDER BY p.topic, p."partition"
   FOR UPDATE OF p
 ), expected AS (
   SELECT * FROM {_unnest(_EXPECTED_COLUMNS, _EXPECTED_TYPES, _E)}
 ), held AS (
   SELECT s.producer_epoch, s.last_sequence, s.current_txn_first_offset, e.producer_id,
-         e.current_epoch, e.state_epoch, e.last_sequence AS expected_sequence
+         e.current_epoch, e.state_epoch, e.last_sequence AS expected_sequence,
+         e.open_txn_offset
   FROM producer_states s
   JOIN locked l ON l.topic = s.topic AND l."partition" = s."partition"
   JOIN expected e
@@ -354,8 +370,12 @@ WITH wanted AS (
   SELECT (SELECT count(*) FROM locked WHERE same_configs) = cardinality(${_W}::varchar[])
      AND (SELECT count(*) FROM held h JOIN producer_ids i ON i.producer_id = h.producer_id
           WHERE h.producer_epoch = h.state_epoch AND h.last_sequence = h.expected_sequence
-            AND h.current_txn_first_offset IS NULL AND i.producer_epoch = h.current_epoch)
-         = cardinality(${_E}::varchar[]) AS passes
+            AND h.current_txn_first_offset IS NOT DISTINCT FROM h.open_txn_offset
+            AND i.producer_epoch = h.current_epoch)
+         = cardinality(${_E}::varchar[])
+     AND (SELECT count(*) FROM txns
+          WHERE state = 'Ongoing' AND producer_id = expected_producer)
+         = cardinality(${_T}::varchar[]) AS passes
 ), appended AS (
   INSERT INTO batches ({_quoted(_BATCH_COLUMNS)}, control, aborted, first_offset)
   SELECT {
@@ -398,11 +418,13 @@ async def write_optimistic(
     producer_states: list[dict[str, Any]],
     wanted: dict[tuple[str, int], tuple[str, int]],
     expected: dict[tuple[str, int, int], ProducerView],
+    transactions: dict[str, int],
 ) -> dict[tuple[str, int], LockedPartition] | None:
     """Postgres, on a connection with no transaction open: write the group's rows and states
     (offsets relative to each partition's high watermark) and move each partition in `wanted`
     by its advance, in one statement that commits by itself, if every partition in `wanted`
-    still has the configs given there and every producer in `expected` still has that view;
+    still has the configs given there, every producer in `expected` still has that view and
+    every transactional id in `transactions` has an Ongoing transaction of that producer id;
     the partitions as they were before the write, or None when nothing was written."""
     found = await on_driver(
         connection,
@@ -419,6 +441,9 @@ async def write_optimistic(
         [v.current_epoch for v in expected.values()],
         [v.state_epoch for v in expected.values()],
         [v.last_sequence for v in expected.values()],
+        [v.open_txn_offset for v in expected.values()],
+        sorted(transactions),
+        [transactions[tid] for tid in sorted(transactions)],
     )
     if not found or not found[0][4]:
         return None

@@ -465,11 +465,10 @@ async def write_optimistic(
 ) -> list[Appended | CoordinatorError] | None:
     """Postgres: the group in one round trip, planned on what `seen` says is written and
     written by one statement only if the locked rows agree; None when the group must take the
-    locking path (`write_group`) instead: a transactional batch, a producer or topic not seen,
-    a batch the rules would not append as it is (a retry, a gap, an error), rows that changed.
-    It never answers an error itself: the locking path does, from the rows."""
-    if any(a.transactional_id is not None for a in batch):
-        return None
+    locking path (`write_group`) instead: a producer or topic not seen, a transactional batch
+    whose partition is not in its transaction yet (the join is the locking path's), a batch
+    the rules would not append as it is (a retry, a gap, an error), rows that changed. It never
+    answers an error itself: the locking path does, from the rows."""
     wanted: dict[tuple[str, int], appends.LockedPartition] = {}
     for append in batch:
         configs = seen.configs.get(append.topic)
@@ -478,6 +477,7 @@ async def write_optimistic(
         # Offsets planned from 0: the statement adds each partition's high watermark.
         wanted[(append.topic, append.partition)] = appends.LockedPartition(0, 0, configs)
     expected: dict[tuple[str, int, int], appends.ProducerView] = {}
+    transactions: dict[str, int] = {}
     for append in batch:
         key = (append.topic, append.partition, append.checked.header.producer_id)
         if key[2] >= 0 and key not in expected:
@@ -485,7 +485,12 @@ async def write_optimistic(
             if view is None:
                 return None
             expected[key] = view
-    plan = _Plan(wanted, {key: replace(view) for key, view in expected.items()}, None, now_ms())
+        if append.transactional_id is not None:
+            owner = transactions.setdefault(append.transactional_id, key[2])
+            if expected[key].open_txn_offset is None or owner != key[2]:
+                return None
+    views = {key: replace(view) for key, view in expected.items()}
+    plan = _Plan(wanted, views, _JOINED if transactions else None, now_ms())
     planned: list[Appended] = []
     try:
         for append in batch:
@@ -502,6 +507,7 @@ async def write_optimistic(
                 list(plan.states.values()),
                 {key: (p.configs, p.high_watermark) for key, p in wanted.items()},
                 expected,
+                transactions,
             )
     except BaseException:
         seen.forget(expected)
@@ -521,6 +527,26 @@ async def write_optimistic(
             )
         )
     return results
+
+
+class _Joined:
+    """An optimistic group's transactions: its statement checks each is Ongoing for its
+    producer and that every partition is in it already, so planning checks and joins nothing."""
+
+    async def lock(self, transactional_ids: Collection[str]) -> None:
+        pass
+
+    async def check(self, transactional_id: str, producer_id: int, epoch: int) -> None:
+        pass
+
+    def join(self, transactional_id: str, topic: str, partition: int, now: int) -> None:
+        pass
+
+    async def write(self) -> None:
+        pass
+
+
+_JOINED = _Joined()
 
 
 # A batch's key among those written: (topic, partition, producer id, epoch, base sequence).
