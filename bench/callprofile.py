@@ -3,9 +3,10 @@ throughput benchmark: one caller, in process, so nothing queues and every figure
 
 For each kind of call it runs the app in this process over httpx's ASGI transport on a fresh
 Postgres database and reports, per call: the database round trips (statements sent, plus BEGIN
-and COMMIT; counted with SQLAlchemy's engine events), and the CPU time under cProfile (process
-time), split by the package it was spent in: the service's domains, SQLAlchemy, asyncpg,
-FastAPI/Starlette, pydantic, the record-batch codec, C built-ins, the rest. The client runs in
+and COMMIT; counted with SQLAlchemy's engine events, and the statements the hot paths send
+straight to asyncpg), and the CPU time under cProfile (process time), split by the package it
+was spent in: the service's domains, SQLAlchemy, asyncpg, FastAPI/Starlette, pydantic, the
+record-batch codec, C built-ins, the rest. The client runs in
 the same process, so its share (httpx, and the batch it builds) is in the figures too;
 cProfile's own overhead inflates every figure alike: compare versions, not absolute ms. Calls:
 
@@ -31,6 +32,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import orjson
 from sqlalchemy import event
@@ -72,6 +74,10 @@ def by_layer(profile: cProfile.Profile) -> dict[str, float]:
 
 
 class RoundTrips:
+    """Statements SQLAlchemy sends (and its BEGIN, COMMIT, ROLLBACK), and those the hot paths
+    send straight to asyncpg (`Connection.fetch`, which SQLAlchemy's own driver adapter does
+    not use), each a round trip."""
+
     def __init__(self, engine: Any) -> None:
         self.count = 0
         sync = engine.sync_engine
@@ -79,6 +85,13 @@ class RoundTrips:
         event.listen(sync, "begin", self._hit)
         event.listen(sync, "commit", self._hit)
         event.listen(sync, "rollback", self._hit)
+        fetch = asyncpg.Connection.fetch
+
+        async def counted(connection: Any, *args: Any, **kwargs: Any) -> Any:
+            self._hit()
+            return await fetch(connection, *args, **kwargs)
+
+        asyncpg.Connection.fetch = counted  # type: ignore[method-assign]
 
     def _hit(self, *_: Any, **__: Any) -> None:
         self.count += 1

@@ -16,9 +16,10 @@ from functools import partial
 from typing import Any, cast
 
 import orjson
-from sqlalchemy import Table, and_, bindparam, delete, or_, select
+from sqlalchemy import Table, and_, bindparam, delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm.attributes import set_committed_value
 
 from coordinator.core.clock import now_ms, rfc3339
 from coordinator.core.database import Database, insert_ignore, pairs_in, upsert
@@ -71,6 +72,7 @@ BY_ADMIN = "admin"  # an operator aborted it
 _transactions = cast(Table, Transaction.__table__)
 _txn_partitions = cast(Table, TransactionPartition.__table__)
 _txn_offsets = cast(Table, TransactionOffset.__table__)
+_producer_ids = cast(Table, ProducerId.__table__)
 
 
 # Ending a transaction, with its markers: its partitions dropped, its pending offsets taken.
@@ -260,6 +262,35 @@ async def partitions_by_id(
     return [(tid, t, p, pid) for tid, t, p, pid in rows]
 
 
+# A transaction's end, written with its markers (Postgres: as CTEs of their one statement); and
+# its producer's epoch raised with them.
+_ENDED = (
+    "state",
+    "last_producer_id",
+    "last_producer_epoch",
+    "last_state",
+    "last_reason",
+    "last_group_key",
+    "updated_ms",
+    "recovered_producer_id",
+    "recovered_producer_epoch",
+)
+_END = (
+    update(_transactions)
+    .where(_transactions.c.transactional_id == bindparam("tid"))
+    .values(
+        started_ms=None,
+        deadline_ms=None,
+        **{column: bindparam(f"end_{column}") for column in _ENDED},
+    )
+)
+_RAISE = (
+    update(_producer_ids)
+    .where(_producer_ids.c.producer_id == bindparam("raise_producer_id"))
+    .values(producer_epoch=bindparam("raise_epoch"))
+)
+
+
 async def _finish(
     session: AsyncSession,
     locked: Locked,
@@ -267,26 +298,57 @@ async def _finish(
     reason: str,
     now: int,
     group_key: str | None = None,
+    *,
+    raise_epoch: bool = False,
 ) -> State:
     """End the open transaction: markers on each of its partitions, its group offsets applied
-    (commit) or dropped (abort), and who ended it recorded. The caller raises the epoch."""
+    (commit) or dropped (abort), who ended it recorded and, with `raise_epoch`, its producer's
+    epoch raised (`txn.producer_id` and `locked.epoch` are then the producer's next), all with
+    the markers' statement (past epoch 32766, a new producer id is issued after it)."""
     txn = locked.txn
     tid = txn.transactional_id
     target = transition(txn.state, op, tid)
     commit = target is State.COMPLETE_COMMIT
     high_watermarks = await lock_transaction_partitions(session, tid)
+    ended: dict[str, Any] = {
+        "state": target,
+        "last_producer_id": txn.producer_id,
+        "last_producer_epoch": locked.epoch,
+        "last_state": target,
+        "last_reason": reason,
+        "last_group_key": group_key,
+        "updated_ms": now,
+        "recovered_producer_id": txn.recovered_producer_id,
+        "recovered_producer_epoch": txn.recovered_producer_epoch,
+    }
+    also: list[Any] = [_DROP_PARTITIONS, _END]
+    params: dict[str, Any] = {"tid": tid}
+    raised = raise_epoch and locked.epoch < EPOCH_MAX
+    if raise_epoch:
+        ended["recovered_producer_id"] = ended["recovered_producer_epoch"] = None
+    if raised:
+        also.append(_RAISE)
+        params |= {"raise_producer_id": txn.producer_id, "raise_epoch": locked.epoch + 1}
+    params |= {f"end_{column}": ended[column] for column in _ENDED}
     # The markers, the transaction's partitions and its pending offsets (answered, to apply on
-    # commit) go in one statement on Postgres.
+    # commit), its end and its new epoch go in one statement on Postgres.
     pending = await write_markers(
         session,
         locked.epoch,
         high_watermarks,
         commit,
         now,
-        also=[_DROP_PARTITIONS],
+        also=also,
         returning=_TAKE_OFFSETS,
-        params={"tid": tid},
+        params=params,
     )
+    # The row object as the statement left the row (written, so not flushed again).
+    for name, value in {**ended, "started_ms": None, "deadline_ms": None}.items():
+        set_committed_value(txn, name, value)
+    if raised:
+        locked.epoch += 1
+    elif raise_epoch:
+        await _raise_epoch(session, locked)
     if commit:
         await upsert(
             session,
@@ -305,21 +367,13 @@ async def _finish(
             ],
             ["group_id", "topic", "partition"],
         )
-    txn.last_producer_id = txn.producer_id
-    txn.last_producer_epoch = locked.epoch
-    txn.last_state = target
-    txn.last_reason = reason
-    txn.last_group_key = group_key
     if reason == TIMED_OUT:
-        session.add(
-            TimedOutEpoch(
-                transactional_id=tid, producer_id=txn.producer_id, producer_epoch=locked.epoch
-            )
+        timed_out = TimedOutEpoch(
+            transactional_id=tid,
+            producer_id=ended["last_producer_id"],
+            producer_epoch=ended["last_producer_epoch"],
         )
-    txn.state = target
-    txn.started_ms = None
-    txn.deadline_ms = None
-    txn.updated_ms = now
+        session.add(timed_out)
     session.info.setdefault("after_commit", []).append(partial(record_end, commit, reason))
     return target
 
@@ -529,13 +583,9 @@ async def end(
             )
             return EndTxnResponse(state=wanted, producer_id=producer_id, producer_epoch=epoch)
         await check_caller(session, txn, locked.epoch, body.producer_id, body.producer_epoch)
-        state = await _finish(
-            session, locked, Op.COMMIT if body.commit else Op.ABORT, BY_CLIENT, now
-        )
-        if version >= 2:
-            producer_id, epoch = await _raise_epoch(session, locked)
-        else:
-            producer_id, epoch = txn.producer_id, locked.epoch
+        op = Op.COMMIT if body.commit else Op.ABORT
+        state = await _finish(session, locked, op, BY_CLIENT, now, raise_epoch=version >= 2)
+        producer_id, epoch = txn.producer_id, locked.epoch
     return EndTxnResponse(state=state, producer_id=producer_id, producer_epoch=epoch)
 
 
@@ -668,11 +718,8 @@ async def commit_group(db: Database, body: CommitGroupRequest) -> CommitGroupRes
         await lock_partitions(session, [(t, p) for _, t, p, _ in partitions])
         committing = {id(lk) for lk in to_commit}
         for locked in ending:
-            if id(locked) in committing:
-                await _finish(session, locked, Op.COMMIT, BY_GROUP, now, key)
-            else:
-                await _finish(session, locked, Op.FENCE, FENCED, now, key)
-            await _raise_epoch(session, locked)
+            op, reason = (Op.COMMIT, BY_GROUP) if id(locked) in committing else (Op.FENCE, FENCED)
+            await _finish(session, locked, op, reason, now, key, raise_epoch=True)
         await session.flush()
 
         committed = []
@@ -709,8 +756,8 @@ async def abort_by_coordinator(
     async with db.write() as session:
         now = now_ms()
         locked = await _lock_existing(session, transactional_id)
-        state = await _finish(session, locked, op, reason, now)
-        producer_id, epoch = await _raise_epoch(session, locked)
+        state = await _finish(session, locked, op, reason, now, raise_epoch=True)
+        producer_id, epoch = locked.txn.producer_id, locked.epoch
     return EndTxnResponse(state=state, producer_id=producer_id, producer_epoch=epoch)
 
 
@@ -738,8 +785,7 @@ async def abort_and_fence(session: AsyncSession, locked: Locked, reason: str, no
     """The operator's abort, in the caller's unit of work: abort the open transaction (if it
     still is) and fence its producer. The caller holds the partition locks it needs, in order."""
     if locked.txn.state in OPEN:
-        await _finish(session, locked, Op.ADMIN_ABORT, reason, now)
-        await _raise_epoch(session, locked)
+        await _finish(session, locked, Op.ADMIN_ABORT, reason, now, raise_epoch=True)
 
 
 # Timed-out transactions aborted per unit of work (one claim, one lock of all their partitions,
@@ -782,8 +828,7 @@ async def abort_timed_out(
             # read by nothing below: they go in one flush at the commit, as executemany.
             with session.no_autoflush:
                 for locked in claimed:
-                    await _finish(session, locked, Op.TIME_OUT, TIMED_OUT, moment)
-                    await _raise_epoch(session, locked)
+                    await _finish(session, locked, Op.TIME_OUT, TIMED_OUT, moment, raise_epoch=True)
                     aborted.append(locked.txn.transactional_id)
 
 
