@@ -82,6 +82,7 @@ from sdk._errors import (
     UnknownTopicOrPartition,
     UnstableOffsetCommit,
 )
+from sdk._http import VERSION as _VERSION
 from sdk._producer import Producer
 from sdk._types import (
     OFFSET_BEGINNING,
@@ -100,7 +101,7 @@ from sdk._types import (
     TopicPartition,
 )
 
-__version__ = "0.1.0"
+__version__ = _VERSION
 
 __all__ = [
     "OFFSET_BEGINNING",

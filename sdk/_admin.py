@@ -11,13 +11,13 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
-from types import TracebackType
 from typing import Any, TypeVar, Unpack
 from urllib.parse import quote
 
 from sdk._config import AdminConfig, AdminOptions, build_config
-from sdk._errors import IllegalStateError, KafkaError, KafkaException
+from sdk._errors import KafkaError, KafkaException
 from sdk._http import HttpClient
+from sdk._lifecycle import Closeable
 from sdk._types import TopicPartition
 
 __all__ = [
@@ -280,13 +280,15 @@ def _failed(error: BaseException) -> Future[Any]:
     return future
 
 
-class AdminClient:
+class AdminClient(Closeable):
     """Administers topics and transactions. `AdminClient({"coordinator.url": ...})`.
 
     Calls made without a timeout are bounded by `default.api.timeout.ms`; transport failures and
     retriable answers are retried within it, then `KafkaTimeoutError` (retriable) is raised.
     Where auth is on, the token needs the `admin` role. Raises `IllegalStateError` once closed.
     """
+
+    _what = "the admin client"
 
     def __init__(
         self,
@@ -553,22 +555,7 @@ class AdminClient:
         )
 
     def close(self) -> None:
-        self._http.close()
-
-    def __enter__(self) -> AdminClient:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def _check_open(self) -> None:
-        if self._http.closed:
-            raise IllegalStateError("the admin client is closed")
+        self._close_once(self._http.close)
 
     def _deadline(self, timeout: float | None) -> float:
         return self._http.deadline(timeout)

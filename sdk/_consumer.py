@@ -16,7 +16,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
-from types import TracebackType
 from typing import Any, Unpack
 from urllib.parse import quote
 
@@ -32,7 +31,8 @@ from sdk._errors import (
     KafkaException,
     UnknownTopicOrPartition,
 )
-from sdk._http import HttpClient
+from sdk._http import RECORD_BATCH, HttpClient
+from sdk._lifecycle import Closeable
 from sdk._membership import POLL_TIMEOUT, Membership, max_poll_error
 from sdk._types import (
     OFFSET_BEGINNING,
@@ -52,7 +52,6 @@ __all__ = ["Consumer"]
 log = logging.getLogger("sdk")
 
 TopicKey = tuple[str, int]
-RECORD_BATCH = "application/vnd.kafka.record-batch"
 
 
 class _Assigned:
@@ -67,7 +66,7 @@ class _Assigned:
         self.eof_sent = False
 
 
-class Consumer:
+class Consumer(Closeable):
     """Reads records from the partitions it is assigned, or that its group gives it after
     `subscribe()`; commits offsets for `group.id`.
 
@@ -76,6 +75,8 @@ class Consumer:
 
     Every method raises `IllegalStateError` once the consumer is closed.
     """
+
+    _what = "the consumer"
 
     def __init__(
         self,
@@ -381,8 +382,9 @@ class Consumer:
         """Commit the positions (with `enable.auto.commit` and a `group.id`); when subscribed,
         give up the partitions (`on_revoke`) and leave the group; then release the connections.
         Closing again does nothing."""
-        if self._closed:
-            return
+        self._close_once(self._release)
+
+    def _release(self) -> None:
         try:
             if self._member is not None:
                 self._leave_group()
@@ -390,24 +392,8 @@ class Consumer:
                 self._auto_commit()
         finally:
             self._http.close()
-            self._closed = True
-
-    def __enter__(self) -> Consumer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -- internals --------------------------------------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise IllegalStateError("the consumer is closed")
 
     def _group(self) -> str:
         self._check_open()

@@ -13,7 +13,6 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from types import TracebackType
 from typing import Any, Unpack
 from urllib.parse import quote
 
@@ -22,11 +21,10 @@ import orjson
 from sdk._config import EffectsConfig, EffectsOptions, build_config
 from sdk._errors import (
     EffectClaimed,
-    IllegalStateError,
     KafkaException,
-    KafkaTimeoutError,
 )
 from sdk._http import HttpClient
+from sdk._lifecycle import Closeable
 
 __all__ = ["Claim", "Effect", "EffectsClient"]
 
@@ -68,7 +66,7 @@ def default_owner() -> str:
     return f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:12]}"
 
 
-class EffectsClient:
+class EffectsClient(Closeable):
     """Claims side-effect keys at the coordinator. `EffectsClient({"coordinator.url": ...})`.
 
     Where auth is on, the token needs the `producer` role and a transactional-id prefix that
@@ -77,6 +75,8 @@ class EffectsClient:
     (`default.api.timeout.ms` when none is given), then raise `KafkaTimeoutError`. Raises
     `IllegalStateError` once closed.
     """
+
+    _what = "the effects client"
 
     def __init__(
         self,
@@ -210,43 +210,19 @@ class EffectsClient:
         until the deadline (the calls are idempotent: a repeat after a lost answer is
         harmless)."""
         self._check_open()
-        deadline = self._http.deadline(timeout)
-        path = f"{self._path(key)}/{call}"
-        request_timeout = self.config.request_timeout_ms / 1000
-        attempt = 0
-        while True:
-            remaining = deadline - time.monotonic()
-            try:
-                return self._http.send(
-                    "POST", path, body=body, timeout=max(0.001, min(remaining, request_timeout))
-                )
-            except EffectClaimed:
-                raise
-            except KafkaException as exc:
-                if not exc.retriable:
-                    raise
-                pause = self._http.backoff(attempt)
-                attempt += 1
-                if time.monotonic() + pause >= deadline:
-                    raise KafkaTimeoutError(
-                        f"POST {path}: no success after {attempt} attempt(s); last: {exc}"
-                    ) from exc
-                time.sleep(pause)
-
-    def _check_open(self) -> None:
-        if self._http.closed:
-            raise IllegalStateError("the effects client is closed")
+        return self._http.call(
+            "POST",
+            f"{self._path(key)}/{call}",
+            body=body,
+            deadline=self._http.deadline(timeout),
+            retry_if=_retried,
+        )
 
     def close(self) -> None:
-        self._http.close()
+        self._close_once(self._http.close)
 
-    def __enter__(self) -> EffectsClient:
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+def _retried(error: KafkaException) -> bool:
+    """What `_post` repeats: a retriable answer, but not EFFECT_CLAIMED (each call reports it,
+    or waits it out, as it says)."""
+    return error.retriable and not isinstance(error, EffectClaimed)

@@ -27,10 +27,17 @@ from sdk._errors import (
     error_for,
 )
 
-__all__ = ["HttpClient"]
+__all__ = ["RECORD_BATCH", "VERSION", "HttpClient"]
 
+# The SDK's version (`sdk.__version__`, and the User-Agent's).
 VERSION = "0.1.0"
+# API.md's media type of Kafka record batches, produced and fetched.
+RECORD_BATCH = "application/vnd.kafka.record-batch"
 T = TypeVar("T")
+
+
+def _retriable(error: KafkaException) -> bool:
+    return error.retriable
 
 
 class HttpClient:
@@ -159,21 +166,29 @@ class HttpClient:
         body: Mapping[str, Any] | None = None,
         params: Mapping[str, str | int] | None = None,
         deadline: float | None = None,
+        retry_if: Callable[[KafkaException], bool] = _retriable,
     ) -> Any:
-        """`send`, repeated after retriable errors and transport failures until `deadline`
-        (monotonic; None: `default.api.timeout.ms` from now), then `KafkaTimeoutError`."""
+        """`send`, repeated after retriable errors and transport failures (those `retry_if`
+        says) until `deadline` (monotonic; None: `default.api.timeout.ms` from now), then
+        `KafkaTimeoutError`."""
         content = orjson.dumps(body) if body is not None else None
         return self._retrying(
             lambda timeout: self.send(method, path, body=content, params=params, timeout=timeout),
             method,
             path,
             deadline,
+            retry_if,
         )
 
     def _retrying(
-        self, attempt_once: Callable[[float], T], method: str, path: str, deadline: float | None
+        self,
+        attempt_once: Callable[[float], T],
+        method: str,
+        path: str,
+        deadline: float | None,
+        retry_if: Callable[[KafkaException], bool] = _retriable,
     ) -> T:
-        """`attempt_once(timeout)`, repeated after retriable errors until `deadline`."""
+        """`attempt_once(timeout)`, repeated after the errors `retry_if` says until `deadline`."""
         if deadline is None:
             deadline = self.deadline(None)
         attempt = 0
@@ -182,7 +197,7 @@ class HttpClient:
             try:
                 return attempt_once(max(0.001, min(self._request_timeout, remaining)))
             except KafkaException as exc:
-                if not exc.retriable:
+                if not retry_if(exc):
                     raise
                 pause = self.backoff(attempt)
                 attempt += 1

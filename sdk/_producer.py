@@ -34,7 +34,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from types import TracebackType
 from typing import Any, Unpack
 from urllib.parse import quote
 
@@ -54,7 +53,8 @@ from sdk._errors import (
     TransportError,
     UnknownTopicOrPartition,
 )
-from sdk._http import HttpClient
+from sdk._http import RECORD_BATCH, HttpClient
+from sdk._lifecycle import Closeable
 from sdk._partitioner import StickyPartitioner, partition_for_key
 from sdk._types import (
     TIMESTAMP_CREATE_TIME,
@@ -72,7 +72,6 @@ log = logging.getLogger("sdk")
 SEQUENCE_MODULUS = 2**31
 RECORD_OVERHEAD = 16  # bytes counted per record besides key, value and headers
 SENDER_POOL_SIZE = 8
-RECORD_BATCH = "application/vnd.kafka.record-batch"
 _REORDER_CODES = (KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, KafkaError.UNKNOWN_PRODUCER_ID)
 
 TopicKey = tuple[str, int]
@@ -180,7 +179,7 @@ def _headers(headers: Headers | None) -> list[tuple[str, bytes]]:
     return result
 
 
-class Producer:
+class Producer(Closeable):
     """Writes records to the coordinator, batched per partition; idempotent by default and
     transactional with `transactional.id`.
 
@@ -191,6 +190,8 @@ class Producer:
     (`e.fatal`, e.g. `ProducerFenced`) once one occurred: then close it; a new producer may take
     over (with the same transactional.id it fences this one).
     """
+
+    _what = "the producer"
 
     def __init__(
         self,
@@ -543,8 +544,9 @@ class Producer:
         prepared transaction is left for someone to finish), then release threads and
         connections. Records still outstanding after `timeout` are reported as purged. A closed
         producer refuses every call; closing again does nothing."""
-        if self._closed:
-            return
+        self._close_once(lambda: self._release(timeout))
+
+    def _release(self, timeout: float | None) -> None:
         try:
             if self._tid is None:
                 self.flush(timeout)
@@ -563,22 +565,10 @@ class Producer:
             self._closed = True
             self._serve_reports()
 
-    def __enter__(self) -> Producer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
     # -- checks -------------------------------------------------------------------------------
 
     def _require_transactional(self) -> None:
-        if self._closed:
-            raise IllegalStateError("the producer is closed")
+        self._check_open()
         if self._tid is None:
             raise IllegalStateError("this producer has no transactional.id")
 

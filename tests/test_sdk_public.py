@@ -6,6 +6,7 @@ import dataclasses
 import inspect
 import pickle
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -339,3 +340,22 @@ def test_the_spark_subpackage_exports_its_own_few_names() -> None:
         "register",
         "sql_committed_offsets",
     ]
+
+
+CLIENTS = [
+    (sdk.AdminClient, "the admin client", lambda c: c.list_topics()),
+    (sdk.EffectsClient, "the effects client", lambda c: c.claim("k", "o", 1000)),
+    (sdk.Consumer, "the consumer", lambda c: c.poll(0)),
+    (sdk.Producer, "the producer", lambda c: c.produce("t", b"v")),
+]
+
+
+@pytest.mark.parametrize(("client_class", "name", "call"), CLIENTS)
+def test_every_client_has_one_lifecycle(client_class: Any, name: str, call: Any) -> None:
+    """A context manager that closes on exit; closing again does nothing; a closed client
+    refuses every call, naming itself. No call reaches a service here."""
+    with client_class({"coordinator.url": "http://127.0.0.1:9"}) as client:
+        pass
+    client.close()
+    with pytest.raises(sdk.IllegalStateError, match=f": {name} is closed$"):
+        call(client)

@@ -33,6 +33,7 @@ from pyspark.sql.types import Row, StructType
 
 from coordinator.log import recordbatch
 from sdk._errors import ConfigError, KafkaError, KafkaException, KafkaTimeoutError
+from sdk._http import RECORD_BATCH
 from sdk.spark._offsets import (
     EARLIEST,
     LATEST,
@@ -59,7 +60,6 @@ SCHEMA = (
     "timestamp timestamp, headers array<struct<key: string, value: binary>>"
 )
 FETCH_MAX_BYTES = 8 * 1024 * 1024
-RECORD_BATCH = "application/vnd.kafka.record-batch"
 # How long a read waits for records below its end offset to become readable (an end offset
 # given beyond the LSO, say) before it fails.
 FETCH_WAIT_S = 60.0
