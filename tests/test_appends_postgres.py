@@ -185,18 +185,27 @@ async def test_a_retry_of_what_another_process_appended_is_a_duplicate(
     assert paths == ["locks", "one statement"]
 
 
+async def appended_then_changed_elsewhere(
+    app: Any, client: httpx.AsyncClient, other_process: Database, change: str, **params: Any
+) -> int:
+    """A producer id whose batch "a" this process appended (so it saw its state), after which
+    another process ran `change`."""
+    await create_topic(client, "t")
+    pid = await init_pid(client)
+    await append(app.state.db, app.state.settings, pid, 0, [b"a"])
+    async with other_process.write() as session:
+        await session.execute(text(change), {"p": pid, **params})
+    return pid
+
+
 async def test_a_topic_config_changed_elsewhere_is_the_one_applied(
     app: Any, client: httpx.AsyncClient, paths: list[str], other_process: Database
 ) -> None:
-    await create_topic(client, "t")
-    pid = await init_pid(client)
     db, settings = app.state.db, app.state.settings
-    await append(db, settings, pid, 0, [b"a"])
-    async with other_process.write() as session:
-        await session.execute(
-            text("UPDATE topics SET configs = :c WHERE name = 't'"),
-            {"c": '{"max.message.bytes": "100"}'},
-        )
+    change = "UPDATE topics SET configs = :c WHERE name = 't'"
+    pid = await appended_then_changed_elsewhere(
+        app, client, other_process, change, c='{"max.message.bytes": "100"}'
+    )
     paths.clear()
 
     with pytest.raises(RecordListTooLarge, match=r"max\.message\.bytes is 100"):
@@ -209,14 +218,9 @@ async def test_a_topic_config_changed_elsewhere_is_the_one_applied(
 async def test_an_epoch_raised_elsewhere_fences_the_next_append(
     app: Any, client: httpx.AsyncClient, paths: list[str], other_process: Database
 ) -> None:
-    await create_topic(client, "t")
-    pid = await init_pid(client)
     db, settings = app.state.db, app.state.settings
-    await append(db, settings, pid, 0, [b"a"])
-    async with other_process.write() as session:
-        await session.execute(
-            text("UPDATE producer_ids SET producer_epoch = 1 WHERE producer_id = :p"), {"p": pid}
-        )
+    change = "UPDATE producer_ids SET producer_epoch = 1 WHERE producer_id = :p"
+    pid = await appended_then_changed_elsewhere(app, client, other_process, change)
     paths.clear()
 
     with pytest.raises(InvalidProducerEpoch, match=r"older than its current epoch 1"):

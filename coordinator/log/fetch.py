@@ -181,10 +181,11 @@ async def fetch_batches(
     if include_aborted is None:
         include_aborted = not read_committed
     if not db.is_sqlite:
-        return await _fetch_postgres(
-            db, topic, partition, offset, max_bytes, read_committed, include_control,
-            include_aborted, max_records, fit, at_least_one, aborted_list,
+        asked = _Asked(
+            offset, max_bytes, read_committed, include_control, include_aborted, max_records,
+            fit, at_least_one, aborted_list,
         )  # fmt: skip
+        return await _fetch_postgres(db, topic, partition, asked)
     params: dict[str, Any] = {"topic": topic, "partition": partition}
     async with db.read() as session:
         connection = await session.connection()
@@ -282,24 +283,28 @@ WHERE $9 AND b.topic = $1 AND b."partition" = $2 AND b.control = {CONTROL_ABORT}
 """
 
 
-async def _fetch_postgres(
-    db: Database,
-    topic: str,
-    partition: int,
-    offset: int,
-    max_bytes: int,
-    read_committed: bool,
-    include_control: bool,
-    include_aborted: bool,
-    max_records: int | None,
-    fit: bool,
-    at_least_one: bool,
-    aborted_list: bool,
-) -> Fetched:
+@dataclass(frozen=True, slots=True)
+class _Asked:
+    """What a fetch asked for (`fetch_batches`'s arguments)."""
+
+    offset: int
+    max_bytes: int
+    read_committed: bool
+    include_control: bool
+    include_aborted: bool
+    max_records: int | None
+    fit: bool
+    at_least_one: bool
+    aborted_list: bool
+
+
+async def _fetch_postgres(db: Database, topic: str, partition: int, asked: _Asked) -> Fetched:
+    offset, max_bytes, read_committed = asked.offset, asked.max_bytes, asked.read_committed
     async with db.autocommit() as connection:
         found = await on_driver(
             connection, _FETCH_POSTGRES, topic, partition, offset, read_committed,
-            include_control, include_aborted, FETCH_CHUNK, max_bytes, aborted_list,
+            asked.include_control, asked.include_aborted, FETCH_CHUNK, max_bytes,
+            asked.aborted_list,
         )  # fmt: skip
     head = next((row for row in found if row[0] == 0), None)
     bounds = None if head is None else Bounds(head[1], head[2], head[3])
@@ -308,7 +313,9 @@ async def _fetch_postgres(
         return fetched
     assert head is not None
     rows = sorted((r[1], r[2], r[5]) for r in found if r[0] == 1)
-    filling = _Filling(fetched, offset, upper, max_bytes, max_records, fit, at_least_one)
+    filling = _Filling(
+        fetched, offset, upper, max_bytes, asked.max_records, asked.fit, asked.at_least_one
+    )
     # The budget cut the chunk short: as if it had been read with the rows it returned.
     limit = filling.take(rows, FETCH_CHUNK if head[4] == FETCH_CHUNK else len(rows) + 1)
     if limit:
@@ -319,7 +326,7 @@ async def _fetch_postgres(
             connection = await session.connection()
             while limit:
                 params |= {"cursor": fetched.next_offset, "limit": limit}
-                statement = _CHUNKS[(include_control, include_aborted, False)]
+                statement = _CHUNKS[(asked.include_control, asked.include_aborted, False)]
                 chunk = (await connection.execute(statement, params)).all()
                 limit = filling.take(chunk, limit)
     if fetched.batches:
