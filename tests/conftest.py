@@ -8,30 +8,27 @@ so their sweeps never touch another test's rows or meet its emptying.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import text
 
 from coordinator.app import create_app
-from coordinator.core.database import Database
 from coordinator.core.migrate import upgrade_to_head
 from coordinator.core.settings import Settings
-from coordinator.models import Base
-from tests.support import create_postgres_database, drop_postgres_database
+from tests.support.sdk_support import Coordinator, LiveService
+from tests.support.services import (
+    Store,
+    create_postgres_database,
+    drop_postgres_database,
+    empty_tables,
+    make_settings,
+)
 
 BACKENDS = ["sqlite", "postgres"]
-
-
-@dataclass
-class Store:
-    backend: str
-    url: str
 
 
 def _sqlite(tmp_path_factory: pytest.TempPathFactory, name: str) -> Store:
@@ -81,25 +78,6 @@ def store(request: pytest.FixtureRequest) -> Store:
     return result
 
 
-async def empty_tables(db: Database) -> None:
-    """Empty every table. On Postgres a live service's sweep may be reading two of the tables
-    while TRUNCATE locks them one by one, in another order: a deadlock. TRUNCATE then waits
-    longer than the sweep before it looks for one, so the sweep is the one cancelled (its round
-    fails, is logged, and runs again next interval) and the emptying goes on."""
-    tables = [t.name for t in reversed(Base.metadata.sorted_tables)]
-    async with db.write() as session:
-        if db.is_sqlite:
-            for table in tables:
-                await session.execute(text(f"DELETE FROM {table}"))
-        else:
-            await session.execute(text("SET LOCAL deadlock_timeout = '10s'"))
-            await session.execute(text(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE"))
-
-
-def make_settings(store: Store, **overrides: Any) -> Settings:
-    return Settings(database_url=store.url, **overrides)
-
-
 @pytest.fixture
 def settings_overrides() -> dict[str, Any]:
     """Override in a test module to start the app with other settings."""
@@ -126,3 +104,47 @@ async def client(app: Any) -> AsyncIterator[httpx.AsyncClient]:
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     return tmp_path
+
+
+# -- the live service the SDK and job tests run against ------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def sqlite_live(sqlite_service_store: Store) -> Iterator[LiveService]:
+    live = LiveService(sqlite_service_store).start()
+    yield live
+    live.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_live(postgres_service_store: Store) -> Iterator[LiveService]:
+    live = LiveService(postgres_service_store).start()
+    yield live
+    live.stop()
+
+
+@pytest.fixture
+def service(store: Store, request: pytest.FixtureRequest) -> Iterator[Coordinator]:
+    """The running service on this test's store, with empty tables."""
+    live: LiveService = request.getfixturevalue(f"{store.backend}_live")
+    live.empty()
+    with Coordinator(live) as coordinator:
+        yield coordinator
+
+
+@pytest.fixture
+def start_service(service: Coordinator) -> Iterator[Callable[..., Coordinator]]:
+    """Start another coordinator on the same (emptied) store with other settings, e.g.
+    `start_service(timeout_check_interval_ms=50)`; stopped when the test ends."""
+    started: list[tuple[LiveService, Coordinator]] = []
+
+    def start(**settings: Any) -> Coordinator:
+        live = LiveService(service.live.store, **settings).start()
+        coordinator = Coordinator(live)
+        started.append((live, coordinator))
+        return coordinator
+
+    yield start
+    for live, coordinator in started:
+        coordinator.http.close()
+        live.stop()

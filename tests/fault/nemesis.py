@@ -27,7 +27,7 @@ import orjson
 from tests.fault.history import Fault, Recorder
 from tests.fault.proxy import FaultProxy
 from tests.fault.workers import history_path, tid_of
-from tests.support import ServiceProcess, free_port
+from tests.support.services import ServiceProcess, free_port
 
 NEMESIS_KINDS = ("kill-service", "pause-producer", "second-instance", "restart-postgres")
 SECOND_INSTANCE_WAIT_S = 30.0  # a second instance gives up after 15 s; then it is killed

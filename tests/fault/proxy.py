@@ -20,7 +20,7 @@ from http import HTTPStatus
 
 import httpx
 
-from tests.support import free_port
+from tests.support.services import free_port
 
 FAULT_KINDS = ("drop-request", "drop-response", "delay", "duplicate-request")
 

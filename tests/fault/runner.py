@@ -37,7 +37,7 @@ from tests.fault.history import (
 from tests.fault.nemesis import NEMESIS_KINDS, Nemesis, NemesisTiming, Targets, restart
 from tests.fault.proxy import FAULT_KINDS, FaultProxy, ProxyFaults
 from tests.fault.workers import INPUT_TOPIC, TOPIC, group_of, history_path, plans_path
-from tests.support import (
+from tests.support.services import (
     ServiceProcess,
     create_postgres_database,
     drop_postgres_database,

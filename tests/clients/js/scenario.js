@@ -1,6 +1,6 @@
 // One scenario of the Kafka listener's client matrix, run with KafkaJS, unchanged:
 //   node scenario.js SCENARIO BOOTSTRAP TOPIC [more...]
-// It prints one JSON line with what it saw; tests/test_kafka_kafkajs.py decides whether that is
+// It prints one JSON line with what it saw; tests/kafka/test_kafka_matrix.py decides whether that is
 // right (reading the log back over HTTP where it needs to). Exits 1 with the error otherwise.
 'use strict'
 

@@ -1,0 +1,484 @@
+"""The Kafka listener itself, spoken to byte by byte (kio builds the requests): ApiVersions
+advertises exactly what is served; garbage of every kind closes the connection and changes
+nothing; a corrupt batch is CORRUPT_MESSAGE; SASL/PLAIN against the tokens file gates every
+request, with the same roles and prefixes as HTTP. On SQLite and on Postgres."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import io
+import json
+import logging
+import struct
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.index import load_payload_module
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+
+from coordinator.cli import main
+from coordinator.core.auth import Authenticator
+from coordinator.core.database import Database
+from coordinator.core.settings import Settings
+from coordinator.kafka.handlers import HANDLERS
+from coordinator.kafka.server import KafkaListener
+from coordinator.kafka.wire import SUPPORTED, payload_type
+from coordinator.log import recordbatch
+from coordinator.log import topics as log_topics
+from coordinator.log.schemas import CreateTopic
+from tests.support.services import Store, empty_tables, free_port
+
+TOKENS = [
+    {"token": "admin-token-1", "principal": "ops", "roles": ["admin"]},
+    {
+        "token": "reader-token-1",
+        "principal": "reader",
+        "roles": ["consumer"],
+        "topic_prefixes": ["pay"],
+        "group_prefixes": ["g-"],
+    },
+]
+
+
+class Connection:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.correlation = 0
+
+    async def call(self, api_key: int, version: int, **fields: Any) -> Any:
+        request_type = payload_type(api_key, version, EntityType.request)
+        self.correlation += 1
+        buffer = io.BytesIO()
+        header_type = request_type.__header_schema__
+        entity_writer(header_type)(
+            buffer,
+            header_type(
+                request_api_key=api_key,
+                request_api_version=version,
+                correlation_id=self.correlation,
+                client_id="test",
+            ),
+        )
+        entity_writer(request_type)(buffer, request_type(**fields))
+        await self.send(buffer.getvalue())
+        return await self.receive(api_key, version)
+
+    async def produce(self, topic: str, batch: bytes) -> Any:
+        """Produce v9 of one batch to partition 0, acks=-1."""
+        module = load_payload_module(0, 9, EntityType.request)
+        return await self.call(
+            0,
+            9,
+            transactional_id=None,
+            acks=-1,
+            timeout=datetime.timedelta(seconds=30),
+            topic_data=(
+                module.TopicProduceData(
+                    name=topic,
+                    partition_data=(module.PartitionProduceData(index=0, records=batch),),
+                ),
+            ),
+        )
+
+    async def send(self, frame: bytes) -> None:
+        self.writer.write(struct.pack(">i", len(frame)) + frame)
+        await self.writer.drain()
+
+    async def receive(self, api_key: int, version: int) -> Any:
+        (size,) = struct.unpack(">i", await self.reader.readexactly(4))
+        frame = await self.reader.readexactly(size)
+        response_type = payload_type(api_key, version, EntityType.response)
+        header, used = entity_reader(response_type.__header_schema__)(frame, 0)
+        assert header.correlation_id == self.correlation
+        body, _ = entity_reader(response_type)(frame, used)
+        return body
+
+    async def closed(self) -> bool:
+        """True when the listener closed the connection (reads end)."""
+        try:
+            return await asyncio.wait_for(self.reader.read(1), 10) == b""
+        except ConnectionError:
+            return True
+
+
+@pytest.fixture
+async def listener(
+    store: Store, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[KafkaListener]:
+    # The parameter: True for a tokens file, or a dict of settings (with "auth" among them).
+    param = getattr(request, "param", False)
+    overrides = dict(param) if isinstance(param, dict) else {"auth": param}
+    auth = overrides.pop("auth", False)
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(json.dumps({"tokens": TOKENS}))
+    settings = Settings(
+        database_url=store.url,
+        kafka_listener=f"127.0.0.1:{free_port()}",
+        auth_tokens_file=tokens if auth else None,
+        **overrides,
+    )
+    db = Database(settings)
+    # The store is shared with every other test of this backend: start from an empty one.
+    await empty_tables(db)
+    running = KafkaListener(db, settings, Authenticator.from_file(tokens) if auth else None)
+    await running.start()
+    try:
+        yield running
+    finally:
+        for connection in _opened:
+            connection.writer.close()
+            with contextlib.suppress(ConnectionError):
+                await connection.writer.wait_closed()
+        _opened.clear()
+        await running.close()
+        await db.dispose()
+
+
+_opened: list[Connection] = []
+
+
+async def connect(listener: KafkaListener) -> Connection:
+    connection = Connection(*await asyncio.open_connection(listener.host, listener.port))
+    _opened.append(connection)
+    return connection
+
+
+def test_every_served_api_has_a_handler_and_nothing_more() -> None:
+    assert set(HANDLERS) == set(SUPPORTED)
+    for key, (low, high) in SUPPORTED.items():
+        for version in range(low, high + 1):
+            payload_type(key, version, EntityType.request)  # kio knows every version advertised
+
+
+async def test_api_versions_advertises_exactly_what_is_served(listener: KafkaListener) -> None:
+    connection = await connect(listener)
+    answer = await connection.call(18, 3, client_software_name="t", client_software_version="1")
+    assert answer.error_code == ErrorCode.none
+    advertised = {a.api_key: (a.min_version, a.max_version) for a in answer.api_keys}
+    assert advertised == dict(SUPPORTED)
+
+
+async def test_unsupported_api_versions_version_is_answered_in_version_0(
+    listener: KafkaListener,
+) -> None:
+    connection = await connect(listener)
+    buffer = io.BytesIO()
+    request_type = payload_type(18, 4, EntityType.request)
+    entity_writer(request_type.__header_schema__)(
+        buffer,
+        request_type.__header_schema__(
+            request_api_key=18, request_api_version=4, correlation_id=1, client_id="t"
+        ),
+    )
+    entity_writer(request_type)(
+        buffer, request_type(client_software_name="t", client_software_version="1")
+    )
+    # Version 4 is not served: pretend to speak 9, which nobody knows.
+    frame = bytearray(buffer.getvalue())
+    frame[2:4] = struct.pack(">h", 9)
+    connection.correlation = 1
+    await connection.send(bytes(frame))
+    answer = await connection.receive(18, 0)
+    assert answer.error_code == ErrorCode.unsupported_version
+    assert {a.api_key for a in answer.api_keys} == set(SUPPORTED)
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"\xff\xff\xff\xff",  # a negative size
+        struct.pack(">i", 2_000_000_000),  # far over the limit
+        struct.pack(">i", 3) + b"abc",  # shorter than a header
+        struct.pack(">i", 10) + struct.pack(">hhi", 999, 0, 1) + b"\0\0",  # unknown API key
+        struct.pack(">i", 10) + struct.pack(">hhi", 3, 99, 1) + b"\0\0",  # unknown version
+        struct.pack(">i", 10) + struct.pack(">hhi", 3, 9, 1) + b"\x05\x00",  # truncated body
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",  # another protocol
+    ],
+)
+async def test_garbage_closes_the_connection_and_changes_nothing(
+    listener: KafkaListener, garbage: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    connection = await connect(listener)
+    connection.writer.write(garbage)
+    await connection.writer.drain()
+    assert await connection.closed()
+    # The listener still serves everyone else, and nothing was logged as a failure.
+    other = await connect(listener)
+    answer = await other.call(18, 3, client_software_name="t", client_software_version="1")
+    assert answer.error_code == ErrorCode.none
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    # The operator sees why, at WARNING, with the peer.
+    (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert "closed the Kafka connection of 127.0.0.1" in warning.getMessage()
+
+
+async def test_closed_connections_are_reported_at_most_once_a_second(
+    listener: KafkaListener, caplog: pytest.LogCaptureFixture
+) -> None:
+    for _ in range(5):
+        connection = await connect(listener)
+        await connection.send(struct.pack(">hhi", 999, 0, 1) + b"\0\0")
+        assert await connection.closed()
+    warnings = [r for r in caplog.records if r.name == "coordinator.kafka"]
+    # Five closings in well under a second: the first is told, the rest counted for the next.
+    assert len(warnings) == 1
+    assert "API key 999 version 0" in warnings[0].getMessage()
+
+
+async def test_bytes_after_a_request_body_are_ignored_as_kafka_ignores_them(
+    listener: KafkaListener,
+) -> None:
+    # librdkafka 2.12+'s all-topics Metadata v12: four bytes where Kafka reads a one-byte count
+    # (null), two booleans and the tagged fields; three are left over.
+    connection = await connect(listener)
+    connection.correlation = 1
+    await connection.send(struct.pack(">hhih", 3, 12, 1, 4) + b"test" + b"\0" + b"\0" * 7)
+    answer = await connection.receive(3, 12)
+    assert answer.brokers
+
+
+@pytest.mark.parametrize(
+    "listener", [{"auth": True, "kafka_sasl_max_receive_size": 4096}], indirect=True
+)
+async def test_a_frame_before_authentication_is_held_to_the_sasl_limit(
+    listener: KafkaListener,
+) -> None:
+    await log_topics.create_topic(listener.db, CreateTopic(name="big", partitions=1))
+    # Over the limit before SASL: closed on the size alone, without the frame being sent.
+    before = await connect(listener)
+    before.writer.write(struct.pack(">i", 4097))
+    await before.writer.drain()
+    assert await before.closed()
+    # After SASL the request limit applies: a batch larger than the SASL limit is taken.
+    admin, answer = await _authenticated(listener, "ops", "admin-token-1")
+    assert answer.error_code == ErrorCode.none
+    batch = recordbatch.build([(1, b"k", b"v" * 8192, [])], producer_id=-1, producer_epoch=-1)
+    produced = await admin.produce("big", batch)
+    assert produced.responses[0].partition_responses[0].error_code == ErrorCode.none
+
+
+@pytest.mark.parametrize("listener", [{"kafka_socket_request_max_bytes": 4096}], indirect=True)
+async def test_a_frame_over_socket_request_max_bytes_closes_the_connection(
+    listener: KafkaListener,
+) -> None:
+    await log_topics.create_topic(listener.db, CreateTopic(name="capped", partitions=1))
+    connection = await connect(listener)
+    batch = recordbatch.build([(1, b"k", b"v" * 8192, [])], producer_id=-1, producer_epoch=-1)
+    with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+        await connection.produce("capped", batch)
+    assert await connection.closed()
+    described = await log_topics.describe_topic(listener.db, "capped")
+    assert described.partitions[0].high_watermark == 0
+
+
+async def test_corrupt_batch_is_refused_and_nothing_is_written(listener: KafkaListener) -> None:
+    await log_topics.create_topic(listener.db, CreateTopic(name="corrupt", partitions=1))
+    good = recordbatch.build([(1, b"k", b"v", [])], producer_id=-1, producer_epoch=-1)
+    bad = bytearray(good)
+    bad[-1] ^= 0xFF  # the CRC no longer matches
+    connection = await connect(listener)
+    answer = await connection.produce("corrupt", bytes(bad))
+    result = answer.responses[0].partition_responses[0]
+    assert result.error_code == ErrorCode.corrupt_message
+    assert result.error_message
+    described = await log_topics.describe_topic(listener.db, "corrupt")
+    assert described.partitions[0].high_watermark == 0
+
+
+async def test_init_producer_id_lets_only_the_current_instance_bump_its_epoch(
+    listener: KafkaListener,
+) -> None:
+    connection = await connect(listener)
+
+    async def init(producer_id: int, epoch: int) -> tuple[Any, int, int]:
+        answer = await connection.call(
+            22,
+            4,
+            transactional_id="kip-360",
+            transaction_timeout=datetime.timedelta(seconds=60),
+            producer_id=producer_id,
+            producer_epoch=epoch,
+        )
+        return answer.error_code, answer.producer_id, answer.producer_epoch
+
+    _, pid, zombie = await init(-1, -1)  # a new instance, as after a restart
+    _, _, current = await init(-1, -1)
+    assert current == zombie + 1
+    assert await init(pid, zombie) == (ErrorCode.producer_fenced, -1, -1)
+    assert await init(pid, current) == (ErrorCode.none, pid, current + 1)
+
+
+def _plain(user: str, password: str) -> bytes:
+    return b"\0" + user.encode() + b"\0" + password.encode()
+
+
+async def _authenticated(listener: KafkaListener, user: str, token: str) -> tuple[Connection, Any]:
+    connection = await connect(listener)
+    handshake = await connection.call(17, 1, mechanism="PLAIN")
+    assert handshake.error_code == ErrorCode.none
+    answer = await connection.call(36, 2, auth_bytes=_plain(user, token))
+    return connection, answer
+
+
+@pytest.mark.parametrize("listener", [True], indirect=True)
+async def test_sasl_plain_refuses_unknown_tokens_and_applies_roles(listener: KafkaListener) -> None:
+    before = await connect(listener)
+    await before.send(
+        # Metadata v12 before SASL: the connection closes.
+        struct.pack(">hhi", 3, 12, 1) + b"\x00\x05test\x00\x00\x00\x00"
+    )
+    assert await before.closed()
+
+    for user, token in [("reader", "wrong-token-1"), ("ops", "reader-token-1")]:
+        _, answer = await _authenticated(listener, user, token)
+        assert answer.error_code == ErrorCode.sasl_authentication_failed
+
+    await log_topics.create_topic(listener.db, CreateTopic(name="payments", partitions=1))
+    await log_topics.create_topic(listener.db, CreateTopic(name="secret", partitions=1))
+    reader, answer = await _authenticated(listener, "reader", "reader-token-1")
+    assert answer.error_code == ErrorCode.none
+    metadata = await reader.call(3, 12, topics=None, include_topic_authorized_operations=False)
+    assert "payments" in [t.name for t in metadata.topics]
+    assert all(t.name.startswith("pay") for t in metadata.topics)
+    # The consumer role may not produce, even under its prefix.
+    batch = recordbatch.build([(1, b"k", b"v", [])], producer_id=-1, producer_epoch=-1)
+    produced = await reader.produce("payments", batch)
+    assert produced.responses[0].partition_responses[0].error_code == (
+        ErrorCode.topic_authorization_failed
+    )
+    admin, answer = await _authenticated(listener, "ops", "admin-token-1")
+    assert answer.error_code == ErrorCode.none
+    metadata = await admin.call(3, 12, topics=None, include_topic_authorized_operations=False)
+    assert {"payments", "secret"} <= {t.name for t in metadata.topics}
+
+
+def test_serve_refuses_an_open_kafka_listener_without_tokens(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(["serve", "--kafka-listener", "0.0.0.0:9092"])
+    assert code == 2
+    assert "refusing to listen on 0.0.0.0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("listener", [{"transaction_max_timeout_ms": 30_000}], indirect=True)
+async def test_an_idempotent_producer_is_not_held_to_the_transaction_timeout_maximum(
+    listener: KafkaListener,
+) -> None:
+    connection = await connect(listener)
+    answer = await connection.call(
+        22,
+        4,
+        transactional_id=None,
+        transaction_timeout=datetime.timedelta(milliseconds=-1),
+        producer_id=-1,
+        producer_epoch=-1,
+    )
+    assert answer.error_code == ErrorCode.none
+    assert answer.producer_id >= 0
+
+
+@pytest.mark.parametrize(
+    ("api_key", "version", "fields", "code_of"),
+    [
+        pytest.param(
+            22,
+            4,
+            {
+                "transactional_id": "tx\0nul",
+                "transaction_timeout": datetime.timedelta(seconds=10),
+                "producer_id": -1,
+                "producer_epoch": -1,
+            },
+            lambda a: a.error_code,
+            id="init-producer-id",
+        ),
+        pytest.param(
+            15,
+            5,
+            {"groups": ("g\0nul",), "include_authorized_operations": False},
+            lambda a: a.groups[0].error_code,
+            id="describe-groups",
+        ),
+        pytest.param(
+            26,
+            3,
+            {"transactional_id": "tx\0", "producer_id": 1, "producer_epoch": 0, "committed": True},
+            lambda a: a.error_code,
+            id="end-txn",
+        ),
+        pytest.param(
+            25,
+            3,
+            {"transactional_id": "tx", "producer_id": 1, "producer_epoch": 0, "group_id": "g\0"},
+            lambda a: a.error_code,
+            id="add-offsets-to-txn",
+        ),
+        pytest.param(
+            12,
+            4,
+            {"group_id": "g\0", "generation_id": 1, "member_id": "m", "group_instance_id": None},
+            lambda a: a.error_code,
+            id="heartbeat",
+        ),
+        pytest.param(
+            9,
+            7,
+            {"group_id": "g\0", "topics": None, "require_stable": False},
+            lambda a: a.error_code,
+            id="offset-fetch",
+        ),
+    ],
+)
+async def test_a_nul_in_a_kafka_id_is_answered_invalid_request_not_a_closed_connection(
+    listener: KafkaListener,
+    api_key: int,
+    version: int,
+    fields: dict[str, Any],
+    code_of: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    connection = await connect(listener)
+    answer = await connection.call(api_key, version, **fields)
+    assert code_of(answer) == ErrorCode.invalid_request
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+@pytest.mark.parametrize(
+    "listener", [{"max_uncompressed_batch_bytes": 2 * 1024 * 1024}], indirect=True
+)
+async def test_a_decompression_bomb_is_record_list_too_large_and_writes_nothing(
+    listener: KafkaListener,
+) -> None:
+    await log_topics.create_topic(listener.db, CreateTopic(name="bombed", partitions=1))
+    bomb = recordbatch.build(
+        [(1, b"k", bytes(4 * 1024 * 1024), [])],
+        producer_id=-1,
+        producer_epoch=-1,
+        compression=recordbatch.COMPRESSION_GZIP,
+    )
+    connection = await connect(listener)
+    answer = await connection.produce("bombed", bomb)
+    result = answer.responses[0].partition_responses[0]
+    assert result.error_code == ErrorCode.record_list_too_large
+    described = await log_topics.describe_topic(listener.db, "bombed")
+    assert described.partitions[0].high_watermark == 0
+
+
+async def test_a_kafka_id_that_is_not_utf8_closes_the_connection_and_creates_nothing(
+    listener: KafkaListener, caplog: pytest.LogCaptureFixture
+) -> None:
+    # FindCoordinator v1 and DescribeGroups v0 are plain strings: one invalid byte in the id.
+    connection = await connect(listener)
+    frame = struct.pack(">hhih", 15, 0, 1, 4) + b"test" + struct.pack(">ih", 1, 3) + b"g\xff1"
+    await connection.send(frame)
+    assert await connection.closed()
+    groups = await connect(listener)
+    listed = await groups.call(16, 4, states_filter=())
+    assert [g.group_id for g in listed.groups] == []
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

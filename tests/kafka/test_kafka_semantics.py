@@ -1,0 +1,627 @@
+"""Kafka's own semantics where a request's answer differs from the HTTP API's (issue 22,
+item 8), spoken to the listener byte by byte on SQLite and on Postgres: DeleteRecords answers each
+partition on its own; a manual replica assignment naming this one broker is taken."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from coordinator.kafka.server import KafkaListener
+from coordinator.log import fetch as log_fetch
+from coordinator.log import produce, recordbatch
+from coordinator.log import topics as log_topics
+from coordinator.log.schemas import CreateTopic
+from tests.kafka.test_kafka_listener import connect, listener
+
+__all__ = ["listener"]
+
+
+async def test_delete_records_answers_each_partition_on_its_own(listener: KafkaListener) -> None:
+    # Kafka's DeleteRecords: an offset above the high watermark (or below -1) is
+    # OFFSET_OUT_OF_RANGE for that partition, and the others still move (issue 22, item 8).
+    await log_topics.create_topic(listener.db, CreateTopic(name="trim", partitions=3))
+    connection = await connect(listener)
+    batch = recordbatch.build([(1, b"k", b"v", [])], producer_id=-1, producer_epoch=-1)
+    produce: Any = __import__("kio.schema.produce.v9.request", fromlist=["x"])
+    for _ in range(2):
+        await connection.call(
+            0,
+            9,
+            transactional_id=None,
+            acks=-1,
+            timeout=datetime.timedelta(seconds=5),
+            topic_data=(
+                produce.TopicProduceData(
+                    name="trim",
+                    partition_data=(produce.PartitionProduceData(index=0, records=batch),),
+                ),
+            ),
+        )
+    module: Any = __import__("kio.schema.delete_records.v2.request", fromlist=["x"])
+    answer = await connection.call(
+        21,
+        2,
+        topics=(
+            module.DeleteRecordsTopic(
+                name="trim",
+                partitions=(
+                    module.DeleteRecordsPartition(partition_index=0, offset=1),
+                    module.DeleteRecordsPartition(partition_index=1, offset=5),
+                    module.DeleteRecordsPartition(partition_index=2, offset=-7),
+                ),
+            ),
+        ),
+        timeout=datetime.timedelta(seconds=5),
+    )
+    results = {p.partition_index: p for p in answer.topics[0].partitions}
+    assert (results[0].error_code, results[0].low_watermark) == (ErrorCode.none, 1)
+    assert results[1].error_code == ErrorCode.offset_out_of_range
+    assert results[2].error_code == ErrorCode.offset_out_of_range
+    described = await log_topics.describe_topic(listener.db, "trim")
+    assert described.partitions[0].log_start_offset == 1
+
+
+async def test_a_replica_assignment_naming_this_broker_is_taken(listener: KafkaListener) -> None:
+    connection = await connect(listener)
+    module: Any = __import__("kio.schema.create_topics.v7.request", fromlist=["x"])
+
+    async def create(name: str, brokers: tuple[int, ...]) -> Any:
+        answer = await connection.call(
+            19,
+            7,
+            topics=(
+                module.CreatableTopic(
+                    name=name,
+                    num_partitions=-1,
+                    replication_factor=-1,
+                    assignments=tuple(
+                        module.CreatableReplicaAssignment(partition_index=i, broker_ids=brokers)
+                        for i in range(2)
+                    ),
+                    configs=(),
+                ),
+            ),
+            timeout=datetime.timedelta(seconds=5),
+            validate_only=False,
+        )
+        return answer.topics[0]
+
+    taken = await create("assigned", (0,))
+    assert (taken.error_code, taken.num_partitions) == (ErrorCode.none, 2)
+    assert len((await log_topics.describe_topic(listener.db, "assigned")).partitions) == 2
+    refused = await create("elsewhere", (1,))
+    assert refused.error_code == ErrorCode.invalid_replica_assignment
+
+
+async def test_cleanup_policy_is_a_list_config_that_takes_append_and_subtract(
+    listener: KafkaListener,
+) -> None:
+    await log_topics.create_topic(listener.db, CreateTopic(name="policy", partitions=1))
+    connection = await connect(listener)
+    module: Any = __import__("kio.schema.incremental_alter_configs.v1.request", fromlist=["x"])
+
+    async def alter(name: str, operation: int, value: str) -> ErrorCode:
+        answer = await connection.call(
+            44,
+            1,
+            resources=(
+                module.AlterConfigsResource(
+                    resource_type=2,
+                    resource_name="policy",
+                    configs=(
+                        module.AlterableConfig(name=name, config_operation=operation, value=value),
+                    ),
+                ),
+            ),
+            validate_only=False,
+        )
+        code: ErrorCode = answer.responses[0].error_code
+        return code
+
+    async def policy() -> str:
+        listed = await log_topics.describe_configs(listener.db, listener.settings, "policy")
+        return {c.name: c.value for c in listed.configs}["cleanup.policy"]
+
+    assert await alter("cleanup.policy", 2, "compact") == ErrorCode.none  # APPEND
+    assert await policy() == "compact,delete"
+    assert await alter("cleanup.policy", 3, "delete") == ErrorCode.none  # SUBTRACT
+    assert await policy() == "compact"
+    assert await alter("cleanup.policy", 3, "compact") == ErrorCode.invalid_config  # nothing left
+    assert await alter("retention.ms", 2, "5") == ErrorCode.invalid_config  # not a list
+    assert await policy() == "compact"
+
+
+@pytest.mark.parametrize("max_bytes", [1_000_000, 100_000])
+async def test_only_the_first_partition_with_data_may_exceed_the_fetch_budget(
+    listener: KafkaListener, max_bytes: int
+) -> None:
+    import random
+
+    topic = f"budget-{max_bytes}"
+    await log_topics.create_topic(listener.db, CreateTopic(name=topic, partitions=3))
+    noise = random.Random(0).randbytes(600_000)  # one 600 KB batch a partition
+    for partition in range(3):
+        batch = recordbatch.build([(1, b"k", noise, [])], producer_id=-1, producer_epoch=-1)
+        await produce.produce_batch(listener.db, listener.settings, topic, partition, batch, None)
+    connection = await connect(listener)
+    module: Any = __import__("kio.schema.fetch.v12.request", fromlist=["x"])
+    answer = await connection.call(
+        1,
+        12,
+        cluster_id=None,
+        replica_id=-1,
+        max_wait=datetime.timedelta(0),
+        min_bytes=1,
+        max_bytes=max_bytes,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=(
+            module.FetchTopic(
+                topic=topic,
+                partitions=tuple(
+                    module.FetchPartition(
+                        partition=p,
+                        current_leader_epoch=-1,
+                        fetch_offset=0,
+                        last_fetched_epoch=-1,
+                        log_start_offset=-1,
+                        partition_max_bytes=1_000_000,
+                    )
+                    for p in range(3)
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
+    sizes = [len(p.records or b"") for p in answer.responses[0].partitions]
+    # The first partition's batch comes whatever the budget; the others would pass it.
+    assert sizes[0] > 600_000
+    assert sizes[1:] == [0, 0]
+    assert all(p.high_watermark == 1 for p in answer.responses[0].partitions)
+
+
+async def test_list_offsets_by_time_answers_the_exact_record(listener: KafkaListener) -> None:
+    await log_topics.create_topic(listener.db, CreateTopic(name="times", partitions=1))
+    for records in ([(100, b"a"), (200, b"b"), (300, b"c")], [(400, b"d"), (350, b"e")]):
+        batch = recordbatch.build(
+            [(ts, b"k", v, []) for ts, v in records], producer_id=-1, producer_epoch=-1
+        )
+        await produce.produce_batch(listener.db, listener.settings, "times", 0, batch, None)
+
+    async def at(timestamp: int) -> tuple[int, int]:
+        return await log_fetch.list_offset(listener.db, "times", 0, timestamp, read_committed=False)
+
+    assert await at(150) == (1, 200)  # the first record at least that old, not its batch
+    assert await at(300) == (2, 300)
+    assert await at(360) == (3, 400)
+    assert await at(log_fetch.MAX_TIMESTAMP) == (3, 400)
+    assert await at(1000) == (-1, -1)
+
+
+async def test_offset_fetch_echoes_the_committed_leader_epoch_and_metadata(
+    listener: KafkaListener,
+) -> None:
+    # librdkafka's transactional test compares what it committed with what it fetches: the
+    # leader epoch, and metadata that may hold a NUL (issue 22, item 8).
+    await log_topics.create_topic(listener.db, CreateTopic(name="echo", partitions=2))
+    connection = await connect(listener)
+    commit: Any = __import__("kio.schema.offset_commit.v8.request", fromlist=["x"])
+    committed = await connection.call(
+        8,
+        8,
+        group_id="echo-g",
+        generation_id_or_member_epoch=-1,
+        member_id="",
+        group_instance_id=None,
+        topics=(
+            commit.OffsetCommitRequestTopic(
+                name="echo",
+                partitions=(
+                    commit.OffsetCommitRequestPartition(
+                        partition_index=0,
+                        committed_offset=0,
+                        committed_leader_epoch=7,
+                        committed_metadata="a\0b",
+                    ),
+                ),
+            ),
+        ),
+    )
+    assert committed.topics[0].partitions[0].error_code == ErrorCode.none
+    # And through a transaction: TxnOffsetCommit v3, then EndTxn.
+    init = await connection.call(
+        22,
+        3,
+        transactional_id="echo-tx",
+        transaction_timeout=datetime.timedelta(seconds=30),
+        producer_id=-1,
+        producer_epoch=-1,
+    )
+    caller = {"producer_id": init.producer_id, "producer_epoch": init.producer_epoch}
+    assert (
+        await connection.call(25, 3, transactional_id="echo-tx", group_id="echo-g", **caller)
+    ).error_code == ErrorCode.none
+    txn: Any = __import__("kio.schema.txn_offset_commit.v3.request", fromlist=["x"])
+    await connection.call(
+        28,
+        3,
+        transactional_id="echo-tx",
+        group_id="echo-g",
+        generation_id=-1,
+        member_id="",
+        group_instance_id=None,
+        topics=(
+            txn.TxnOffsetCommitRequestTopic(
+                name="echo",
+                partitions=(
+                    txn.TxnOffsetCommitRequestPartition(
+                        partition_index=1,
+                        committed_offset=0,
+                        committed_leader_epoch=3,
+                        committed_metadata="in a transaction",
+                    ),
+                ),
+            ),
+        ),
+        **caller,
+    )
+    ended = await connection.call(26, 3, transactional_id="echo-tx", committed=True, **caller)
+    assert ended.error_code == ErrorCode.none
+    fetch: Any = __import__("kio.schema.offset_fetch.v7.request", fromlist=["x"])
+    answer = await connection.call(
+        9,
+        7,
+        group_id="echo-g",
+        topics=(fetch.OffsetFetchRequestTopic(name="echo", partition_indexes=(0, 1)),),
+        require_stable=True,
+    )
+    got = {
+        p.partition_index: (p.committed_offset, p.committed_leader_epoch, p.metadata)
+        for p in answer.topics[0].partitions
+    }
+    assert got == {0: (0, 7, "a\0b"), 1: (0, 3, "in a transaction")}
+
+
+async def test_describe_transactions_gives_the_start_time_in_milliseconds(
+    listener: KafkaListener,
+) -> None:
+    import time
+
+    await log_topics.create_topic(listener.db, CreateTopic(name="described", partitions=1))
+    connection = await connect(listener)
+    init = await connection.call(
+        22,
+        4,
+        transactional_id="described-tx",
+        transaction_timeout=datetime.timedelta(seconds=30),
+        producer_id=-1,
+        producer_epoch=-1,
+    )
+    before = int(time.time() * 1000)
+    add: Any = __import__("kio.schema.add_partitions_to_txn.v3.request", fromlist=["x"])
+    await connection.call(
+        24,
+        3,
+        v3_and_below_transactional_id="described-tx",
+        v3_and_below_producer_id=init.producer_id,
+        v3_and_below_producer_epoch=init.producer_epoch,
+        v3_and_below_topics=(add.AddPartitionsToTxnTopic(name="described", partitions=(0,)),),
+    )
+    answer = await connection.call(65, 0, transactional_ids=("described-tx",))
+    (known,) = answer.transaction_states
+    assert (known.error_code, known.transaction_state) == (ErrorCode.none, "Ongoing")
+    started = int(known.transaction_start_time.timestamp() * 1000)
+    assert before - 1000 <= started <= int(time.time() * 1000) + 1000
+    assert [(t.topic, tuple(t.partitions)) for t in known.topics] == [("described", (0,))]
+
+
+@pytest.mark.parametrize(
+    ("version", "allow", "created"),
+    [(4, True, True), (4, False, False), (1, True, True)],
+)
+async def test_metadata_creates_an_unknown_topic_as_auto_create_topics_enable_does(
+    listener: KafkaListener, version: int, allow: bool, created: bool
+) -> None:
+    connection = await connect(listener)
+    module: Any = __import__(f"kio.schema.metadata.v{version}.request", fromlist=["x"])
+    fields: dict[str, Any] = {"topics": (module.MetadataRequestTopic(name="auto"),)}
+    if version >= 4:
+        fields["allow_auto_topic_creation"] = allow
+    answer = await connection.call(3, version, **fields)
+    (topic,) = answer.topics
+    if created:
+        assert (topic.error_code, len(topic.partitions)) == (ErrorCode.none, 1)
+        assert len((await log_topics.describe_topic(listener.db, "auto")).partitions) == 1
+    else:
+        assert topic.error_code == ErrorCode.unknown_topic_or_partition
+        assert "auto" not in [t.name for t in (await log_topics.list_topics(listener.db)).topics]
+
+
+@pytest.mark.parametrize("listener", [{"auto_create_topics_enable": False}], indirect=True)
+async def test_auto_creation_is_a_setting(listener: KafkaListener) -> None:
+    connection = await connect(listener)
+    module: Any = __import__("kio.schema.metadata.v12.request", fromlist=["x"])
+    answer = await connection.call(
+        3,
+        12,
+        topics=(module.MetadataRequestTopic(topic_id=None, name="not-made"),),
+        allow_auto_topic_creation=True,
+        include_topic_authorized_operations=False,
+    )
+    assert answer.topics[0].error_code == ErrorCode.unknown_topic_or_partition
+
+
+@pytest.mark.parametrize("listener", [True], indirect=True)
+async def test_only_a_principal_that_may_create_topics_auto_creates_them(
+    listener: KafkaListener,
+) -> None:
+    from tests.kafka.test_kafka_listener import _authenticated
+
+    module: Any = __import__("kio.schema.metadata.v12.request", fromlist=["x"])
+
+    async def ask(user: str, token: str, name: str) -> ErrorCode:
+        connection, answer = await _authenticated(listener, user, token)
+        assert answer.error_code == ErrorCode.none
+        metadata = await connection.call(
+            3,
+            12,
+            topics=(module.MetadataRequestTopic(topic_id=None, name=name),),
+            allow_auto_topic_creation=True,
+            include_topic_authorized_operations=False,
+        )
+        code: ErrorCode = metadata.topics[0].error_code
+        return code
+
+    assert await ask("reader", "reader-token-1", "pay-auto") == ErrorCode.unknown_topic_or_partition
+    assert await ask("ops", "admin-token-1", "pay-auto") == ErrorCode.none
+    assert [t.name for t in (await log_topics.list_topics(listener.db)).topics] == ["pay-auto"]
+
+
+async def test_alter_configs_replaces_every_config_as_kafka_does(listener: KafkaListener) -> None:
+    await log_topics.create_topic(
+        listener.db,
+        CreateTopic(name="replaced", partitions=1, configs={"retention.ms": "1000"}),
+    )
+    connection = await connect(listener)
+    module: Any = __import__("kio.schema.alter_configs.v2.request", fromlist=["x"])
+    answer = await connection.call(
+        33,
+        2,
+        resources=(
+            module.AlterConfigsResource(
+                resource_type=2,
+                resource_name="replaced",
+                configs=(module.AlterableConfig(name="cleanup.policy", value="compact"),),
+            ),
+        ),
+        validate_only=False,
+    )
+    assert answer.responses[0].error_code == ErrorCode.none
+    listed = await log_topics.describe_configs(listener.db, listener.settings, "replaced")
+    by_name = {c.name: (c.value, c.source) for c in listed.configs}
+    assert by_name["cleanup.policy"] == ("compact", "TOPIC")
+    assert by_name["retention.ms"][1] == "DEFAULT"  # not given: back to its default
+
+
+async def test_offset_delete_removes_offsets_but_of_subscribed_topics(
+    listener: KafkaListener,
+) -> None:
+    from coordinator.groups import membership
+    from coordinator.groups import service as groups_service
+    from coordinator.groups.schemas import CommitOffsetsRequest, HeartbeatRequest
+
+    for name in ("kept", "gone"):
+        await log_topics.create_topic(listener.db, CreateTopic(name=name, partitions=1))
+    offsets = [{"topic": t, "partition": 0, "offset": 1} for t in ("kept", "gone")]
+    await groups_service.commit(
+        listener.db, "od-g", CommitOffsetsRequest.model_validate({"offsets": offsets})
+    )
+    await membership.heartbeat(
+        listener.db,
+        listener.settings,
+        "od-g",
+        HeartbeatRequest(member_id="m", member_epoch=0, subscribed_topics=["kept"]),
+        "test",
+        "127.0.0.1",
+    )
+    connection = await connect(listener)
+    module: Any = __import__("kio.schema.offset_delete.v0.request", fromlist=["x"])
+    answer = await connection.call(
+        47,
+        0,
+        group_id="od-g",
+        topics=tuple(
+            module.OffsetDeleteRequestTopic(
+                name=t, partitions=(module.OffsetDeleteRequestPartition(partition_index=0),)
+            )
+            for t in ("kept", "gone")
+        ),
+    )
+    codes = {t.name: t.partitions[0].error_code for t in answer.topics}
+    assert codes == {"kept": ErrorCode.group_subscribed_to_topic, "gone": ErrorCode.none}
+    left = await groups_service.fetch(listener.db, "od-g", None, False)
+    assert [(o.topic, o.offset) for o in left.offsets] == [("kept", 1)]
+    unknown = await connection.call(47, 0, group_id="no-such-group", topics=())
+    assert unknown.error_code == ErrorCode.group_id_not_found
+
+
+async def test_acl_calls_say_security_is_the_tokens_file(listener: KafkaListener) -> None:
+    connection = await connect(listener)
+    answer = await connection.call(
+        29,
+        3,
+        resource_type_filter=1,
+        resource_name_filter=None,
+        pattern_type_filter=1,
+        principal_filter=None,
+        host_filter=None,
+        operation=1,
+        permission_type=1,
+    )
+    assert answer.error_code == ErrorCode.security_disabled
+    assert "tokens file" in answer.error_message
+
+
+@pytest.mark.parametrize("listener", [True], indirect=True)
+async def test_authorized_operations_follow_the_principal_s_rights(
+    listener: KafkaListener,
+) -> None:
+    # KIP-430, for Metadata: the reader may READ, DESCRIBE and DESCRIBE_CONFIGS its topics.
+    from tests.kafka.test_kafka_listener import _authenticated
+
+    await log_topics.create_topic(listener.db, CreateTopic(name="pay-ops", partitions=1))
+    module: Any = __import__("kio.schema.metadata.v12.request", fromlist=["x"])
+
+    async def operations(user: str, token: str, asked: bool) -> int:
+        connection, answer = await _authenticated(listener, user, token)
+        assert answer.error_code == ErrorCode.none
+        metadata = await connection.call(
+            3,
+            12,
+            topics=(module.MetadataRequestTopic(topic_id=None, name="pay-ops"),),
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=asked,
+        )
+        found: int = metadata.topics[0].topic_authorized_operations
+        return found
+
+    bits = lambda *ops: sum(1 << op for op in ops)  # noqa: E731
+    assert await operations("reader", "reader-token-1", True) == bits(3, 8, 10)
+    assert await operations("ops", "admin-token-1", True) == bits(3, 4, 5, 6, 7, 8, 10, 11)
+    assert await operations("reader", "reader-token-1", False) == -(2**31)
+
+
+async def test_a_topic_recreated_under_its_name_has_a_new_id_and_ids_name_topics(
+    listener: KafkaListener,
+) -> None:
+    # KIP-516: Metadata v10+ answers each topic's id, v12 takes an id for a name, DeleteTopics
+    # v6 deletes by id; a topic deleted and created again is a new topic to a client.
+    connection = await connect(listener)
+    metadata: Any = __import__("kio.schema.metadata.v12.request", fromlist=["x"])
+    delete: Any = __import__("kio.schema.delete_topics.v6.request", fromlist=["x"])
+    no_id = uuid.UUID(int=0)
+
+    async def topic_id(name: str) -> uuid.UUID:
+        answer = await connection.call(
+            3,
+            12,
+            topics=(metadata.MetadataRequestTopic(topic_id=no_id, name=name),),
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+        assert answer.topics[0].error_code == ErrorCode.none
+        found: uuid.UUID = answer.topics[0].topic_id
+        return found
+
+    await log_topics.create_topic(listener.db, CreateTopic(name="again", partitions=2))
+    first = await topic_id("again")
+    assert first != no_id
+    by_id = await connection.call(
+        3,
+        12,
+        topics=(metadata.MetadataRequestTopic(topic_id=first, name=None),),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    assert [(t.name, len(t.partitions)) for t in by_id.topics] == [("again", 2)]
+    deleted = await connection.call(
+        20,
+        6,
+        topics=(delete.DeleteTopicState(name=None, topic_id=first),),
+        timeout=datetime.timedelta(seconds=5),
+    )
+    assert [(r.name, r.error_code) for r in deleted.responses] == [("again", ErrorCode.none)]
+    await log_topics.create_topic(listener.db, CreateTopic(name="again", partitions=1))
+    assert await topic_id("again") not in (first, no_id)
+    gone = await connection.call(
+        3,
+        12,
+        topics=(metadata.MetadataRequestTopic(topic_id=first, name=None),),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    assert [(t.topic_id, t.error_code) for t in gone.topics] == [
+        (first, ErrorCode.unknown_topic_id)
+    ]
+    # Fetch v13+ names topics by id: the recreated topic is read by its new id only.
+    fetch: Any = __import__("kio.schema.fetch.v16.request", fromlist=["x"])
+
+    async def fetched(topic_id: uuid.UUID) -> Any:
+        answer = await connection.call(
+            1,
+            16,
+            cluster_id=None,
+            replica_state=fetch.ReplicaState(),
+            max_wait=datetime.timedelta(0),
+            min_bytes=1,
+            max_bytes=1 << 20,
+            isolation_level=1,
+            session_id=0,
+            session_epoch=-1,
+            topics=(
+                fetch.FetchTopic(
+                    topic_id=topic_id,
+                    partitions=(
+                        fetch.FetchPartition(
+                            partition=0,
+                            current_leader_epoch=-1,
+                            fetch_offset=0,
+                            last_fetched_epoch=-1,
+                            log_start_offset=-1,
+                            partition_max_bytes=1 << 20,
+                        ),
+                    ),
+                ),
+            ),
+            forgotten_topics_data=(),
+            rack_id="",
+        )
+        return answer.responses[0]
+
+    stale = await fetched(first)
+    assert (stale.topic_id, stale.partitions[0].error_code) == (first, ErrorCode.unknown_topic_id)
+    current = await fetched(await topic_id("again"))
+    assert current.partitions[0].error_code == ErrorCode.none
+
+
+async def test_keyless_records_on_a_compacted_topic_are_named_in_record_errors(
+    listener: KafkaListener,
+) -> None:
+    # KIP-467: INVALID_RECORD names the records by index, so a client fails only those
+    # (librdkafka's 0011 test counts them) and nothing of the batch is written.
+    await log_topics.create_topic(
+        listener.db,
+        CreateTopic(name="compacted", partitions=1, configs={"cleanup.policy": "compact"}),
+    )
+    connection = await connect(listener)
+    batch = recordbatch.build(
+        [(1, b"k0", b"v", []), (1, None, b"v", []), (1, b"k2", b"v", []), (1, None, b"v", [])],
+        producer_id=-1,
+        producer_epoch=-1,
+    )
+    produce: Any = __import__("kio.schema.produce.v9.request", fromlist=["x"])
+    answer = await connection.call(
+        0,
+        9,
+        transactional_id=None,
+        acks=-1,
+        timeout=datetime.timedelta(seconds=5),
+        topic_data=(
+            produce.TopicProduceData(
+                name="compacted",
+                partition_data=(produce.PartitionProduceData(index=0, records=batch),),
+            ),
+        ),
+    )
+    result = answer.responses[0].partition_responses[0]
+    assert result.error_code == ErrorCode.invalid_record
+    assert [e.batch_index for e in result.record_errors] == [1, 3]
+    described = await log_topics.describe_topic(listener.db, "compacted")
+    assert described.partitions[0].high_watermark == 0

@@ -1,0 +1,156 @@
+"""A store outage is retriable, not a bug (issue 22, item 5): with Postgres cut off (a TCP proxy
+between `coordinator serve` and its store), the HTTP API answers 503 COORDINATOR_NOT_AVAILABLE and
+the Kafka listener the retriable code each API uses, keeping the connection; when the store is
+back the same connection is served again. One WARNING when the outage begins and one when it
+ends, no traceback."""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import socket
+import struct
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader
+from kio.static.constants import EntityType
+
+from coordinator.kafka.wire import payload_type
+from coordinator.log import recordbatch
+from tests.support.kafka_fuzz import encode_request
+from tests.support.services import (
+    ServiceProcess,
+    TcpProxy,
+    create_postgres_database,
+    drop_postgres_database,
+    free_port,
+)
+
+pytestmark = pytest.mark.slow
+
+DEADLINE_S = 30.0
+
+
+class KafkaSocket:
+    """One Kafka connection kept across the outage."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=DEADLINE_S)
+        self.correlation = 0
+
+    def call(self, api_key: int, version: int, **fields: Any) -> Any:
+        self.correlation += 1
+        request_type = payload_type(api_key, version, EntityType.request)
+        frame = encode_request(api_key, version, request_type(**fields), self.correlation)
+        self.sock.sendall(struct.pack(">i", len(frame)) + frame)
+        size = struct.unpack(">i", self._exactly(4))[0]
+        answer = self._exactly(size)
+        response_type = payload_type(api_key, version, EntityType.response)
+        header, used = entity_reader(response_type.__header_schema__)(answer, 0)
+        assert header.correlation_id == self.correlation
+        return entity_reader(response_type)(answer, used)[0]
+
+    def _exactly(self, size: int) -> bytes:
+        data = b""
+        while len(data) < size:
+            chunk = self.sock.recv(size - len(data))
+            assert chunk, "the listener closed the connection"
+            data += chunk
+        return data
+
+
+@pytest.fixture
+def cut_off(tmp_path: Path) -> Iterator[tuple[ServiceProcess, TcpProxy, int]]:
+    url = create_postgres_database()
+    proxy = TcpProxy("127.0.0.1", 5432).start()
+    base, _, rest = url.partition("127.0.0.1:5432")
+    kafka_port = free_port()
+    service = ServiceProcess(
+        f"{base}127.0.0.1:{proxy.port}{rest}",
+        tmp_path,
+        COORDINATOR_KAFKA_LISTENER=f"127.0.0.1:{kafka_port}",
+    )
+    try:
+        yield service.start(), proxy, kafka_port
+    finally:
+        service.stop()
+        proxy.stop()
+        drop_postgres_database(url)
+        # Anything left unclosed warns here, in this test, not in whichever test runs next.
+        gc.collect()
+
+
+def _produce(kafka: KafkaSocket, topic: str) -> ErrorCode:
+    module: Any = __import__("kio.schema.produce.v9.request", fromlist=["x"])
+    batch = recordbatch.build([(1, b"k", b"v", [])], producer_id=-1, producer_epoch=-1)
+    answer = kafka.call(
+        0,
+        9,
+        transactional_id=None,
+        acks=-1,
+        timeout=datetime.timedelta(seconds=5),
+        topic_data=(
+            module.TopicProduceData(
+                name=topic, partition_data=(module.PartitionProduceData(index=0, records=batch),)
+            ),
+        ),
+    )
+    code: ErrorCode = answer.responses[0].partition_responses[0].error_code
+    return code
+
+
+def _init_pid(kafka: KafkaSocket) -> ErrorCode:
+    answer = kafka.call(
+        22,
+        4,
+        transactional_id="tx",
+        transaction_timeout=datetime.timedelta(seconds=30),
+        producer_id=-1,
+        producer_epoch=-1,
+    )
+    code: ErrorCode = answer.error_code
+    return code
+
+
+def test_a_store_outage_is_answered_retriably_through_both_doors_and_passes(
+    cut_off: tuple[ServiceProcess, TcpProxy, int],
+) -> None:
+    service, proxy, kafka_port = cut_off
+    assert httpx.post(f"{service.url}/v1/topics", json={"name": "t"}).status_code == 201
+    kafka = KafkaSocket(kafka_port)
+    try:
+        _through_an_outage(service, proxy, kafka)
+    finally:
+        kafka.sock.close()
+    log = service.log.read_text(errors="replace")
+    assert "Traceback" not in log
+    assert log.count("the store is unavailable") == 1
+    assert log.count("the store answers again") == 1
+
+
+def _through_an_outage(service: ServiceProcess, proxy: TcpProxy, kafka: KafkaSocket) -> None:
+    assert _produce(kafka, "t") == ErrorCode.none
+
+    proxy.cut()
+    # Every attempt during the outage: retriable answers on the same connection, several
+    # times over (the pool's connections die one by one).
+    for _ in range(3):
+        response = httpx.post(f"{service.url}/v1/init-pid", json={})
+        assert response.status_code == 503, response.text
+        assert response.json()["code"] == "COORDINATOR_NOT_AVAILABLE"
+        assert response.json()["retriable"] is True
+        assert _produce(kafka, "t") == ErrorCode.kafka_storage_error
+        assert _init_pid(kafka) == ErrorCode.coordinator_not_available
+
+    proxy.restore()
+    deadline = time.monotonic() + DEADLINE_S
+    while _produce(kafka, "t") != ErrorCode.none:  # the same connection, served again
+        assert time.monotonic() < deadline, "the service did not recover"
+    assert _init_pid(kafka) == ErrorCode.none
+    assert httpx.get(f"{service.url}/v1/topics/t").json()["partitions"][0]["high_watermark"] >= 2

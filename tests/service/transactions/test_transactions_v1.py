@@ -1,0 +1,142 @@
+"""Transaction version 1 (Kafka's clients before KIP-890, as the Kafka listener serves them), on
+SQLite and on Postgres: EndTxn keeps the epoch, the next transaction runs at it, and a retried
+EndTxn is recognised only while no transaction is open. The HTTP API stays on version 2. And a
+running producer's own epoch bump (KIP-360's InitProducerId), which only the current instance may
+make."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from coordinator.producers import service as producers
+from coordinator.producers.schemas import InitPidRequest
+from coordinator.transactions import service
+from coordinator.transactions.errors import InvalidTxnState, ProducerFenced
+from coordinator.transactions.schemas import EndTxnRequest
+from tests.support.api import create_topic, read_all
+from tests.support.txn import Instance, partition_state, started
+
+
+async def end_v1(app: Any, producer: Instance, *, commit: bool) -> tuple[str, int, int]:
+    answer = await service.end(
+        app.state.db,
+        producer.tid,
+        EndTxnRequest(producer_id=producer.pid, producer_epoch=producer.epoch, commit=commit),
+        version=1,
+    )
+    return answer.state, answer.producer_id, answer.producer_epoch
+
+
+async def writing(client: httpx.AsyncClient, tid: str, value: str) -> Instance:
+    """A new instance of `tid` with a transaction open on t-0 that holds `value`."""
+    producer = await started(client, tid)
+    await producer.add(("t", 0))
+    await producer.produce("t", 0, value)
+    return producer
+
+
+async def values(client: httpx.AsyncClient) -> list[str]:
+    return [r["value"] for r in await read_all(client, "t")]
+
+
+async def test_end_keeps_the_epoch_and_a_retry_is_answered_without_a_second_marker(
+    client: httpx.AsyncClient, app: Any
+) -> None:
+    await create_topic(client, "t")
+    producer = await writing(client, "p", "a")
+    first = await end_v1(app, producer, commit=True)
+    assert first == ("CompleteCommit", producer.pid, producer.epoch)
+    assert await end_v1(app, producer, commit=True) == first  # the retry of a lost answer
+    assert (await partition_state(client, "t", 0))["high_watermark"] == 2  # one marker
+    with pytest.raises(InvalidTxnState):
+        await end_v1(app, producer, commit=False)  # not the end that happened
+    assert (await producer.describe())["producer_epoch"] == producer.epoch
+
+
+async def test_the_next_transaction_runs_at_the_same_epoch_and_its_sequences_go_on(
+    client: httpx.AsyncClient, app: Any
+) -> None:
+    await create_topic(client, "t")
+    producer = await writing(client, "p", "a")
+    await end_v1(app, producer, commit=True)
+    await producer.add(("t", 0))
+    assert (await producer.produce("t", 0, "b")).status_code == 200  # sequence 1, same epoch
+    # Once a transaction is open, the same EndTxn again is that transaction's, not a retry of
+    # the last one.
+    assert await end_v1(app, producer, commit=True) == (
+        "CompleteCommit",
+        producer.pid,
+        producer.epoch,
+    )
+    assert await values(client) == ["a", "b"]
+    assert (await producer.describe())["state"] == "CompleteCommit"
+
+
+async def test_a_new_instance_still_fences_the_old_epoch(
+    client: httpx.AsyncClient, app: Any
+) -> None:
+    await create_topic(client, "t")
+    zombie = await writing(client, "p", "z")
+    successor = await started(client, "p")  # aborts the zombie's transaction, raises the epoch
+    assert successor.epoch > zombie.epoch
+    with pytest.raises(ProducerFenced):
+        await end_v1(app, zombie, commit=True)
+    await successor.add(("t", 0))
+    await successor.produce("t", 0, "s")
+    assert (await end_v1(app, successor, commit=True))[2] == successor.epoch
+    assert await values(client) == ["s"]
+
+
+async def recover(app: Any, producer: Instance, given: tuple[int, int]) -> tuple[int, int]:
+    answer = await producers.init_pid(
+        app.state.db, app.state.settings, InitPidRequest(transactional_id=producer.tid), given
+    )
+    return answer.producer_id, answer.producer_epoch
+
+
+async def test_a_producer_bumps_its_own_epoch_and_a_retry_gets_the_same_answer(
+    client: httpx.AsyncClient, app: Any
+) -> None:
+    await create_topic(client, "t")
+    producer = await writing(client, "p", "lost")
+    mine = (producer.pid, producer.epoch)
+    bumped = await recover(app, producer, mine)
+    assert bumped == (producer.pid, producer.epoch + 1)
+    assert await recover(app, producer, mine) == bumped  # its answer was lost: no second bump
+    described = await producer.describe()
+    assert (described["state"], described["producer_epoch"]) == ("Empty", bumped[1])
+    assert await values(client) == []  # its open transaction was aborted
+    assert (await partition_state(client, "t", 0))["high_watermark"] == 2  # one marker
+
+
+async def test_a_zombie_bumping_its_epoch_is_fenced_and_fences_nobody(
+    client: httpx.AsyncClient, app: Any
+) -> None:
+    await create_topic(client, "t")
+    zombie = await started(client, "p")
+    successor = await writing(client, "p", "s")
+    for stale in ((zombie.pid, zombie.epoch), (zombie.pid + 1000, successor.epoch)):
+        with pytest.raises(ProducerFenced):
+            await recover(app, zombie, stale)
+    # The successor's epoch and open transaction are untouched.
+    assert await end_v1(app, successor, commit=True) == (
+        "CompleteCommit",
+        successor.pid,
+        successor.epoch,
+    )
+    assert await values(client) == ["s"]
+
+
+async def test_a_retried_bump_is_fenced_once_a_new_instance_raised_the_epoch(
+    client: httpx.AsyncClient, app: Any
+) -> None:
+    first = await started(client, "p")
+    mine = (first.pid, first.epoch)
+    await recover(app, first, mine)
+    successor = await started(client, "p")
+    with pytest.raises(ProducerFenced):
+        await recover(app, first, mine)
+    assert (await successor.describe())["producer_epoch"] == successor.epoch

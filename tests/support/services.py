@@ -1,0 +1,297 @@
+"""Helpers shared by the tests: store URLs, empty databases, service processes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from sqlalchemy import text
+
+from coordinator.core.database import Database
+from coordinator.core.settings import Settings
+from coordinator.models import Base
+
+POSTGRES_ENV = "COORDINATOR_TEST_POSTGRES_URL"
+
+
+def postgres_base_url() -> str:
+    url = os.environ.get(POSTGRES_ENV)
+    if not url:
+        raise RuntimeError(
+            f"{POSTGRES_ENV} is not set: every store test runs on Postgres too. Point it at a "
+            "server, e.g. postgresql://postgres@127.0.0.1:5432/test"
+        )
+    return url
+
+
+def _with_database(url: str, name: str) -> str:
+    base, _, _ = url.rpartition("/")
+    return f"{base}/{name}"
+
+
+async def _admin(url: str, sql: str) -> None:
+    import asyncpg
+
+    plain = url.replace("postgresql+asyncpg://", "postgresql://")
+    connection = await asyncpg.connect(plain)
+    try:
+        await connection.execute(sql)
+    finally:
+        await connection.close()
+
+
+def create_postgres_database() -> str:
+    """A new empty database on the test server; returns its URL."""
+    base = postgres_base_url()
+    name = f"coordinator_test_{uuid.uuid4().hex[:12]}"
+    asyncio.run(_admin(base, f'CREATE DATABASE "{name}"'))
+    return _with_database(base, name)
+
+
+def drop_postgres_database(url: str) -> None:
+    base = postgres_base_url()
+    name = url.rpartition("/")[2]
+    asyncio.run(_admin(base, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class ServiceProcess:
+    """`coordinator serve` in a child process, as an operator would run it."""
+
+    def __init__(
+        self, database_url: str, workdir: Path, *, ca: Path | None = None, **env: str
+    ) -> None:
+        """`ca`: the service serves HTTPS (its env names the certificate), verified with this
+        CA; `client_cert` in `verify` below adds the client's certificate where mTLS asks."""
+        self.database_url = database_url
+        self.workdir = workdir
+        self.port = free_port()
+        self.env = env
+        self.ca = ca
+        self.client_cert: tuple[str, str] | None = None
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log = workdir / f"service-{self.port}.log"
+
+    @property
+    def url(self) -> str:
+        scheme = "https" if self.ca is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
+
+    def client(self, **kwargs: Any) -> httpx.Client:
+        """An HTTP client for this service (trusting its CA, with the client certificate)."""
+        if self.ca is None:
+            return httpx.Client(base_url=self.url, **kwargs)
+        import ssl
+
+        context = ssl.create_default_context(cafile=str(self.ca))
+        if self.client_cert is not None:
+            context.load_cert_chain(*self.client_cert)
+        return httpx.Client(base_url=self.url, verify=context, **kwargs)
+
+    def start(self, timeout: float = 60.0) -> ServiceProcess:
+        env = {**os.environ, "COORDINATOR_DATABASE_URL": self.database_url, **self.env}
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "coordinator", "serve", "--port", str(self.port)],
+                cwd=self.workdir,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"service exited: {self.log.read_text()[-2000:]}")
+            try:
+                with self.client(timeout=1.0) as client:
+                    if client.get("/healthz").status_code == 200:
+                        return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        raise TimeoutError(f"service did not come up: {self.log.read_text()[-2000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown hooks, no flushing; what is committed is all that is left."""
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def __enter__(self) -> ServiceProcess:
+        return self.start()
+
+    def __exit__(self, *_: Any) -> None:
+        self.stop()
+
+
+def serve_on_fresh_store(
+    backend: str, root: Path, name: str, **env: str
+) -> Iterator[ServiceProcess]:
+    """A `coordinator serve` on a fresh store (`backend` "sqlite" or "postgres"), for a module's
+    tests to share; stopped, and its database dropped, afterwards; its log must hold no
+    traceback."""
+    postgres = backend == "postgres"
+    url = create_postgres_database() if postgres else f"sqlite:///{root / f'{name}.db'}"
+    running = ServiceProcess(url, root, **env)
+    try:
+        yield running.start()
+    finally:
+        running.stop()
+        if postgres:
+            drop_postgres_database(url)
+    assert "Traceback" not in running.log.read_text(errors="replace")
+
+
+class TcpProxy:
+    """A TCP forwarder in a thread of its own, between a service and its store, that a test
+    can cut (every connection closed, new ones refused) and restore: a store outage without
+    restarting the store the other tests share."""
+
+    def __init__(self, upstream_host: str, upstream_port: int) -> None:
+        import threading
+
+        self.upstream = (upstream_host, upstream_port)
+        self.port = free_port()
+        self._up = True
+        self._loop = asyncio.new_event_loop()
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._server: asyncio.Server | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="tcp-proxy")
+
+    def start(self) -> TcpProxy:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def cut(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._set(False), self._loop).result(10)
+
+    def restore(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._set(True), self._loop).result(10)
+
+    def stop(self) -> None:
+        """Close every connection and the listening socket, then the loop: nothing is left for
+        the garbage collector to find unclosed (a ResourceWarning in some later test)."""
+        asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    async def _shutdown(self) -> None:
+        self._up = False
+        if self._server is not None:
+            self._server.close()
+        writers = list(self._writers)
+        self._writers.clear()
+        for writer in writers:
+            writer.close()
+        for writer in writers:
+            with contextlib.suppress(ConnectionError, OSError):
+                await writer.wait_closed()
+        if self._server is not None:
+            await self._server.wait_closed()
+        # Let the pipes see their ends and finish.
+        pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        if pending:
+            await asyncio.wait(pending, timeout=5)
+
+    async def _set(self, up: bool) -> None:
+        self._up = up
+        if not up:
+            for writer in list(self._writers):
+                writer.close()
+            self._writers.clear()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+
+        async def serve() -> None:
+            self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+            self._ready.set()
+
+        self._loop.run_until_complete(serve())
+        self._loop.run_forever()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if not self._up:
+            writer.close()
+            with contextlib.suppress(ConnectionError, OSError):
+                await writer.wait_closed()
+            return
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.upstream)
+        except OSError:
+            writer.close()
+            with contextlib.suppress(ConnectionError, OSError):
+                await writer.wait_closed()
+            return
+        self._writers |= {writer, up_writer}
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            try:
+                while data := await source.read(65536):
+                    sink.write(data)
+                    await sink.drain()
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                sink.close()
+                with contextlib.suppress(ConnectionError, OSError):
+                    await sink.wait_closed()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        self._writers -= {writer, up_writer}
+
+
+@dataclass
+class Store:
+    """A test store: its backend ("sqlite" or "postgres") and URL."""
+
+    backend: str
+    url: str
+
+
+async def empty_tables(db: Database) -> None:
+    """Empty every table. On Postgres a live service's sweep may be reading two of the tables
+    while TRUNCATE locks them one by one, in another order: a deadlock. TRUNCATE then waits
+    longer than the sweep before it looks for one, so the sweep is the one cancelled (its round
+    fails, is logged, and runs again next interval) and the emptying goes on."""
+    tables = [t.name for t in reversed(Base.metadata.sorted_tables)]
+    async with db.write() as session:
+        if db.is_sqlite:
+            for table in tables:
+                await session.execute(text(f"DELETE FROM {table}"))
+        else:
+            await session.execute(text("SET LOCAL deadlock_timeout = '10s'"))
+            await session.execute(text(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE"))
+
+
+def make_settings(store: Store, **overrides: Any) -> Settings:
+    return Settings(database_url=store.url, **overrides)

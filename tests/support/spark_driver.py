@@ -1,0 +1,186 @@
+"""The Spark jobs of the tests that kill a driver or need a cluster: run as
+`python tests/support/spark_driver.py '<spec JSON>'` in a process of its own (a test SIGKILLs
+it, or its SparkContext must not meet the test session's). A rerun in the test process calls the
+same functions, so it is the same job.
+
+Spec: `{"master": ..., "speculation": false, "conf": {...}, "job": "batch", "stream" or "steps",
+...}` with, for "batch", `rows`, `partitions` and `options` (the txlog writer's), for "stream",
+`source`, `checkpoint` and `options`, and for "steps" a list of `steps`, run in order, each a
+write into a SQL table (`format` "txsql" or "jdbc", `options`, `rows`, `partitions`, `fault`:
+see `ledger_rows`) or `format` "effects" (see `pay_each`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+
+def numbers(spark: SparkSession, rows: int, partitions: int) -> DataFrame:
+    """Values "0".."rows-1" in `partitions` Spark partitions of consecutive ranges; each row
+    goes to the output partition numbered as its Spark partition, so every task attempt writes
+    one output partition of its own."""
+    return spark.range(rows, numPartitions=partitions).selectExpr(
+        "cast(id as string) as value", "spark_partition_id() as partition"
+    )
+
+
+def write_batch(df: DataFrame, options: dict[str, str]) -> None:
+    df.write.format("txlog").options(**options).mode("append").save()
+
+
+def start_stream(
+    spark: SparkSession, source: dict[str, str], checkpoint: str, options: dict[str, str]
+) -> StreamingQuery:
+    """Every record of the source's topics, copied (key, value) to the output topic, in
+    micro-batches until nothing is left (Trigger.AvailableNow)."""
+    df = spark.readStream.format("txlog").options(**source).load().select("key", "value")
+    return (
+        df.writeStream.format("txlog")
+        .options(**options)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+
+
+# A fault the JVM itself raises or sits out at one row, so that a JVM writer (Spark's JDBC) has
+# written the rows before it when the attempt fails or stalls; a Python UDF decides (only it
+# knows the attempt number) and the JVM acts, row by row, in the write task.
+JVM_FAULT = (
+    "CASE fault WHEN 'fail' THEN reflect('java.lang.Integer', 'parseInt', 'injected failure') "
+    "WHEN 'stall' THEN reflect('java.lang.Thread', 'sleep', cast({ms} as bigint)) END"
+)
+
+
+def ledger_rows(
+    spark: SparkSession, rows: int, partitions: int, fault: dict[str, Any] | None = None
+) -> DataFrame:
+    """Rows (id, value) 0..rows-1 in `partitions` Spark partitions of consecutive ids. `fault`
+    `{"kind": "fail" or "stall", "at": id, "attempts": [0], "seconds": 120}`: the attempts
+    listed fail (or stall) when they reach row `id`, after writing the rows before it. With
+    `"after": {"url": postgresql_url, "table": name, "rows": n}` an attempt first waits (a poll
+    with a deadline) until that table holds n rows: the other tasks' commits, which a failing
+    task would otherwise race (the job is aborted, and its running tasks killed, at the last
+    failure)."""
+    df = spark.range(rows, numPartitions=partitions)
+    if fault is None:
+        return df.selectExpr("id", "cast(id as string) as value")
+    from pyspark.sql import functions as F
+
+    kind, at, attempts = fault["kind"], fault["at"], tuple(fault.get("attempts", [0]))
+    after = fault.get("after")
+
+    @F.udf("string", useArrow=False)  # pandas is not installed; plain rows will do
+    def decide(value: int) -> str | None:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        hit = value == at and context is not None and context.attemptNumber() in attempts
+        if hit and after is not None:
+            _wait_for_rows(after["url"], after["table"], after["rows"])
+        return kind if hit else None
+
+    action = JVM_FAULT.format(ms=int(fault.get("seconds", 120) * 1000))
+    return df.withColumn("fault", decide("id")).selectExpr(
+        "id", f"concat(cast(id as string), coalesce({action}, '')) as value"
+    )
+
+
+def _wait_for_rows(url: str, table: str, rows: int, deadline_s: float = 120.0) -> None:
+    import time
+
+    import psycopg
+
+    deadline = time.monotonic() + deadline_s
+    with psycopg.connect(url, autocommit=True) as connection:
+        while connection.execute(f"SELECT count(*) FROM {table}").fetchone()[0] < rows:  # type: ignore[index]
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{table} did not reach {rows} rows in {deadline_s} s")
+            time.sleep(0.1)
+
+
+def write_sql(df: DataFrame, fmt: str, options: dict[str, str]) -> None:
+    df.write.format(fmt).options(**options).mode("append").save()
+
+
+def pay_each(spark: SparkSession, step: dict[str, Any]) -> None:
+    """A job that pays each of `rows` records once at a stand-in bank (`bank` URL) through
+    `EffectsClient.once`, keys `{prefix}/{id}`; `kill` [partition, attempt, n] ends that attempt
+    (os._exit) after its n-th payment, `stall` [partition, attempt, n, seconds] makes it sleep."""
+    bank, url, prefix = step["bank"], step["coordinator"], step["prefix"]
+    kill, stall = step.get("kill"), step.get("stall")
+
+    def pay(rows: Any) -> None:
+        import os
+        import time
+
+        import httpx
+        from pyspark import TaskContext
+
+        from sdk import EffectsClient
+
+        context = TaskContext.get()
+        where = [context.partitionId(), context.attemptNumber()]
+        with EffectsClient({"coordinator.url": url}) as effects, httpx.Client() as http:
+            for n, row in enumerate(rows, start=1):
+                key = f"{prefix}/{row.id}"
+
+                def call(token: int, key: str = key) -> Any:
+                    answer = http.post(bank, json={"key": key, "token": token}, timeout=30)
+                    answer.raise_for_status()
+                    return answer.json()
+
+                effects.once(key, call, lease_ms=30_000, timeout=120)
+                if kill is not None and [*where, n] == kill:
+                    os._exit(1)
+                if stall is not None and [*where, n] == stall[:3]:
+                    time.sleep(stall[3])
+
+    spark.range(step["rows"], numPartitions=step["partitions"]).foreachPartition(pay)
+
+
+def run_steps(spark: SparkSession, steps: list[dict[str, Any]]) -> None:
+    for step in steps:
+        spark.sparkContext.setJobDescription(step.get("description", step["format"]))
+        if step["format"] == "effects":
+            pay_each(spark, step)
+        else:
+            df = ledger_rows(spark, step["rows"], step["partitions"], step.get("fault"))
+            write_sql(df, step["format"], step["options"])
+        print(f"step done: {step.get('description', step['format'])}", flush=True)
+
+
+def main(spec: dict[str, Any]) -> None:
+    from jobs.cluster import session
+    from sdk.spark import register
+
+    spark = session(
+        "txlog-test-driver",
+        spec["master"],
+        speculation=spec.get("speculation", False),
+        conf=spec.get("conf", {}),
+    )
+    register(spark)
+    try:
+        if spec["job"] == "batch":
+            write_batch(numbers(spark, spec["rows"], spec["partitions"]), spec["options"])
+        elif spec["job"] == "steps":
+            run_steps(spark, spec["steps"])
+        else:
+            query = start_stream(spark, spec["source"], spec["checkpoint"], spec["options"])
+            query.awaitTermination()
+            if query.exception() is not None:
+                raise RuntimeError(f"the streaming query failed: {query.exception()}")
+    finally:
+        spark.stop()
+    print("driver done", flush=True)
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))
