@@ -96,14 +96,19 @@ def _refuse_nul(
     a metadata string that holds one is a 400 / INVALID_REQUEST through both doors, never a 500
     (Postgres refuses the byte) or a silent difference between the stores (SQLite keeps it)."""
     for row in parameters if many else (parameters,):
-        for value in row.values() if isinstance(row, dict) else row or ():
-            if isinstance(value, str):
-                if "\0" in value:
-                    _unstorable(value)
-            elif isinstance(value, list | tuple):
-                for item in value:
-                    if isinstance(item, str) and "\0" in item:
-                        _unstorable(item)
+        _refuse_nul_in(row.values() if isinstance(row, dict) else row or ())
+
+
+def _refuse_nul_in(values: Iterable[Any]) -> None:
+    """`_refuse_nul` for one statement's parameters (text, or arrays of text)."""
+    for value in values:
+        if isinstance(value, str):
+            if "\0" in value:
+                _unstorable(value)
+        elif isinstance(value, list | tuple):
+            for item in value:
+                if isinstance(item, str) and "\0" in item:
+                    _unstorable(item)
 
 
 def _unstorable(value: str) -> None:
@@ -228,7 +233,9 @@ async def on_driver(connection: AsyncConnection, sql: str, *args: Any) -> list[A
     `connection`, inside whatever transaction SQLAlchemy began on it; its rows (none for a
     write). For the hot statements: no compilation, no result processing. A connection the store
     cut is invalidated, so the pool never hands it out again, and raised as an outage (an
-    OSError is one to `Database`'s outage handling)."""
+    OSError is one to `Database`'s outage handling). Text holding a NUL is refused first, as
+    `_refuse_nul` refuses it for SQLAlchemy's statements."""
+    _refuse_nul_in(args)
     try:
         raw = await connection.get_raw_connection()
         driver: asyncpg.Connection = raw.driver_connection

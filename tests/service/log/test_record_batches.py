@@ -465,3 +465,13 @@ async def test_compression_type_recompresses_every_batch_as_kafka_does(
     # A retry of the same batch is still recognised as the duplicate it is.
     again = await produce_batch(client, "t", 0, sent)
     assert again.json()["duplicate"] is True
+
+
+async def test_a_name_holding_a_nul_is_refused_before_any_statement(app: Any) -> None:
+    """Postgres refuses the byte in text: no statement of either store may meet it, those sent
+    straight to the driver included (a fetch is one on Postgres), or a 5xx would follow."""
+    from coordinator.core.errors import UnstorableText
+    from coordinator.log import fetch as log_fetch
+
+    with pytest.raises(UnstorableText):
+        await log_fetch.fetch_batches(app.state.db, "t\0", 0, 0, max_bytes=1, read_committed=True)
