@@ -86,9 +86,16 @@ TOPIC = "bench-kafka"
 
 
 def kafka_producer(
-    bootstrap: str, partition: int, payload: Payload, start: float, end: float, **extra: Any
+    bootstrap: str,
+    partition: int,
+    payload: Payload,
+    start: float,
+    end: float,
+    topic: str = TOPIC,
+    **extra: Any,
 ) -> Tally:
-    """Produce to one partition until `end`; counts what is acknowledged between start and end."""
+    """Produce to one partition of `topic` until `end`; counts what is acknowledged between
+    start and end."""
     tally = Tally()
     failures: list[Any] = []
     config = {
@@ -116,7 +123,7 @@ def kafka_producer(
     while clock() < end:
         try:
             producer.produce(
-                TOPIC,
+                topic,
                 payload.values[i % len(payload.values)],
                 partition=partition,
                 on_delivery=delivered,

@@ -1,0 +1,296 @@
+"""The SDK's Producer against the load it could carry: what Spark executors' writes get.
+
+What it measures, in one run on one machine (client processes, the service and Postgres share
+its cores), on one `coordinator serve` with its Kafka listener, on a fresh Postgres database:
+
+1. prebuilt: `bench/produce.py`'s HTTP load, N producers each sending prebuilt record batches of
+   `--batch-records` records (one request in flight each): the baseline, what the service takes
+   when the client costs nothing.
+2. sdk: N processes, each an idempotent `sdk.Producer` calling `produce()` with `--record-bytes`
+   records to its own partition for `--seconds` (`linger.ms` 5, `batch.size` for batches of up
+   to `--batch-records`), once with `compression.type` none and once with zstd; then transactional
+   (`transactional.id`, a commit every `--commit-ms`), none. Each `produce()` call is timed: its
+   p99 says whether the producing thread waits on the sender (building and compressing batches
+   holds the producer's lock today).
+3. confluent-kafka: N processes, each confluent-kafka's Producer (librdkafka) through the Kafka
+   listener, idempotent, the same records.
+
+Records count when their delivery report arrives inside the measured window. Ratios:
+`sdk_vs_prebuilt` (goal >= 0.8, compression none), `zstd_vs_none` (the SDK with zstd over none),
+`sdk_txn_overhead` (1 - transactional / idempotent MB/s), `sdk_vs_confluent`; and the produce()
+p99 of none and zstd (goal: zstd costs nothing measurable there).
+
+Run (Postgres must be reachable; the benchmark creates and drops its own database):
+
+    python bench/sdk_producer.py --seconds 10
+    python bench/sdk_producer.py --producers 2 --record-bytes 1024 --commit-ms 100
+
+A readable table goes to stdout; its last line is one JSON object with the figures. Progress
+goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is not a package
+from _support import (
+    MB,
+    Window,
+    add_postgres_url,
+    cancel_on_sigterm,
+    checkpoint,
+    free_port,
+    log,
+    percentile_ms,
+    plain_url,
+    positive_float,
+    positive_int,
+    run_bench,
+    scratch_database,
+    serving,
+)
+from kafka import kafka_producer
+from produce import SERVE, SERVE_OPTIONS, Payload, Tally, merged, run_service
+
+import sdk
+
+TOPIC = "bench-sdk"
+# Bytes a record adds to a batch beyond its value (its length, attributes, deltas, key, headers).
+RECORD_OVERHEAD = 16
+# Spawning the client processes (and importing the SDK in each) takes a moment of its own.
+SPAWN_SECONDS = 2.0
+
+
+def sdk_producer(
+    url: str,
+    partition: int,
+    values: list[bytes],
+    start: float,
+    end: float,
+    compression: str,
+    commit_ms: float | None,
+) -> tuple[Tally, list[float]]:
+    """One SDK producer until `end`: what was delivered between `start` and `end`, and every
+    produce() call's duration (seconds) in that window."""
+    tally = Tally()
+    calls: list[float] = []
+    failures: list[Any] = []
+    size = len(values[0])
+    clock = time.perf_counter
+    config: dict[str, object] = {
+        "coordinator.url": url,
+        "linger.ms": 5,
+        # Batches of up to `--batch-records` records, as the prebuilt ones (the default
+        # batch.size, 16 KB, is Java's).
+        "batch.size": len(values) * (size + RECORD_OVERHEAD),
+        "compression.type": compression,
+        "queue.buffering.max.messages": 20 * len(values),
+    }
+    if commit_ms is not None:
+        config["transactional.id"] = f"bench-sdk-{partition}"
+
+    def delivered(error: Any, _: Any) -> None:
+        if error is not None:
+            failures.append(error)
+        elif start <= clock() <= end:
+            tally.records += 1
+            tally.value_bytes += size
+
+    producer = sdk.Producer(config)
+    try:
+        if commit_ms is not None:
+            producer.init_transactions(30)
+        i = 0
+        while clock() < end:
+            if commit_ms is not None:
+                producer.begin_transaction()
+            round_end = end if commit_ms is None else min(end, clock() + commit_ms / 1000)
+            while clock() < round_end:
+                began = clock()
+                try:
+                    producer.produce(
+                        TOPIC, values[i % len(values)], partition=partition, on_delivery=delivered
+                    )
+                    i += 1
+                except BufferError:
+                    producer.poll(0.005)
+                    continue
+                if start <= began <= end:
+                    calls.append(clock() - began)
+                producer.poll(0)
+            if commit_ms is not None:
+                producer.commit_transaction(30)
+        producer.flush(30)
+    finally:
+        producer.close(30)
+    if failures:
+        raise RuntimeError(f"{len(failures)} deliveries failed, e.g. {failures[0]}")
+    tally.batches = tally.records // len(values)
+    return tally, calls
+
+
+def run_sdk(
+    url: str, args: argparse.Namespace, payload: Payload, compression: str, commit_ms: float | None
+) -> tuple[Tally, list[float], Window]:
+    """Every producer in a process of its own (one interpreter's GIL is not the load)."""
+    window = Window.after(args.warmup + SPAWN_SECONDS, args.seconds)
+    with ProcessPoolExecutor(
+        args.producers, mp_context=multiprocessing.get_context("spawn")
+    ) as pool:
+        futures = [
+            pool.submit(
+                sdk_producer,
+                url,
+                i,
+                payload.values,
+                window.start,
+                window.end,
+                compression,
+                commit_ms,
+            )
+            for i in range(args.producers)
+        ]
+        results = [f.result() for f in futures]
+    calls = sorted(c for _, cs in results for c in cs)
+    return merged([t for t, _ in results]), calls, window
+
+
+def run_confluent(
+    bootstrap: str, args: argparse.Namespace, payload: Payload
+) -> tuple[Tally, Window]:
+    window = Window.after(args.warmup + SPAWN_SECONDS, args.seconds)
+    with ProcessPoolExecutor(
+        args.producers, mp_context=multiprocessing.get_context("spawn")
+    ) as pool:
+        futures = [
+            pool.submit(
+                kafka_producer, bootstrap, i, payload, window.start, window.end, topic=TOPIC
+            )
+            for i in range(args.producers)
+        ]
+        return merged([f.result() for f in futures]), window
+
+
+async def bench(args: argparse.Namespace) -> None:
+    cancel_on_sigterm()
+    server_url = plain_url(args.postgres_url)
+    payload = Payload.build(args.batch_records, args.record_bytes)
+    port = free_port()
+    bootstrap = f"127.0.0.1:{port}"
+    options = [*SERVE_OPTIONS, "--kafka-listener", bootstrap]
+    figures: dict[str, Any] = {}
+    async with (
+        scratch_database(server_url, "bench_") as (_, database_url),
+        serving(database_url, "bench-sdk-", SERVE, options) as service,
+    ):
+        async with httpx.AsyncClient(base_url=service.url) as client:
+            response = await client.post(
+                "/v1/topics", json={"name": TOPIC, "partitions": args.producers}
+            )
+            response.raise_for_status()
+        await checkpoint(database_url)
+        log(f"prebuilt phase: {args.warmup:g} s warm-up + {args.seconds:g} s")
+        args.partitions, args.format = 0, "binary"
+        tally, seconds, _ = await run_service(service, args.producers, args, payload)
+        figures["prebuilt_mb_per_s"] = tally.value_bytes / MB / seconds
+        runs: list[tuple[str, str, float | None]] = [
+            ("sdk", "none", None),
+            ("sdk_zstd", "zstd", None),
+            ("sdk_txn", "none", args.commit_ms),
+        ]
+        for name, compression, commit_ms in runs:
+            await checkpoint(database_url)
+            log(f"{name} phase: {args.warmup:g} s warm-up + {args.seconds:g} s")
+            tally, calls, window = await asyncio.to_thread(
+                run_sdk, service.url, args, payload, compression, commit_ms
+            )
+            figures[f"{name}_mb_per_s"] = tally.value_bytes / MB / window.seconds
+            figures[f"{name}_produce_p50_us"] = 1000 * percentile_ms(calls, 0.50)
+            figures[f"{name}_produce_p99_us"] = 1000 * percentile_ms(calls, 0.99)
+        await checkpoint(database_url)
+        log(f"confluent-kafka phase: {args.warmup:g} s warm-up + {args.seconds:g} s")
+        tally, window = await asyncio.to_thread(run_confluent, bootstrap, args, payload)
+        figures["confluent_mb_per_s"] = tally.value_bytes / MB / window.seconds
+    figures["sdk_vs_prebuilt"] = figures["sdk_mb_per_s"] / figures["prebuilt_mb_per_s"]
+    figures["zstd_vs_none"] = figures["sdk_zstd_mb_per_s"] / figures["sdk_mb_per_s"]
+    figures["sdk_txn_overhead"] = 1 - figures["sdk_txn_mb_per_s"] / figures["sdk_mb_per_s"]
+    figures["sdk_vs_confluent"] = figures["sdk_mb_per_s"] / figures["confluent_mb_per_s"]
+    report(args, figures)
+
+
+def report(args: argparse.Namespace, figures: dict[str, Any]) -> None:
+    print()
+    print(
+        f"sdk producer: {args.producers} producers (a partition each), {args.record_bytes} B "
+        f"records, batches of up to {args.batch_records}, {args.seconds:g} s per phase"
+    )
+    print(f"{'':<34}{'MB/s':>8}{'produce() p50 us':>18}{'p99 us':>10}")
+    rows = [
+        ("prebuilt batches (HTTP, baseline)", "prebuilt"),
+        ("SDK idempotent, none", "sdk"),
+        ("SDK idempotent, zstd", "sdk_zstd"),
+        (f"SDK transactional ({args.commit_ms:g} ms), none", "sdk_txn"),
+        ("confluent-kafka (Kafka door)", "confluent"),
+    ]
+    for label, key in rows:
+        p50 = figures.get(f"{key}_produce_p50_us")
+        p99 = figures.get(f"{key}_produce_p99_us")
+        timing = "" if p50 is None else f"{p50:>18.1f}{p99:>10.1f}"
+        print(f"{label:<34}{figures[f'{key}_mb_per_s']:>8.2f}{timing}")
+    print(
+        f"sdk_vs_prebuilt: {figures['sdk_vs_prebuilt']:.3f} (goal >= 0.8)  "
+        f"zstd_vs_none: {figures['zstd_vs_none']:.3f}  "
+        f"sdk_txn_overhead: {figures['sdk_txn_overhead']:.3f}  "
+        f"sdk_vs_confluent: {figures['sdk_vs_confluent']:.3f}"
+    )
+    print(
+        json.dumps(
+            {
+                **{k: round(v, 4) for k, v in figures.items()},
+                "producers": args.producers,
+                "record_bytes": args.record_bytes,
+                "batch_records": args.batch_records,
+                "commit_ms": args.commit_ms,
+                "seconds": args.seconds,
+            }
+        ),
+        flush=True,
+    )
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="The SDK Producer (idempotent, zstd, transactional) against prebuilt "
+        "batches and confluent-kafka in the same run. The last stdout line is a JSON object "
+        "with the figures.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add_postgres_url(parser)
+    parser.add_argument("--producers", type=positive_int, default=4, help="producer processes")
+    parser.add_argument("--batch-records", type=positive_int, default=100, help="records/batch")
+    parser.add_argument("--record-bytes", type=positive_int, default=1024, help="bytes per value")
+    parser.add_argument(
+        "--commit-ms", type=positive_float, default=100.0, help="transactional: commit interval"
+    )
+    parser.add_argument("--seconds", type=positive_float, default=10.0, help="measured seconds")
+    parser.add_argument("--warmup", type=float, default=2.0, help="warm-up seconds per phase")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_bench(bench(parse_args(argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
