@@ -34,6 +34,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any, Unpack
 from urllib.parse import quote
 
@@ -900,6 +901,10 @@ class Producer(Closeable):
             jobs.append(self._send(part, batch))
 
     def _send(self, part: _Partition, batch: _Batch) -> Callable[[], None]:
+        """Mark `batch` sent and return the job that sends it. Its first send seals it and
+        takes its sequence here, under the lock; the job builds (and compresses) its body
+        outside the lock, once, and keeps it for retries, so produce() never waits on it."""
+        build: Callable[[], bytes] | None = None
         if batch.sequence is None:
             count = len(batch.records)
             batch.sealed = True
@@ -908,8 +913,9 @@ class Producer(Closeable):
                 part.next_sequence = (batch.sequence + count) % SEQUENCE_MODULUS
             else:
                 batch.sequence = -1
-            batch.body = recordbatch.build(
-                [(r.timestamp, r.key, r.value, r.headers) for r in batch.records],
+            build = partial(
+                _build,
+                batch.records,
                 compression=self._compression,
                 producer_id=self._producer_id if self._idempotent else -1,
                 producer_epoch=self._epoch if self._idempotent else -1,
@@ -924,7 +930,7 @@ class Producer(Closeable):
         batch.needs_send = False
         part.inflight += 1
         self._inflight += 1
-        return lambda: self._produce_job(part, batch)
+        return lambda: self._produce_job(part, batch, build)
 
     def _expire(self, now: float, wake: list[float]) -> None:
         for part in self._partitions.values():
@@ -941,8 +947,13 @@ class Producer(Closeable):
 
     # -- answers (run in the pool, applied under the lock) ---------------------------------------
 
-    def _produce_job(self, part: _Partition, batch: _Batch) -> None:
+    def _produce_job(
+        self, part: _Partition, batch: _Batch, build: Callable[[], bytes] | None
+    ) -> None:
         topic, partition = batch.tp
+        if build is not None:
+            # A sealed batch in flight: no other thread touches its records or its body.
+            batch.body = build()
         assert batch.body is not None
         path = f"/v1/topics/{topic}/partitions/{partition}/records"
         outcome = self._request("POST", path, batch.body, self._produce_params)
@@ -1065,6 +1076,10 @@ class Producer(Closeable):
             else:
                 self._set_fatal(outcome)
             self._cond.notify_all()
+
+
+def _build(records: Sequence[_Record], **header: Any) -> bytes:
+    return recordbatch.build([(r.timestamp, r.key, r.value, r.headers) for r in records], **header)
 
 
 def _before(queue: Iterable[_Batch], batch: _Batch) -> Iterable[_Batch]:

@@ -283,3 +283,37 @@ def test_a_record_the_coordinator_refuses_fails_the_transaction_until_it_is_abor
     assert [(e is None, v) for e, v in reports] == [(False, b"a"), (True, b"b")]
     assert fake.ends == [False, True]
     assert fake.values() == [b"b"]
+
+
+def test_produce_never_waits_for_a_batch_being_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Building and compressing a batch happens outside the producer's lock: while one is being
+    built (held here until the test lets it go), produce() still queues records at once."""
+    from sdk import _producer
+
+    building, release = threading.Event(), threading.Event()
+    build = _producer.recordbatch.build
+
+    def held(*args: Any, **kwargs: Any) -> bytes:
+        building.set()
+        release.wait()
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(_producer.recordbatch, "build", held)
+    fake = FakeCoordinator()
+    reports: Reports = []
+    with fake.producer(**{"linger.ms": 0}) as producer:
+        producer.produce("t", b"a", partition=0, on_delivery=reporting(reports))
+        assert building.wait(10)
+        queued = threading.Thread(
+            target=producer.produce, args=("t", b"b"), kwargs={"partition": 0}
+        )
+        queued.start()
+        queued.join(10)
+        blocked = queued.is_alive()
+        release.set()
+        queued.join()
+        producer.flush(5)
+
+    assert not blocked
+    assert reports == [(None, b"a")]
+    assert fake.values() == [b"a", b"b"]
