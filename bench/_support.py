@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
 import os
 import random
 import signal
@@ -23,15 +24,18 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 import httpx
 import orjson
+
+T = TypeVar("T")
 
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 POSTGRES_ENV = "COORDINATOR_TEST_POSTGRES_URL"
@@ -372,3 +376,12 @@ def run_bench(bench: Coroutine[Any, Any, None]) -> int:
         log("interrupted")
         return 130
     return 0
+
+
+def in_processes(calls: list[tuple[Callable[..., T], tuple[Any, ...]]]) -> list[T]:
+    """Each `function(*args)` in a process of its own (spawned: a fresh interpreter, so one
+    load generator's GIL is not the load); their results in order."""
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(len(calls), mp_context=context) as pool:
+        futures = [pool.submit(function, *args) for function, args in calls]
+        return [f.result() for f in futures]

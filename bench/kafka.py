@@ -35,11 +35,9 @@ import asyncio
 import datetime
 import io
 import json
-import multiprocessing
 import statistics
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +58,7 @@ from _support import (
     checkpoint,
     cpu_in_window,
     free_port,
+    in_processes,
     log,
     plain_url,
     positive_float,
@@ -242,16 +241,12 @@ def run_kafka(
 ) -> tuple[Tally, float]:
     """Each producer in a process of its own, so the load generator (librdkafka's Python
     produce() per record) is not one interpreter's GIL."""
-    with ProcessPoolExecutor(
-        args.producers, mp_context=multiprocessing.get_context("spawn")
-    ) as pool:
-        futures = [
-            pool.submit(
-                kafka_producer, bootstrap, i % args.partitions, payload, window.start, window.end
-            )
+    tallies = in_processes(
+        [
+            (kafka_producer, (bootstrap, i % args.partitions, payload, window.start, window.end))
             for i in range(args.producers)
         ]
-        tallies = [f.result() for f in futures]
+    )
     return merged(tallies), args.seconds
 
 

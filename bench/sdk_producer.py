@@ -34,10 +34,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import multiprocessing
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +49,7 @@ from _support import (
     cancel_on_sigterm,
     checkpoint,
     free_port,
+    in_processes,
     log,
     percentile_ms,
     plain_url,
@@ -145,23 +144,15 @@ def run_sdk(
 ) -> tuple[Tally, list[float], Window]:
     """Every producer in a process of its own (one interpreter's GIL is not the load)."""
     window = Window.after(args.warmup + SPAWN_SECONDS, args.seconds)
-    with ProcessPoolExecutor(
-        args.producers, mp_context=multiprocessing.get_context("spawn")
-    ) as pool:
-        futures = [
-            pool.submit(
+    results = in_processes(
+        [
+            (
                 sdk_producer,
-                url,
-                i,
-                payload.values,
-                window.start,
-                window.end,
-                compression,
-                commit_ms,
+                (url, i, payload.values, window.start, window.end, compression, commit_ms),
             )
             for i in range(args.producers)
         ]
-        results = [f.result() for f in futures]
+    )
     calls = sorted(c for _, cs in results for c in cs)
     return merged([t for t, _ in results]), calls, window
 
@@ -170,16 +161,13 @@ def run_confluent(
     bootstrap: str, args: argparse.Namespace, payload: Payload
 ) -> tuple[Tally, Window]:
     window = Window.after(args.warmup + SPAWN_SECONDS, args.seconds)
-    with ProcessPoolExecutor(
-        args.producers, mp_context=multiprocessing.get_context("spawn")
-    ) as pool:
-        futures = [
-            pool.submit(
-                kafka_producer, bootstrap, i, payload, window.start, window.end, topic=TOPIC
-            )
+    tallies = in_processes(
+        [
+            (kafka_producer, (bootstrap, i, payload, window.start, window.end, TOPIC))
             for i in range(args.producers)
         ]
-        return merged([f.result() for f in futures]), window
+    )
+    return merged(tallies), window
 
 
 async def bench(args: argparse.Namespace) -> None:
