@@ -287,13 +287,17 @@ class Producer(Closeable):
                 f"the record holds {record.size - RECORD_OVERHEAD} bytes; message.max.bytes is "
                 f"{self.config.message_max_bytes}"
             )
+        # A topic seen before needs no metadata call, and the lock is taken once; before a call,
+        # a producer that may not produce says so first.
+        count = self._metadata.get(topic) if isinstance(topic, str) else None
+        if count is None:
+            with self._cond:
+                self._check_can_produce()
+            count = self._partition_count(topic)
         with self._cond:
             self._check_can_produce()
-        count = self._partition_count(topic)
-        if partition is not None and partition != -1 and not 0 <= partition < count:
-            raise UnknownTopicOrPartition(f"{topic} has {count} partitions, not {partition}")
-        with self._cond:
-            self._check_can_produce()
+            if partition is not None and partition != -1 and not 0 <= partition < count:
+                raise UnknownTopicOrPartition(f"{topic} has {count} partitions, not {partition}")
             if self._outstanding >= self.config.queue_buffering_max_messages:
                 raise BufferError(
                     f"{self._outstanding} records wait for delivery (queue.buffering.max.messages);"
