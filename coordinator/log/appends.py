@@ -374,7 +374,7 @@ WITH txns AS (
             AND i.producer_epoch = h.current_epoch)
          = cardinality(${_E}::varchar[])
      AND (SELECT count(*) FROM txns
-          WHERE state = 'Ongoing' AND producer_id = expected_producer)
+          WHERE state = ${_T + 2}::varchar AND producer_id = expected_producer)
          = cardinality(${_T}::varchar[]) AS passes
 ), appended AS (
   INSERT INTO batches ({_quoted(_BATCH_COLUMNS)}, control, aborted, first_offset)
@@ -419,13 +419,15 @@ async def write_optimistic(
     wanted: dict[tuple[str, int], tuple[str, int]],
     expected: dict[tuple[str, int, int], ProducerView],
     transactions: dict[str, int],
-) -> dict[tuple[str, int], LockedPartition] | None:
+    open_state: str,
+) -> dict[tuple[str, int], tuple[int, int]] | None:
     """Postgres, on a connection with no transaction open: write the group's rows and states
     (offsets relative to each partition's high watermark) and move each partition in `wanted`
     by its advance, in one statement that commits by itself, if every partition in `wanted`
     still has the configs given there, every producer in `expected` still has that view and
-    every transactional id in `transactions` has an Ongoing transaction of that producer id;
-    the partitions as they were before the write, or None when nothing was written."""
+    every transactional id in `transactions` has a transaction of that producer id in
+    `open_state`; each partition's (high watermark, log start offset) before the write, or
+    None when nothing was written."""
     found = await on_driver(
         connection,
         _WRITE_OPTIMISTIC_POSTGRES,
@@ -444,7 +446,8 @@ async def write_optimistic(
         [v.open_txn_offset for v in expected.values()],
         sorted(transactions),
         [transactions[tid] for tid in sorted(transactions)],
+        open_state,
     )
     if not found or not found[0][4]:
         return None
-    return {(r[0], r[1]): LockedPartition(r[2], r[3], "") for r in found}
+    return {(r[0], r[1]): (r[2], r[3]) for r in found}

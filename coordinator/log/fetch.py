@@ -195,20 +195,32 @@ async def fetch_batches(
             return fetched
         filling = _Filling(fetched, offset, upper, max_bytes, max_records, fit, at_least_one)
         params |= {"offset": offset, "upper": upper}
-        first, limit = True, FIRST_CHUNK
-        while limit:
-            statement = _CHUNKS[(include_control, include_aborted, first)]
-            rows = (await connection.execute(statement, {**params, "limit": limit})).all()
-            first = False
-            limit = filling.take(rows, limit)
-            if limit:
-                params["cursor"] = rows[-1].base_offset + 1
+        chunks = (include_control, include_aborted)
+        await _read_chunks(connection, filling, chunks, params, FIRST_CHUNK, first=True)
         if aborted_list and fetched.batches:
-            fetched.aborted = await _aborted(connection, topic, partition, offset, upper)
-    fetched.aborted = [
-        (pid, first) for pid, first in fetched.aborted if first < fetched.next_offset
-    ]
+            end = fetched.next_offset
+            fetched.aborted = await _aborted(connection, topic, partition, offset, end)
     return fetched
+
+
+async def _read_chunks(
+    connection: AsyncConnection,
+    filling: _Filling,
+    chunks: tuple[bool, bool],
+    params: dict[str, Any],
+    limit: int,
+    *,
+    first: bool,
+) -> None:
+    """Read chunks of batches (`_CHUNKS[(*chunks, first)]`) into `filling` until it is
+    complete, the first of `limit` rows; past the first, from `params["cursor"]` on."""
+    while limit:
+        statement = _CHUNKS[(*chunks, first)]
+        rows = (await connection.execute(statement, {**params, "limit": limit})).all()
+        first = False
+        limit = filling.take(rows, limit)
+        if limit:
+            params["cursor"] = rows[-1][0] + 1
 
 
 # Kafka's aborted-transactions list for fetched offsets [start, end): (producer id, first offset)
@@ -321,14 +333,11 @@ async def _fetch_postgres(db: Database, topic: str, partition: int, asked: _Aske
     if limit:
         # More than a chunk's batches within the budget: the rest in chunks (the snapshot is
         # another, but what lies below `upper` is written already).
-        params = {"topic": topic, "partition": partition, "upper": upper}
+        params = {"topic": topic, "partition": partition, "upper": upper, "cursor": rows[-1][0] + 1}
+        chunks = (asked.include_control, asked.include_aborted)
         async with db.read() as session:
             connection = await session.connection()
-            while limit:
-                params |= {"cursor": fetched.next_offset, "limit": limit}
-                statement = _CHUNKS[(asked.include_control, asked.include_aborted, False)]
-                chunk = (await connection.execute(statement, params)).all()
-                limit = filling.take(chunk, limit)
+            await _read_chunks(connection, filling, chunks, params, limit, first=False)
     if fetched.batches:
         fetched.aborted = sorted(
             (r[1], r[2]) for r in found if r[0] == 2 and r[2] < fetched.next_offset

@@ -75,13 +75,19 @@ class GroupTransactions(Protocol):
 
 
 _transactions: Callable[[AsyncSession], GroupTransactions] | None = None
+# The state of a transaction that takes batches into the partitions it already includes (what an
+# optimistic group's statement checks), named by the transactions domain.
+_open_state: str | None = None
 
 
-def use_transactions(provider: Callable[[AsyncSession], GroupTransactions]) -> None:
-    """How append groups reach the transactions their batches join (set once, on import of
+def use_transactions(
+    provider: Callable[[AsyncSession], GroupTransactions], open_state: str
+) -> None:
+    """How append groups reach the transactions their batches join, and the state in which a
+    transaction takes batches without a change (set once, on import of
     `coordinator.transactions`)."""
-    global _transactions
-    _transactions = provider
+    global _transactions, _open_state
+    _transactions, _open_state = provider, open_state
 
 
 def next_sequence(sequence: int) -> int:
@@ -470,15 +476,14 @@ async def write_optimistic(
     the rules would not append as it is (a retry, a gap, an error), rows that changed. It never
     answers an error itself: the locking path does, from the rows."""
     wanted: dict[tuple[str, int], appends.LockedPartition] = {}
+    expected: dict[tuple[str, int, int], appends.ProducerView] = {}
+    transactions: dict[str, int] = {}
     for append in batch:
         configs = seen.configs.get(append.topic)
         if configs is None:
             return None
         # Offsets planned from 0: the statement adds each partition's high watermark.
         wanted[(append.topic, append.partition)] = appends.LockedPartition(0, 0, configs)
-    expected: dict[tuple[str, int, int], appends.ProducerView] = {}
-    transactions: dict[str, int] = {}
-    for append in batch:
         key = (append.topic, append.partition, append.checked.header.producer_id)
         if key[2] >= 0 and key not in expected:
             view = seen.views.get(key)
@@ -487,7 +492,7 @@ async def write_optimistic(
             expected[key] = view
         if append.transactional_id is not None:
             owner = transactions.setdefault(append.transactional_id, key[2])
-            if expected[key].open_txn_offset is None or owner != key[2]:
+            if expected[key].open_txn_offset is None or owner != key[2] or _open_state is None:
                 return None
     views = {key: replace(view) for key, view in expected.items()}
     plan = _Plan(wanted, views, _JOINED if transactions else None, now_ms())
@@ -508,6 +513,7 @@ async def write_optimistic(
                 {key: (p.configs, p.high_watermark) for key, p in wanted.items()},
                 expected,
                 transactions,
+                _open_state or "",
             )
     except BaseException:
         seen.forget(expected)
@@ -517,21 +523,22 @@ async def write_optimistic(
         return None
     results: list[Appended | CoordinatorError] = []
     for append, answer in zip(batch, planned, strict=True):
-        partition = before[(append.topic, append.partition)]
+        high_watermark, log_start = before[(append.topic, append.partition)]
         results.append(
             replace(
                 answer,
-                base_offset=answer.base_offset + partition.high_watermark,
-                last_offset=answer.last_offset + partition.high_watermark,
-                log_start_offset=partition.log_start_offset,
+                base_offset=answer.base_offset + high_watermark,
+                last_offset=answer.last_offset + high_watermark,
+                log_start_offset=log_start,
             )
         )
     return results
 
 
 class _Joined:
-    """An optimistic group's transactions: its statement checks each is Ongoing for its
-    producer and that every partition is in it already, so planning checks and joins nothing."""
+    """An optimistic group's transactions: its statement checks each is open (`_open_state`)
+    for its producer and that every partition is in it already, so planning checks and joins
+    nothing."""
 
     async def lock(self, transactional_ids: Collection[str]) -> None:
         pass

@@ -25,7 +25,8 @@ async def issue_producer_id(session: AsyncSession, transactional_id: str | None)
     return producer_id
 
 
-_SET_EPOCH = (
+# Bind parameters `pid` and `epoch`; also a CTE of a transaction's end (`coordinator.transactions`).
+SET_EPOCH = (
     update(ProducerId)
     .where(ProducerId.producer_id == bindparam("pid"))
     .values(producer_epoch=bindparam("epoch"))
@@ -33,4 +34,4 @@ _SET_EPOCH = (
 
 
 async def set_epoch(session: AsyncSession, producer_id: int, epoch: int) -> None:
-    await session.execute(_SET_EPOCH, {"pid": producer_id, "epoch": epoch})
+    await session.execute(SET_EPOCH, {"pid": producer_id, "epoch": epoch})

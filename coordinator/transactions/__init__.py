@@ -7,5 +7,6 @@ never imports the transactions domain."""
 
 from coordinator.log import produce as _produce
 from coordinator.transactions.joining import GroupJoins as _GroupJoins
+from coordinator.transactions.states import State as _State
 
-_produce.use_transactions(_GroupJoins)
+_produce.use_transactions(_GroupJoins, _State.ONGOING)

@@ -33,7 +33,12 @@ from coordinator.log.errors import InvalidProducerEpoch, UnknownTopicOrPartition
 from coordinator.log.markers import lock_partitions, write_markers
 from coordinator.log.models import Partition, ProducerState
 from coordinator.producers.models import ProducerId
-from coordinator.producers.repository import EPOCH_RETIRED, issue_producer_id, set_epoch
+from coordinator.producers.repository import (
+    EPOCH_RETIRED,
+    SET_EPOCH,
+    issue_producer_id,
+    set_epoch,
+)
 from coordinator.transactions.errors import (
     InvalidProducerIdMapping,
     ProducerFenced,
@@ -72,7 +77,6 @@ BY_ADMIN = "admin"  # an operator aborted it
 _transactions = cast(Table, Transaction.__table__)
 _txn_partitions = cast(Table, TransactionPartition.__table__)
 _txn_offsets = cast(Table, TransactionOffset.__table__)
-_producer_ids = cast(Table, ProducerId.__table__)
 
 
 # Ending a transaction, with its markers: its partitions dropped, its pending offsets taken.
@@ -284,11 +288,6 @@ _END = (
         **{column: bindparam(f"end_{column}") for column in _ENDED},
     )
 )
-_RAISE = (
-    update(_producer_ids)
-    .where(_producer_ids.c.producer_id == bindparam("raise_producer_id"))
-    .values(producer_epoch=bindparam("raise_epoch"))
-)
 
 
 async def _finish(
@@ -327,8 +326,8 @@ async def _finish(
     if raise_epoch:
         ended["recovered_producer_id"] = ended["recovered_producer_epoch"] = None
     if raised:
-        also.append(_RAISE)
-        params |= {"raise_producer_id": txn.producer_id, "raise_epoch": locked.epoch + 1}
+        also.append(SET_EPOCH)
+        params |= {"pid": txn.producer_id, "epoch": locked.epoch + 1}
     params |= {f"end_{column}": ended[column] for column in _ENDED}
     # The markers, the transaction's partitions and its pending offsets (answered, to apply on
     # commit), its end and its new epoch go in one statement on Postgres.
