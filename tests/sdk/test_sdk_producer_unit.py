@@ -21,6 +21,13 @@ import pytest
 
 import sdk
 from coordinator.log import recordbatch
+from sdk._transaction_manager import (
+    SEQUENCE_MODULUS,
+    TRANSITIONS,
+    Op,
+    TransactionManager,
+    TxnState,
+)
 
 # What the fake answers a produce call instead of applying it, or how it loses the answer.
 UNAVAILABLE = "unavailable"  # 503 COORDINATOR_NOT_AVAILABLE, retriable: nothing written
@@ -288,17 +295,17 @@ def test_a_record_the_coordinator_refuses_fails_the_transaction_until_it_is_abor
 def test_produce_never_waits_for_a_batch_being_built(monkeypatch: pytest.MonkeyPatch) -> None:
     """Building and compressing a batch happens outside the producer's lock: while one is being
     built (held here until the test lets it go), produce() still queues records at once."""
-    from sdk import _producer
+    from coordinator.log import recordbatch
 
     building, release = threading.Event(), threading.Event()
-    build = _producer.recordbatch.build
+    build = recordbatch.build
 
     def held(*args: Any, **kwargs: Any) -> bytes:
         building.set()
         release.wait()
         return build(*args, **kwargs)
 
-    monkeypatch.setattr(_producer.recordbatch, "build", held)
+    monkeypatch.setattr(recordbatch, "build", held)
     fake = FakeCoordinator()
     reports: Reports = []
     with fake.producer(**{"linger.ms": 0}) as producer:
@@ -317,3 +324,76 @@ def test_produce_never_waits_for_a_batch_being_built(monkeypatch: pytest.MonkeyP
     assert not blocked
     assert reports == [(None, b"a")]
     assert fake.values() == [b"a", b"b"]
+
+
+# -- the transaction manager: its table, without a producer ------------------------------------
+
+
+@pytest.mark.parametrize("op", list(Op))
+@pytest.mark.parametrize("state", list(TxnState))
+def test_each_call_runs_where_the_table_allows_it_and_lands_where_it_says(
+    state: TxnState, op: Op
+) -> None:
+    manager = TransactionManager(transactional=True, idempotent=True)
+    manager.state = state
+    target = TRANSITIONS[op].get(state)
+    if target is None:
+        with pytest.raises(sdk.IllegalStateError, match=re.escape(f"{op.value} is not allowed")):
+            manager.check(op)
+        return
+    assert manager.check(op) is state
+    manager.enter(op)
+    assert manager.state is target
+
+
+@pytest.mark.parametrize("op", [Op.PRODUCE, Op.SEND_OFFSETS, Op.PREPARE, Op.COMMIT])
+def test_a_failed_transaction_refuses_every_call_but_the_abort_with_its_error(op: Op) -> None:
+    manager = TransactionManager(transactional=True, idempotent=True)
+    manager.state = TxnState.IN_TRANSACTION
+    failed = manager.record_failed(sdk.KafkaException("a record was refused"))
+    assert failed is not None and failed.txn_requires_abort
+
+    with pytest.raises(sdk.KafkaException) as raised:
+        manager.check(op)
+    assert raised.value is failed
+    assert manager.check(Op.ABORT) is TxnState.IN_TRANSACTION
+
+
+def test_a_refused_end_fails_the_transaction_and_a_refused_abort_does_not() -> None:
+    manager = TransactionManager(transactional=True, idempotent=True)
+    manager.state = TxnState.COMMITTING
+    refusal = sdk.InvalidTxnState("not open")
+
+    assert manager.refused(Op.COMMIT, refusal).txn_requires_abort
+    assert (manager.state, manager.error is not None) == (TxnState.IN_TRANSACTION, True)
+
+    manager.state, manager.error = TxnState.ABORTING, None
+    assert not manager.refused(Op.ABORT, refusal).txn_requires_abort
+    assert (manager.state, manager.error) == (TxnState.ABORTING, None)
+
+
+def test_a_timed_out_transaction_leaves_only_init_transactions() -> None:
+    manager = TransactionManager(transactional=True, idempotent=True)
+    manager.state = TxnState.IN_TRANSACTION
+    timeout = sdk.TransactionTimedOut("aborted on its timeout")
+    manager.record_failed(timeout)
+
+    for op in (Op.PRODUCE, Op.COMMIT, Op.ABORT, Op.SEND_OFFSETS):
+        with pytest.raises(sdk.TransactionTimedOut):
+            manager.check(op)
+    assert manager.check(Op.INIT) is TxnState.NEEDS_INIT
+
+
+def test_sequences_run_per_partition_from_0_in_each_epoch_and_wrap() -> None:
+    manager = TransactionManager(transactional=False, idempotent=True)
+    manager.start_epoch(7, 0)
+    assert [manager.next_sequence(("t", 0), 3) for _ in range(2)] == [0, 3]
+    assert manager.next_sequence(("t", 1), 5) == 0
+    manager.start_epoch(7, 1)
+    assert manager.next_sequence(("t", 0), 1) == 0
+    manager._sequences[("t", 0)] = SEQUENCE_MODULUS - 1
+    assert manager.next_sequence(("t", 0), 2) == SEQUENCE_MODULUS - 1
+    assert manager.next_sequence(("t", 0), 1) == 1
+    assert (
+        TransactionManager(transactional=False, idempotent=False).next_sequence(("t", 0), 2) == -1
+    )
