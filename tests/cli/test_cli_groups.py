@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from coordinator.cli import main
-from tests.cli.test_cli import table
+from tests.support.cli import table
 from tests.support.services import ServiceProcess, serve_on_fresh_store
 
 pytestmark = pytest.mark.slow
@@ -26,13 +26,6 @@ def service(
 ) -> Iterator[ServiceProcess]:
     """A `coordinator serve` on a fresh store, shared by the module's tests (their names differ)."""
     yield from serve_on_fresh_store(request.param, tmp_path_factory.mktemp("cli-groups"), "groups")
-
-
-@pytest.fixture(autouse=True)
-def no_ambient_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The caller's own COORDINATOR_URL/TOKEN must not leak into what a test proves."""
-    monkeypatch.delenv("COORDINATOR_URL", raising=False)
-    monkeypatch.delenv("COORDINATOR_TOKEN", raising=False)
 
 
 @pytest.fixture

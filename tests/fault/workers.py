@@ -237,7 +237,7 @@ class TransactionalWorker:
         producer, witness = self.producer, self.witness
         txn, writes, offsets = self.next_plan()
         # The SDK's own idea of (pid, epoch) as the transaction starts; for reading a history only.
-        pid, epoch = producer._producer_id, producer._epoch
+        pid, epoch = producer._transaction_identity()
         self.recorder.record(Begin(producer=self.name, txn=txn))
         witness.commit_in_doubt = False
         error: str | None = None

@@ -22,6 +22,7 @@ from coordinator.cli import main
 from coordinator.core.database import Database
 from coordinator.core.settings import Settings
 from coordinator.log.models import ProducerState
+from tests.support.cli import table
 from tests.support.services import (
     ServiceProcess,
     create_postgres_database,
@@ -89,13 +90,6 @@ def auth_service(services: dict[str, ServiceProcess]) -> ServiceProcess:
     return services["auth"]
 
 
-@pytest.fixture(autouse=True)
-def no_ambient_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The caller's own COORDINATOR_URL/TOKEN must not leak into what a test proves."""
-    monkeypatch.delenv("COORDINATOR_URL", raising=False)
-    monkeypatch.delenv("COORDINATOR_TOKEN", raising=False)
-
-
 @pytest.fixture
 def name() -> str:
     """A prefix of this test's own: the services are shared by the module's tests."""
@@ -153,20 +147,6 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(["transactions", *argv])
     out, err = capsys.readouterr()
     return code, out, err
-
-
-def table(text: str) -> list[dict[str, str]]:
-    """Rows of an aligned table, each cell read at its header's column; misalignment fails."""
-    header, *lines = text.rstrip("\n").splitlines()
-    names = header.split()
-    starts = [header.index(n) for n in names]
-    rows = []
-    for line in lines:
-        # Every value starts exactly at its column, and none runs into the next one.
-        assert all(line[s] != " " and line[s - 1] == " " for s in starts[1:]), (header, line)
-        cells = [line[s:e] for s, e in zip(starts, [*starts[1:], None], strict=True)]
-        rows.append(dict(zip(names, (c.strip() for c in cells), strict=True)))
-    return rows
 
 
 def ids(text: str) -> list[str]:
