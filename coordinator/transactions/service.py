@@ -19,7 +19,7 @@ import orjson
 from sqlalchemy import Table, and_, bindparam, delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm.attributes import set_committed_value
+from sqlalchemy.orm.attributes import flag_modified, set_committed_value
 
 from coordinator.core.clock import now_ms, rfc3339
 from coordinator.core.database import Database, insert_ignore, pairs_in, upsert
@@ -39,6 +39,7 @@ from coordinator.producers.repository import (
     issue_producer_id,
     set_epoch,
 )
+from coordinator.transactions.ending import end_in_one_statement
 from coordinator.transactions.errors import (
     InvalidProducerIdMapping,
     ProducerFenced,
@@ -479,9 +480,12 @@ async def add_partitions(
         await require_partitions(session, keys)
         if txn.state != State.ONGOING:
             _begin(txn, now)
-        # Every change to the row before the insert below, whose autoflush then writes it once.
+        # Every change to the row before the insert below, whose autoflush then writes it once;
+        # written even when unchanged (a call within the same millisecond): a new version of the
+        # row is how `ending` sees that the transaction's membership changed.
         txn.state = target
         txn.updated_ms = now
+        flag_modified(txn, "updated_ms")
         await insert_ignore(
             session,
             TransactionPartition,
@@ -542,6 +546,7 @@ async def add_offsets(
         )
         txn.state = target
         txn.updated_ms = now
+        flag_modified(txn, "updated_ms")  # a new version of the row, as in add_partitions
     return StateResponse(state=target)
 
 
@@ -571,6 +576,14 @@ async def end(
     version 1 (Kafka's clients before KIP-890) keeps it, so the producer's next transaction
     runs at the same epoch, and a retry is recognised only while no transaction is open."""
     wanted = State.COMPLETE_COMMIT if body.commit else State.COMPLETE_ABORT
+    op = Op.COMMIT if body.commit else Op.ABORT
+    if version >= 2:
+        now = now_ms()
+        pid, epoch = body.producer_id, body.producer_epoch
+        ended = await end_in_one_statement(db, transactional_id, pid, epoch, op, BY_CLIENT, now)
+        if ended is not None:
+            record_end(body.commit, BY_CLIENT)
+            return EndTxnResponse(state=ended, producer_id=pid, producer_epoch=epoch + 1)
     async with db.write() as session:
         now = now_ms()
         locked = await _lock_existing(session, transactional_id)
@@ -582,7 +595,6 @@ async def end(
             )
             return EndTxnResponse(state=wanted, producer_id=producer_id, producer_epoch=epoch)
         await check_caller(session, txn, locked.epoch, body.producer_id, body.producer_epoch)
-        op = Op.COMMIT if body.commit else Op.ABORT
         state = await _finish(session, locked, op, BY_CLIENT, now, raise_epoch=version >= 2)
         producer_id, epoch = txn.producer_id, locked.epoch
     return EndTxnResponse(state=state, producer_id=producer_id, producer_epoch=epoch)

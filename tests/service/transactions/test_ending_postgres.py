@@ -1,0 +1,188 @@
+"""EndTxn in one statement on Postgres (coordinator.transactions.ending): the end of a transaction
+as its producer says it is goes in one round trip and leaves what the locking path leaves; a
+transaction whose rows changed while the statement waited for their locks (offsets added, a
+partition appended to) is ended by the locking path, which reads after the locks, so nothing
+added meanwhile is missed. Retries, fencing and the other refusals are the locking path's and
+run on both stores in test_transactions.
+
+Postgres only: SQLite always takes the locking path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import text
+
+from coordinator.transactions import service
+from coordinator.transactions.states import State
+from tests.support.api import create_topic, read_all
+from tests.support.services import Store
+from tests.support.txn import partition_state, started
+
+
+@pytest.fixture
+def store(postgres_store: Store) -> Store:
+    return postgres_store
+
+
+@pytest.fixture
+def one_statement_ends(monkeypatch: pytest.MonkeyPatch) -> list[State | None]:
+    """What each end's one statement returned: its state, or None for the locking path."""
+    seen: list[State | None] = []
+    real = service.end_in_one_statement
+
+    async def spy(*args: Any, **kwargs: Any) -> State | None:
+        state = await real(*args, **kwargs)
+        seen.append(state)
+        return state
+
+    monkeypatch.setattr(service, "end_in_one_statement", spy)
+    return seen
+
+
+async def committed(client: httpx.AsyncClient, partition: int) -> list[str]:
+    return [r["value"] for r in await read_all(client, "t", partition)]
+
+
+async def group_offsets(client: httpx.AsyncClient) -> list[tuple[str, int, int]]:
+    answer = (await client.get("/v1/groups/g/offsets")).json()["offsets"]
+    return [(o["topic"], o["partition"], o["offset"]) for o in answer]
+
+
+@pytest.mark.parametrize("commit", [True, False])
+async def test_an_end_goes_in_one_statement_and_leaves_what_the_locking_path_leaves(
+    client: httpx.AsyncClient, one_statement_ends: list[State | None], commit: bool
+) -> None:
+    await create_topic(client, "t", partitions=3)
+    producer = await started(client, "a")
+    await producer.produce("t", 0, "a", "b")
+    await producer.produce("t", 1, "c")
+    await producer.add(("t", 2))  # joined, nothing written there
+    await producer.offsets("g", ("t", 0, 2), ("t", 1, 1))
+    epoch = producer.epoch
+
+    answer = await producer.end(commit=commit)
+
+    wanted = State.COMPLETE_COMMIT if commit else State.COMPLETE_ABORT
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {
+        "state": str(wanted),
+        "producer_id": producer.pid,
+        "producer_epoch": epoch + 1,
+    }
+    assert one_statement_ends == [wanted]
+    described = await producer.describe()
+    assert (described["state"], described["producer_epoch"]) == (str(wanted), epoch + 1)
+    assert described["partitions"] == []
+    # A marker on every partition, each at its high watermark; the LSO released everywhere.
+    for partition, written in ((0, 2), (1, 1), (2, 0)):
+        state = await partition_state(client, "t", partition)
+        assert state["high_watermark"] == state["last_stable_offset"] == written + 1
+    assert await committed(client, 0) == (["a", "b"] if commit else [])
+    assert await committed(client, 1) == (["c"] if commit else [])
+    assert await group_offsets(client) == ([("t", 0, 2), ("t", 1, 1)] if commit else [])
+    # The next transaction runs at the raised epoch, and its end goes in one statement too.
+    assert (await producer.produce("t", 0, "d")).status_code == 200
+    assert (await producer.end(commit=True)).status_code == 200
+    assert one_statement_ends == [wanted, State.COMPLETE_COMMIT]
+    assert (await committed(client, 0))[-1:] == ["d"]
+
+
+async def _waiting_for_a_lock(app: Any) -> None:
+    """Until the end waits for a row lock (its statement has taken its snapshot by then): the
+    only session of the test's database that can wait for one."""
+    async with app.state.db.engine.connect() as connection:
+        for _ in range(500):
+            waiting = await connection.scalar(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND datname = current_database()"
+                )
+            )
+            if waiting:
+                return
+            await asyncio.sleep(0.01)
+    raise AssertionError("the end never waited for the lock")
+
+
+async def test_offsets_added_while_the_end_waits_for_its_lock_are_committed_with_it(
+    app: Any,
+    client: httpx.AsyncClient,
+    one_statement_ends: list[State | None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    await create_topic(client, "t")
+    producer = await started(client, "a")
+    await producer.produce("t", 0, "a")
+    # AddOffsets, held after its write and before its commit, the transaction's row locked.
+    written, release = asyncio.Event(), asyncio.Event()
+    upsert = service.upsert
+
+    async def held(*args: Any, **kwargs: Any) -> None:
+        await upsert(*args, **kwargs)
+        if not written.is_set():
+            written.set()
+            await release.wait()
+
+    monkeypatch.setattr(service, "upsert", held)
+    adding = asyncio.create_task(producer.offsets("g", ("t", 0, 1)))
+    await written.wait()
+    ending = asyncio.create_task(producer.end(commit=True))
+    await _waiting_for_a_lock(app)
+    release.set()
+
+    assert (await adding).status_code == 200
+    assert (await ending).json()["state"] == "CompleteCommit"
+    assert one_statement_ends == [None]  # its rows changed while it waited: the locking path
+    assert await group_offsets(client) == [("t", 0, 1)]
+    assert await committed(client, 0) == ["a"]
+
+
+async def test_a_partition_changed_while_the_end_waits_for_its_lock_is_ended_by_the_locks(
+    app: Any, client: httpx.AsyncClient, one_statement_ends: list[State | None]
+) -> None:
+    await create_topic(client, "t")
+    producer = await started(client, "a")
+    await producer.produce("t", 0, "a")
+    blocked = _blocking(app, "UPDATE partitions SET clean_again_at = clean_again_at")
+    async with blocked as done:
+        ending = asyncio.create_task(producer.end(commit=False))
+        await _waiting_for_a_lock(app)
+        done()
+    assert (await ending).json()["state"] == "CompleteAbort"
+    assert one_statement_ends == [None]
+    state = await partition_state(client, "t", 0)
+    assert state["high_watermark"] == state["last_stable_offset"] == 2
+    assert await committed(client, 0) == []
+
+
+class _blocking:
+    """A unit of work that runs `sql` (holding the row locks it takes) until `done()` is called
+    inside the block, then commits."""
+
+    def __init__(self, app: Any, sql: str) -> None:
+        self._db, self._sql = app.state.db, sql
+        self._release = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def _hold(self, ready: asyncio.Event) -> None:
+        async with self._db.engine.begin() as connection:
+            await connection.execute(text(self._sql))
+            ready.set()
+            await self._release.wait()
+
+    async def __aenter__(self) -> Callable[[], None]:
+        ready = asyncio.Event()
+        self._task = asyncio.create_task(self._hold(ready))
+        await ready.wait()
+        return self._release.set
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._release.set()
+        assert self._task is not None
+        await self._task
