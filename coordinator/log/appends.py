@@ -334,13 +334,21 @@ _PASSES = "(SELECT passes FROM checked)"
 # wants). Epochs are read from the snapshot, as the locking path reads them just after its
 # locks. A transactional batch's transaction must be Ongoing for its producer, and the state
 # must show the same open transaction on the partition (its first offset there, which only the
-# transaction's marker clears): the partition is already in it. Every write is gated on
-# `checked`, computed once from all the locked rows; nothing is written if it fails.
+# transaction's marker clears): the partition is already in it. A batch that joins its
+# transaction (the state shows none open there) needs the transaction in a state that takes it
+# and unchanged since the statement's snapshot: an InitPid that fenced the producer while the
+# statement waited raised the epoch the snapshot still shows, and changed that row. Its first
+# offset there is planned from 0, as the batches' are. Every write
+# is gated on `checked`, computed once from all the locked rows; nothing is written if it fails.
 _WRITE_OPTIMISTIC_POSTGRES = f"""
 WITH txns AS (
-  SELECT t.transactional_id, t.producer_id, t.state, v.producer_id AS expected_producer
+  SELECT t.transactional_id, t.producer_id, t.state, v.producer_id AS expected_producer,
+         v.joining,
+         t.xmin::text = (SELECT s.xmin::text FROM transactions s
+                         WHERE s.transactional_id = t.transactional_id) AS unchanged
   FROM transactions t
-  JOIN unnest(${_T}::varchar[], ${_T + 1}::bigint[]) AS v(transactional_id, producer_id)
+  JOIN unnest(${_T}::varchar[], ${_T + 1}::bigint[], ${_T + 2}::boolean[])
+    AS v(transactional_id, producer_id, joining)
     ON v.transactional_id = t.transactional_id
   ORDER BY t.transactional_id
   FOR UPDATE OF t
@@ -374,8 +382,28 @@ WITH txns AS (
             AND i.producer_epoch = h.current_epoch)
          = cardinality(${_E}::varchar[])
      AND (SELECT count(*) FROM txns
-          WHERE state = ${_T + 2}::varchar AND producer_id = expected_producer)
+          WHERE producer_id = expected_producer
+            AND CASE WHEN joining THEN unchanged AND state = ANY(${_T + 4}::varchar[])
+                     ELSE state = ${_T + 3}::varchar END)
          = cardinality(${_T}::varchar[]) AS passes
+), joined AS (
+  INSERT INTO transaction_partitions (transactional_id, topic, "partition", producer_id)
+  SELECT v.transactional_id, v.topic, v."partition", v.producer_id
+  FROM unnest(${_T + 6}::varchar[], ${_T + 7}::varchar[], ${_T + 8}::int[], ${_T + 9}::bigint[])
+    AS v(transactional_id, topic, "partition", producer_id)
+  WHERE {_PASSES}
+  ON CONFLICT DO NOTHING
+), begun AS (
+  UPDATE transactions t
+  SET state = ${_T + 3}::varchar,
+      started_ms = CASE WHEN t.state = ${_T + 3}::varchar THEN t.started_ms ELSE ${
+    _T + 5
+}::bigint END,
+      deadline_ms = CASE WHEN t.state = ${_T + 3}::varchar THEN t.deadline_ms
+                         ELSE ${_T + 5}::bigint + t.timeout_ms END,
+      updated_ms = ${_T + 5}::bigint
+  FROM txns x
+  WHERE t.transactional_id = x.transactional_id AND x.joining AND {_PASSES}
 ), appended AS (
   INSERT INTO batches ({_quoted(_BATCH_COLUMNS)}, control, aborted, first_offset)
   SELECT {
@@ -395,12 +423,20 @@ WITH txns AS (
   INSERT INTO producer_states ({_quoted(STATE_COLUMNS)})
   SELECT {
     ", ".join(
-        "l.high_watermark + v.last_offset" if c == "last_offset" else f'v."{c}"'
+        "l.high_watermark + v.last_offset"
+        if c == "last_offset"
+        else "CASE WHEN e.open_txn_offset IS NULL"
+        " THEN l.high_watermark + v.current_txn_first_offset"
+        " ELSE v.current_txn_first_offset END"
+        if c == "current_txn_first_offset"
+        else f'v."{c}"'
         for c in STATE_COLUMNS
     )
 }
   FROM {_unnest(STATE_COLUMNS, _STATE_TYPES, _B + 1)}
   JOIN locked l ON l.topic = v.topic AND l."partition" = v."partition"
+  JOIN expected e
+    ON e.topic = v.topic AND e."partition" = v."partition" AND e.producer_id = v.producer_id
   WHERE {_PASSES}
   {_STATE_UPDATE}
 ), moved AS (
@@ -420,6 +456,9 @@ async def write_optimistic(
     expected: dict[tuple[str, int, int], ProducerView],
     transactions: dict[str, int],
     open_state: str,
+    joins: Collection[tuple[str, str, int]] = (),
+    joinable_states: Collection[str] = (),
+    now: int = 0,
 ) -> dict[tuple[str, int], tuple[int, int]] | None:
     """Postgres, on a connection with no transaction open: write the group's rows and states
     (offsets relative to each partition's high watermark) and move each partition in `wanted`
@@ -427,7 +466,13 @@ async def write_optimistic(
     still has the configs given there, every producer in `expected` still has that view and
     every transactional id in `transactions` has a transaction of that producer id in
     `open_state`; each partition's (high watermark, log start offset) before the write, or
-    None when nothing was written."""
+    None when nothing was written.
+
+    `joins` (transactional id, topic, partition) are partitions that batches add to their
+    transactions: those transactions may be in any of `joinable_states` (the transaction
+    starts, at `now`, if it was not open) and must not have changed while the statement waited
+    for their locks (its snapshot, which its other reads use, must be theirs)."""
+    joining = {tid for tid, _, _ in joins}
     found = await on_driver(
         connection,
         _WRITE_OPTIMISTIC_POSTGRES,
@@ -446,7 +491,14 @@ async def write_optimistic(
         [v.open_txn_offset for v in expected.values()],
         sorted(transactions),
         [transactions[tid] for tid in sorted(transactions)],
+        [tid in joining for tid in sorted(transactions)],
         open_state,
+        list(joinable_states),
+        now,
+        [tid for tid, _, _ in joins],
+        [topic for _, topic, _ in joins],
+        [partition for _, _, partition in joins],
+        [transactions[tid] for tid, _, _ in joins],
     )
     if not found or not found[0][4]:
         return None

@@ -75,19 +75,24 @@ class GroupTransactions(Protocol):
 
 
 _transactions: Callable[[AsyncSession], GroupTransactions] | None = None
-# The state of a transaction that takes batches into the partitions it already includes (what an
-# optimistic group's statement checks), named by the transactions domain.
+# The state of a transaction that takes batches into the partitions it already includes, and the
+# states in which a batch may join (and start) one, which it then is in (what an optimistic
+# group's statement checks), named by the transactions domain.
 _open_state: str | None = None
+_joinable_states: tuple[str, ...] = ()
 
 
 def use_transactions(
-    provider: Callable[[AsyncSession], GroupTransactions], open_state: str
+    provider: Callable[[AsyncSession], GroupTransactions],
+    open_state: str,
+    joinable_states: Collection[str],
 ) -> None:
-    """How append groups reach the transactions their batches join, and the state in which a
-    transaction takes batches without a change (set once, on import of
-    `coordinator.transactions`)."""
-    global _transactions, _open_state
+    """How append groups reach the transactions their batches join; the state in which a
+    transaction takes batches without a change, and those in which a batch may join it, which
+    leave it in `open_state` (set once, on import of `coordinator.transactions`)."""
+    global _transactions, _open_state, _joinable_states
     _transactions, _open_state = provider, open_state
+    _joinable_states = tuple(joinable_states)
 
 
 def next_sequence(sequence: int) -> int:
@@ -471,29 +476,37 @@ async def write_optimistic(
 ) -> list[Appended | CoordinatorError] | None:
     """Postgres: the group in one round trip, planned on what `seen` says is written and
     written by one statement only if the locked rows agree; None when the group must take the
-    locking path (`write_group`) instead: a producer or topic not seen, a transactional batch
-    whose partition is not in its transaction yet (the join is the locking path's), a batch
-    the rules would not append as it is (a retry, a gap, an error), rows that changed. It never
+    locking path (`write_group`) instead: a producer or topic not seen, a batch the rules
+    would not append as it is (a retry, a gap, an error), rows that changed. A transactional
+    batch whose partition is not in its transaction yet joins it in the statement. It never
     answers an error itself: the locking path does, from the rows."""
     wanted: dict[tuple[str, int], appends.LockedPartition] = {}
     expected: dict[tuple[str, int, int], appends.ProducerView] = {}
     transactions: dict[str, int] = {}
+    joins: set[tuple[str, str, int]] = set()
     for append in batch:
         configs = seen.configs.get(append.topic)
         if configs is None:
             return None
         # Offsets planned from 0: the statement adds each partition's high watermark.
         wanted[(append.topic, append.partition)] = appends.LockedPartition(0, 0, configs)
+        tid, epoch = append.transactional_id, append.checked.header.producer_epoch
         key = (append.topic, append.partition, append.checked.header.producer_id)
         if key[2] >= 0 and key not in expected:
             view = seen.views.get(key)
             if view is None:
                 return None
+            if tid is not None and epoch > view.current_epoch:
+                # A transaction at a newer epoch: what raised it (an end, an InitPid) ended the
+                # one the view shows open first. The statement checks both on the locked rows.
+                view = replace(view, current_epoch=epoch, open_txn_offset=None)
             expected[key] = view
-        if append.transactional_id is not None:
-            owner = transactions.setdefault(append.transactional_id, key[2])
-            if expected[key].open_txn_offset is None or owner != key[2] or _open_state is None:
+        if tid is not None:
+            owner = transactions.setdefault(tid, key[2])
+            if owner != key[2] or _open_state is None:
                 return None
+            if expected[key].open_txn_offset is None:
+                joins.add((tid, append.topic, append.partition))
     views = {key: replace(view) for key, view in expected.items()}
     plan = _Plan(wanted, views, _JOINED if transactions else None, now_ms())
     planned: list[Appended] = []
@@ -514,6 +527,9 @@ async def write_optimistic(
                 expected,
                 transactions,
                 _open_state or "",
+                sorted(joins),
+                _joinable_states,
+                plan.now,
             )
     except BaseException:
         seen.forget(expected)
@@ -521,6 +537,14 @@ async def write_optimistic(
     if before is None:
         seen.forget(expected)
         return None
+    for tid, topic, partition in joins:
+        # The transaction's first offset there was planned from 0 too, as the statement wrote
+        # it: what the process saw becomes the offset it got.
+        key = (topic, partition, transactions[tid])
+        opened = plan.views[key].open_txn_offset
+        view = seen.views.get(key)
+        if view is not None and opened is not None and view.open_txn_offset == opened:
+            view.open_txn_offset = opened + before[(topic, partition)][0]
     results: list[Appended | CoordinatorError] = []
     for append, answer in zip(batch, planned, strict=True):
         high_watermark, log_start = before[(append.topic, append.partition)]
@@ -537,8 +561,8 @@ async def write_optimistic(
 
 class _Joined:
     """An optimistic group's transactions: its statement checks each is open (`_open_state`)
-    for its producer and that every partition is in it already, so planning checks and joins
-    nothing."""
+    for its producer with every partition in it already, or may take the partitions it joins
+    (`_joinable_states`), and writes the joins, so planning checks and joins nothing."""
 
     async def lock(self, transactional_ids: Collection[str]) -> None:
         pass

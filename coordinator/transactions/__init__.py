@@ -7,6 +7,10 @@ never imports the transactions domain."""
 
 from coordinator.log import produce as _produce
 from coordinator.transactions.joining import GroupJoins as _GroupJoins
+from coordinator.transactions.states import TRANSITIONS as _TRANSITIONS
+from coordinator.transactions.states import Op as _Op
 from coordinator.transactions.states import State as _State
 
-_produce.use_transactions(_GroupJoins, _State.ONGOING)
+# A batch joins (and starts) its transaction from any state PRODUCE leaves, and leaves it Ongoing.
+assert set(_TRANSITIONS[_Op.PRODUCE].values()) == {_State.ONGOING}
+_produce.use_transactions(_GroupJoins, _State.ONGOING, [str(s) for s in _TRANSITIONS[_Op.PRODUCE]])

@@ -8,7 +8,8 @@ takes the locking path whenever the rows say otherwise: another process appended
 configs or the producer's epoch changed. Each case is answered as the locking path answers it.
 
 A transaction's later batches on a partition go in one statement as well, the transaction
-checked Ongoing for its producer in it; its first batch there joins it on the locking path.
+checked Ongoing for its producer in it; so does its first batch there, which joins it (the
+transaction checked in a state that takes it, and unchanged while the statement waited for it).
 
 A fetch within one chunk is one statement too: its bounds, batches and aborted transactions.
 
@@ -18,6 +19,7 @@ outage tests cover on both stores.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import asyncpg
@@ -31,8 +33,9 @@ from coordinator.log import appends, produce, recordbatch
 from coordinator.log.errors import InvalidProducerEpoch, RecordListTooLarge
 from coordinator.log.produce import Append, Appended
 from tests.support.api import assert_problem, create_topic, init_pid, read_all
+from tests.support.locks import Blocking, waiting_for_a_lock
 from tests.support.services import Store, postgres_base_url
-from tests.support.txn import started
+from tests.support.txn import partition_state, started
 
 
 @pytest.fixture
@@ -312,3 +315,55 @@ async def test_a_batch_of_a_transaction_that_ended_is_fenced(
     assert paths == ["locks"]
     assert_problem(fenced, 409, "PRODUCER_FENCED")
     assert await read_all(client, "t", isolation_level="read_committed") == []
+
+
+@pytest.mark.parametrize("commit", [True, False])
+async def test_a_transactions_first_batch_on_a_partition_it_wrote_before_joins_in_one_statement(
+    client: httpx.AsyncClient, paths: list[str], commit: bool
+) -> None:
+    await create_topic(client, "t")
+    producer = await started(client, "tx")
+    assert (await producer.produce("t", 0, "a")).status_code == 200  # never seen here: locks
+    assert (await producer.end(commit=True)).status_code == 200  # marker at 1
+    paths.clear()
+
+    # The next transaction, at the epoch the end raised: its first batch joins and starts it.
+    assert (await producer.produce("t", 0, "b")).json()["base_offset"] == 2
+    assert (await producer.produce("t", 0, "c")).status_code == 200
+
+    assert paths == ["one statement", "one statement"]
+    described = await producer.describe()
+    assert described["state"] == "Ongoing"
+    assert [(p["topic"], p["partition"]) for p in described["partitions"]] == [("t", 0)]
+    assert (await partition_state(client, "t", 0))["last_stable_offset"] == 2  # pinned at b
+    assert (await producer.end(commit=commit)).status_code == 200
+    committed = await read_all(client, "t", isolation_level="read_committed")
+    assert [r["value"] for r in committed] == (["a", "b", "c"] if commit else ["a"])
+    state = await partition_state(client, "t", 0)
+    assert state["last_stable_offset"] == state["high_watermark"] == 5
+
+
+async def test_a_join_fenced_while_it_waited_for_its_transaction_is_refused_as_the_locks_do(
+    app: Any, client: httpx.AsyncClient, paths: list[str]
+) -> None:
+    await create_topic(client, "t")
+    zombie = await started(client, "tx")
+    assert (await zombie.produce("t", 0, "a")).status_code == 200
+    assert (await zombie.end(commit=True)).status_code == 200
+    paths.clear()
+    # A new instance's InitPid, as the database sees it: the transaction's row rewritten and the
+    # epoch raised, committed while the zombie's join waits for that row.
+    fencing = (
+        "UPDATE transactions SET updated_ms = updated_ms + 1 WHERE transactional_id = 'tx'",
+        "UPDATE producer_ids SET producer_epoch = producer_epoch + 1 "
+        f"WHERE producer_id = {zombie.pid}",
+    )
+    async with Blocking(app, *fencing) as done:
+        joining = asyncio.create_task(zombie.produce("t", 0, "late"))
+        await waiting_for_a_lock(app)
+        done()
+
+    assert_problem(await joining, 409, "PRODUCER_FENCED")
+    assert paths == ["locks"]
+    written = await read_all(client, "t", isolation_level="read_uncommitted")
+    assert [r["value"] for r in written] == ["a"]

@@ -11,16 +11,15 @@ Postgres only: SQLite always takes the locking path.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import text
 
 from coordinator.transactions import service
 from coordinator.transactions.states import State
 from tests.support.api import create_topic, read_all
+from tests.support.locks import Blocking, waiting_for_a_lock
 from tests.support.services import Store
 from tests.support.txn import partition_state, started
 
@@ -93,23 +92,6 @@ async def test_an_end_goes_in_one_statement_and_leaves_what_the_locking_path_lea
     assert (await committed(client, 0))[-1:] == ["d"]
 
 
-async def _waiting_for_a_lock(app: Any) -> None:
-    """Until the end waits for a row lock (its statement has taken its snapshot by then): the
-    only session of the test's database that can wait for one."""
-    async with app.state.db.engine.connect() as connection:
-        for _ in range(500):
-            waiting = await connection.scalar(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                    "AND datname = current_database()"
-                )
-            )
-            if waiting:
-                return
-            await asyncio.sleep(0.01)
-    raise AssertionError("the end never waited for the lock")
-
-
 async def test_offsets_added_while_the_end_waits_for_its_lock_are_committed_with_it(
     app: Any,
     client: httpx.AsyncClient,
@@ -133,7 +115,7 @@ async def test_offsets_added_while_the_end_waits_for_its_lock_are_committed_with
     adding = asyncio.create_task(producer.offsets("g", ("t", 0, 1)))
     await written.wait()
     ending = asyncio.create_task(producer.end(commit=True))
-    await _waiting_for_a_lock(app)
+    await waiting_for_a_lock(app)
     release.set()
 
     assert (await adding).status_code == 200
@@ -149,40 +131,13 @@ async def test_a_partition_changed_while_the_end_waits_for_its_lock_is_ended_by_
     await create_topic(client, "t")
     producer = await started(client, "a")
     await producer.produce("t", 0, "a")
-    blocked = _blocking(app, "UPDATE partitions SET clean_again_at = clean_again_at")
+    blocked = Blocking(app, "UPDATE partitions SET clean_again_at = clean_again_at")
     async with blocked as done:
         ending = asyncio.create_task(producer.end(commit=False))
-        await _waiting_for_a_lock(app)
+        await waiting_for_a_lock(app)
         done()
     assert (await ending).json()["state"] == "CompleteAbort"
     assert one_statement_ends == [None]
     state = await partition_state(client, "t", 0)
     assert state["high_watermark"] == state["last_stable_offset"] == 2
     assert await committed(client, 0) == []
-
-
-class _blocking:
-    """A unit of work that runs `sql` (holding the row locks it takes) until `done()` is called
-    inside the block, then commits."""
-
-    def __init__(self, app: Any, sql: str) -> None:
-        self._db, self._sql = app.state.db, sql
-        self._release = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-
-    async def _hold(self, ready: asyncio.Event) -> None:
-        async with self._db.engine.begin() as connection:
-            await connection.execute(text(self._sql))
-            ready.set()
-            await self._release.wait()
-
-    async def __aenter__(self) -> Callable[[], None]:
-        ready = asyncio.Event()
-        self._task = asyncio.create_task(self._hold(ready))
-        await ready.wait()
-        return self._release.set
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._release.set()
-        assert self._task is not None
-        await self._task

@@ -1,0 +1,60 @@
+"""Holding Postgres row locks in a test: a unit of work that holds them until told, and waiting
+until another session waits for one (its statement's snapshot is taken by then)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import text
+
+
+async def waiting_for_a_lock(app: Any) -> None:
+    """Until a session of the app's database waits for a row lock: the test's request, when it is
+    the only one that can."""
+    async with app.state.db.engine.connect() as connection:
+        for _ in range(500):
+            waiting = await connection.scalar(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND datname = current_database()"
+                )
+            )
+            if waiting:
+                return
+            await asyncio.sleep(0.01)
+    raise AssertionError("no session waited for a lock within 5 s")
+
+
+class Blocking:
+    """A unit of work that runs `statements` (holding the row locks they take) until `done()` is
+    called inside the block, then commits."""
+
+    def __init__(self, app: Any, *statements: str) -> None:
+        self._db, self._statements = app.state.db, statements
+        self._release = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def _hold(self, ready: asyncio.Future[None]) -> None:
+        try:
+            async with self._db.engine.begin() as connection:
+                for statement in self._statements:
+                    await connection.execute(text(statement))
+                ready.set_result(None)
+                await self._release.wait()
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc)
+            raise
+
+    async def __aenter__(self) -> Callable[[], None]:
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._task = asyncio.create_task(self._hold(ready))
+        await ready
+        return self._release.set
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._release.set()
+        assert self._task is not None
+        await self._task
