@@ -27,7 +27,9 @@ them without asking again. That is safe because a new owner reads committed offs
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -40,8 +42,8 @@ from coordinator.groups.errors import (
     RebalanceInProgress,
     UnknownMemberId,
 )
-from coordinator.groups.membership import is_gone, lock_group
-from coordinator.groups.models import CLASSIC, ConsumerGroup, GroupMember, GroupOwnedPartition
+from coordinator.groups.membership import Deadlines, is_gone, lock_group
+from coordinator.groups.models import CLASSIC, GroupMember, GroupOwnedPartition
 
 
 async def check_offset_commit(
@@ -77,12 +79,76 @@ async def check_offset_commit(
         if group is None
         else await session.get(GroupMember, (group_id, member_id), populate_existing=True)
     )
-    if member is None or is_gone(member, now):
+    wanted = sorted(set(partitions))
+    granted: dict[tuple[str, int], int] = {}
+    if group is not None and member is not None and group.protocol_type != CLASSIC and wanted:
+        granted = {
+            (t, p): epoch
+            for t, p, epoch in await session.execute(
+                select(
+                    GroupOwnedPartition.topic,
+                    GroupOwnedPartition.partition,
+                    GroupOwnedPartition.granted_epoch,
+                ).where(
+                    GroupOwnedPartition.group_id == group_id,
+                    GroupOwnedPartition.member_id == member_id,
+                    pairs_in(GroupOwnedPartition.topic, GroupOwnedPartition.partition, wanted),
+                )
+            )
+        }
+    check_member_commit(
+        CommitFacts(group, member, granted),
+        group_id,
+        member_id,
+        member_epoch,
+        wanted,
+        transactional=transactional,
+        now=now,
+    )
+
+
+class GroupFacts(Protocol):
+    """What the rule reads of a group's row (the row, or the facts a commit read of it)."""
+
+    @property
+    def group_id(self) -> str: ...
+    @property
+    def protocol_type(self) -> str | None: ...
+    @property
+    def group_epoch(self) -> int: ...
+    @property
+    def classic_state(self) -> str | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CommitFacts:
+    """What the rule reads for a commit by a member: the group's row, the member's (None when
+    there is none) and the epochs at which it was given the partitions committed."""
+
+    group: GroupFacts | None
+    member: Deadlines | None
+    granted: dict[tuple[str, int], int]
+
+
+def check_member_commit(
+    facts: CommitFacts,
+    group_id: str,
+    member_id: str,
+    member_epoch: int,
+    partitions: Sequence[tuple[str, int]],
+    *,
+    transactional: bool,
+    now: int,
+) -> None:
+    """The rule for a commit with member identity (a pure function: the locking path and
+    Postgres's one-statement commit both apply it): raise unless the member may commit
+    `partitions` (sorted, distinct) at `member_epoch` now."""
+    group, member = facts.group, facts.member
+    if group is None or member is None or is_gone(member, now):
         raise UnknownMemberId(
             f"group {group_id!r} has no member {member_id!r} (it left, or its session or "
             "rebalance timeout passed); nothing was committed"
         )
-    assert group is not None
     if group.protocol_type == CLASSIC:
         _check_classic(group, member_epoch, transactional)
         return
@@ -91,25 +157,8 @@ async def check_offset_commit(
             f"member {member_id!r} of group {group_id!r} sent epoch {member_epoch}; its epoch is "
             f"{member.member_epoch}; nothing was committed"
         )
-    wanted = sorted(set(partitions))
-    if not wanted:
-        return
-    granted = {
-        (t, p): epoch
-        for t, p, epoch in await session.execute(
-            select(
-                GroupOwnedPartition.topic,
-                GroupOwnedPartition.partition,
-                GroupOwnedPartition.granted_epoch,
-            ).where(
-                GroupOwnedPartition.group_id == group_id,
-                GroupOwnedPartition.member_id == member_id,
-                pairs_in(GroupOwnedPartition.topic, GroupOwnedPartition.partition, wanted),
-            )
-        )
-    }
-    for topic, partition in wanted:
-        epoch = granted.get((topic, partition))
+    for topic, partition in partitions:
+        epoch = facts.granted.get((topic, partition))
         if epoch is None:
             raise FencedMemberEpoch(
                 f"member {member_id!r} of group {group_id!r} does not own {topic}-{partition}; "
@@ -122,7 +171,7 @@ async def check_offset_commit(
             )
 
 
-def _check_classic(group: ConsumerGroup, generation: int, transactional: bool) -> None:
+def _check_classic(group: GroupFacts, generation: int, transactional: bool) -> None:
     if generation != group.group_epoch:
         raise IllegalGeneration(
             f"group {group.group_id!r} is at generation {group.group_epoch}, not {generation}; "

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import ColumnElement, delete, func, insert, or_, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -67,7 +67,18 @@ RECONCILING = "Reconciling"
 STABLE = "Stable"
 
 
-def is_gone(member: GroupMember, now: int) -> bool:
+class Deadlines(Protocol):
+    """What `is_gone` reads of a member (a row, or the facts a commit read of it)."""
+
+    @property
+    def member_epoch(self) -> int: ...
+    @property
+    def session_deadline_ms(self) -> int: ...
+    @property
+    def revoke_deadline_ms(self) -> int | None: ...
+
+
+def is_gone(member: Deadlines, now: int) -> bool:
     """Its session ran out, or it kept a partition it had to give up past its rebalance timeout
     (the deadline is set only while it holds such a partition). Such a member is no longer in
     the group, whether or not the sweeper has removed its row yet."""

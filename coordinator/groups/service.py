@@ -14,6 +14,7 @@ from coordinator.core.clock import now_ms, rfc3339
 from coordinator.core.database import Database, upsert
 from coordinator.core.errors import CoordinatorError, InvalidRequest
 from coordinator.groups.classic import classic_metadata, classic_state
+from coordinator.groups.committing import commit_as_member
 from coordinator.groups.errors import (
     GroupIdNotFound,
     GroupSubscribedToTopic,
@@ -52,6 +53,9 @@ async def commit(db: Database, group_id: str, body: CommitOffsetsRequest) -> Off
     keys = sorted({(o.topic, o.partition) for o in body.offsets})
     if len(keys) != len(body.offsets):
         raise InvalidRequest("offsets: a partition appears more than once")
+    member = body.member_id is not None and body.member_epoch is not None
+    if member and not db.is_sqlite and await commit_as_member(db, group_id, body, keys, now_ms()):
+        return _committed(body)
     async with db.write() as session:
         await check_offset_commit(session, group_id, body.member_id, body.member_epoch, keys)
         await require_partitions(session, keys)
@@ -73,6 +77,10 @@ async def commit(db: Database, group_id: str, body: CommitOffsetsRequest) -> Off
             ],
             ["group_id", "topic", "partition"],
         )
+    return _committed(body)
+
+
+def _committed(body: CommitOffsetsRequest) -> OffsetsResponse:
     return OffsetsResponse(
         offsets=[
             OffsetOut(
