@@ -6,16 +6,19 @@ acceptable from a producer, before any database work; JSON produce builds its ba
 (`batch_from_json`). Large compressed batches are inflated on a worker thread.
 
 **Group commit.** Appends that arrive while a unit of work is writing wait and go together in the
-next one (`_GroupCommit`): with no timer, a lone append on an idle service goes at once, and
-under load the group grows by itself, bounded by `GROUP_MAX_BATCHES` and `GROUP_MAX_BYTES`. A
-group's unit of work takes its locks in the fixed order (the transactional ids its batches join,
-sorted, then its partitions, sorted, in one statement each), reads the producers' epochs and
-states in two more, applies API.md's rules to each batch in arrival order (`sequence_rule`, a
-pure function, with the group's own earlier batches seen as written), and writes every accepted
-batch, producer state and high watermark in one statement each (`appends`). A batch that fails
-its checks fails alone and writes nothing; if the unit of work itself fails, each batch is
-appended alone, so one that cannot be written cannot fail the others. A Kafka Produce request's
-partitions go in one group. Several processes on one store stay correct: the row locks decide.
+next one (`_GroupCommit`): with no timer, a lone append on an idle service goes at once, and under
+load the group grows by itself, bounded by `GROUP_MAX_BATCHES` and `GROUP_MAX_BYTES`. Appends to a
+partition another unit is writing wait for it, in arrival order, and a group sees a producer's
+batches to a partition in sequence order (`in_sequence_order`): a producer's pipelined requests
+race on their connections, and the rules must not refuse the later for arriving first when both
+wait together. A group's unit of work takes its locks in the fixed order (the transactional ids its
+batches join, sorted, then its partitions, sorted, in one statement each), reads the producers'
+epochs and states in two more, applies API.md's rules to each batch in that order (`sequence_rule`,
+a pure function, with the group's own earlier batches seen as written), and writes every accepted
+batch, producer state and high watermark in one statement each (`appends`). A batch that fails its
+checks fails alone and writes nothing; if the unit of work itself fails, each batch is appended
+alone, so one that cannot be written cannot fail the others. A Kafka Produce request's partitions
+go in one group. Several processes on one store stay correct: the row locks decide.
 """
 
 from __future__ import annotations
@@ -279,12 +282,16 @@ class _Request:
     appends: Sequence[Append]
     answers: list[asyncio.Future[Appended]]
     size: int
+    partitions: frozenset[tuple[str, int]]
 
 
 class _GroupCommit:
     """A process's appends to one store: up to `in_flight` units of work write at once, and
     appends that arrive while they all write wait for the next one free, which takes them all
-    (up to the bounds)."""
+    (up to the bounds), but for those to a partition another unit is writing: they go after it,
+    in the order they came. So a producer's pipelined batches reach the rules in the order it
+    sent them (as a Kafka broker reads a connection's requests in order), and two units never
+    wait on each other's partition locks."""
 
     def __init__(self, db: Database, settings: Settings) -> None:
         self._db, self._settings = db, settings
@@ -293,11 +300,14 @@ class _GroupCommit:
         self._seen = None if db.is_sqlite else _Seen()
         self._loop = asyncio.get_running_loop()
         self._waiting: deque[_Request] = deque()
+        self._writing: set[tuple[str, int]] = set()  # the partitions units are writing
         self._writers: set[asyncio.Task[None]] = set()
 
     async def append(self, batch: Sequence[Append]) -> list[Appended | BaseException]:
         answers = [self._loop.create_future() for _ in batch]
-        self._waiting.append(_Request(batch, answers, sum(len(a.data) for a in batch)))
+        size = sum(len(a.data) for a in batch)
+        partitions = frozenset((a.topic, a.partition) for a in batch)
+        self._waiting.append(_Request(batch, answers, size, partitions))
         if len(self._writers) < self._in_flight:
             self._writers.add(self._loop.create_task(self._write_waiting()))
         results: list[Appended | BaseException] = await asyncio.gather(
@@ -307,8 +317,15 @@ class _GroupCommit:
 
     async def _write_waiting(self) -> None:
         try:
-            while self._waiting:
-                await self._write(self._next_group())
+            # Requests left waiting wait for a partition another writer is writing: that
+            # writer takes them when it is done.
+            while group := self._next_group():
+                partitions = frozenset().union(*(request.partitions for request in group))
+                self._writing |= partitions
+                try:
+                    await self._write(group)
+                finally:
+                    self._writing -= partitions
         except asyncio.CancelledError:
             while self._waiting:  # the loop is closing: nothing more is written
                 for answer in self._waiting.popleft().answers:
@@ -322,20 +339,32 @@ class _GroupCommit:
             self._writers.discard(task)
 
     def _next_group(self) -> list[_Request]:
-        group = [self._waiting.popleft()]
-        count, size = len(group[0].appends), group[0].size
+        """The waiting requests the next unit takes, in arrival order, up to the bounds; one
+        to a partition being written stays, and so does every later one to its partitions."""
+        group: list[_Request] = []
+        count = size = 0
+        held = set(self._writing)
+        behind: list[_Request] = []
         while self._waiting:
-            following = self._waiting[0]
-            count += len(following.appends)
-            size += following.size
-            if count > GROUP_MAX_BATCHES or size > GROUP_MAX_BYTES:
-                break
-            group.append(self._waiting.popleft())
+            request = self._waiting[0]
+            if request.partitions.isdisjoint(held):
+                count += len(request.appends)
+                size += request.size
+                if group and (count > GROUP_MAX_BATCHES or size > GROUP_MAX_BYTES):
+                    break
+                group.append(request)
+            else:
+                held |= request.partitions
+                behind.append(request)
+            self._waiting.popleft()
+        self._waiting.extendleft(reversed(behind))
         return group
 
     async def _write(self, group: list[_Request]) -> None:
         batch = [a for request in group for a in request.appends]
         answers = [f for request in group for f in request.answers]
+        order = in_sequence_order(batch)
+        batch, answers = [batch[i] for i in order], [answers[i] for i in order]
         try:
             written: Sequence[Appended | BaseException] | None = None
             if self._seen is not None:
@@ -367,6 +396,40 @@ class _GroupCommit:
             return (await write_group(self._db, self._settings, [append], self._seen))[0]
         except Exception as exc:
             return exc
+
+
+def in_sequence_order(batch: Sequence[Append]) -> list[int]:
+    """The indices of `batch` in the order the rules see them: arrival order, but a producer's
+    batches to one partition (at one epoch) in sequence order, in the places they came in.
+    Requests sent one after another on different connections may arrive in either order; in
+    one group, the later no longer fails as out of order for coming first. Sequences wrap at
+    INT32_MAX: past the wrap, the small ones come after the large."""
+    chains: dict[tuple[str, int, int, int], list[int]] = {}
+    for i, append in enumerate(batch):
+        header = append.checked.header
+        if header.producer_id >= 0:
+            key = (append.topic, append.partition, header.producer_id, header.producer_epoch)
+            chains.setdefault(key, []).append(i)
+    order = list(range(len(batch)))
+    for places in chains.values():
+        if len(places) < 2:
+            continue
+        sequences = {i: batch[i].checked.header.base_sequence for i in places}
+        wrapped = max(sequences.values()) - min(sequences.values()) > _HALF_SEQUENCE
+        for place, i in zip(
+            places,
+            sorted(places, key=lambda i: _unwrapped(sequences[i], wrapped)),
+            strict=True,
+        ):
+            order[place] = i
+    return order
+
+
+_HALF_SEQUENCE = (INT32_MAX + 1) // 2
+
+
+def _unwrapped(sequence: int, wrapped: bool) -> int:
+    return sequence + INT32_MAX + 1 if wrapped and sequence < _HALF_SEQUENCE else sequence
 
 
 _group_commits: weakref.WeakKeyDictionary[Database, _GroupCommit] = weakref.WeakKeyDictionary()

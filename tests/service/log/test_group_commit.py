@@ -8,12 +8,14 @@ service processes is in test_concurrency.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import pytest
 
 from coordinator.core.errors import UnstorableText
+from coordinator.core.schemas import INT32_MAX
 from coordinator.log import produce, recordbatch
 from coordinator.log.errors import OutOfOrderSequenceNumber, UnknownTopicOrPartition
 from coordinator.log.produce import Append, Appended
@@ -131,3 +133,109 @@ async def test_retries_of_one_batch_racing_with_other_producers_append_it_once(
     assert values.count("r1") == 1 and values.count("r2") == 1
     assert [v for v in values if v.startswith("o")] == ["o0", "o1", "o2", "o3"]
     assert values.index("r1") == racing[0].base_offset
+
+
+async def test_a_producers_batches_waiting_together_are_appended_in_sequence_order(
+    app: Any, client: httpx.AsyncClient, group_sizes: list[int]
+) -> None:
+    """Pipelined requests race on their connections: the later may be read first."""
+    await create_topic(client, "t")
+    pid = await init_pid(client)
+    batch = [
+        await append_of(app, "t", 0, pid, 3, [b"d"]),
+        await append_of(app, "t", 0, pid, 0, [b"a", b"b"]),
+        await append_of(app, "t", 0, pid, 2, [b"c"]),
+    ]
+
+    results = await produce.append_all(app.state.db, app.state.settings, batch)
+
+    assert group_sizes == [3]
+    assert results == [
+        Appended(3, 3, False, -1, 0),
+        Appended(0, 1, False, -1, 0),
+        Appended(2, 2, False, -1, 0),
+    ]
+    assert await values_of(client, 0) == ["a", "b", "c", "d"]
+
+
+def test_sequence_order_keeps_other_batches_in_place_and_runs_past_the_wrap() -> None:
+    def append(partition: int, pid: int, epoch: int, sequence: int) -> Append:
+        header = recordbatch.read_header(
+            recordbatch.build(
+                [(1, None, b"v", [])],
+                producer_id=pid,
+                producer_epoch=epoch,
+                base_sequence=sequence,
+            )
+        )
+        return Append("t", partition, b"", recordbatch.Checked(header, 1, False), None)
+
+    top = INT32_MAX - 1
+    batch = [
+        append(0, 7, 0, 5),  # 0
+        append(0, -1, -1, -1),  # 1: no producer: stays
+        append(0, 7, 0, 2),  # 2
+        append(1, 7, 0, 1),  # 3: another partition: stays
+        append(0, 7, 1, 0),  # 4: another epoch: stays
+        append(0, 8, 0, 0),  # 5: past the wrap, after the large one
+        append(0, 8, 0, top),  # 6
+    ]
+
+    assert produce.in_sequence_order(batch) == [2, 1, 0, 3, 4, 6, 5]
+
+
+@dataclass
+class Units:
+    """The partitions of every unit of work, in the order they started, and an event set
+    when the first starts."""
+
+    partitions: list[set[tuple[str, int]]] = field(default_factory=list)
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@pytest.fixture
+def units(monkeypatch: pytest.MonkeyPatch) -> Units:
+    """Fails an append whose unit of work starts on a partition another unit is writing."""
+    seen = Units()
+    writing: set[tuple[str, int]] = set()
+    write_group, write_optimistic = produce.write_group, produce.write_optimistic
+
+    def wrapped(write: Any) -> Any:
+        async def unit(db: Any, settings: Any, batch: Any, seen_views: Any = None) -> Any:
+            partitions = {(a.topic, a.partition) for a in batch}
+            assert writing.isdisjoint(partitions), f"{partitions} already being written"
+            seen.partitions.append(partitions)
+            seen.started.set()
+            writing.update(partitions)
+            try:
+                return await write(db, settings, batch, seen_views)
+            finally:
+                writing.difference_update(partitions)
+
+        return unit
+
+    monkeypatch.setattr(produce, "write_group", wrapped(write_group))
+    monkeypatch.setattr(produce, "write_optimistic", wrapped(write_optimistic))
+    return seen
+
+
+async def test_appends_to_a_partition_being_written_wait_for_it_in_the_order_they_came(
+    app: Any, client: httpx.AsyncClient, units: Units
+) -> None:
+    await create_topic(client, "t", 2)
+    one, two = await init_pid(client), await init_pid(client)
+    db, settings = app.state.db, app.state.settings
+    pipelined = [await append_of(app, "t", 0, one, i, [f"a{i}".encode()]) for i in range(8)]
+    beside = [await append_of(app, "t", 1, two, i, [f"b{i}".encode()]) for i in range(8)]
+    interleaved = [a for pair in zip(pipelined[1:], beside, strict=False) for a in pair]
+
+    first = asyncio.create_task(produce.append_all(db, settings, pipelined[:1]))
+    await units.started.wait()  # the first batch's unit is writing partition 0
+    rest = asyncio.gather(*(produce.append_all(db, settings, [a]) for a in interleaved))
+    answers = [await first, *await rest]
+
+    assert all(isinstance(result, Appended) for (result,) in answers)
+    assert await values_of(client, 0) == [f"a{i}" for i in range(8)]
+    assert await values_of(client, 1) == [f"b{i}" for i in range(7)]
+    assert units.partitions[0] == {("t", 0)}
+    assert len(units.partitions) > 1
