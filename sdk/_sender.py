@@ -9,7 +9,8 @@ answers with the original offsets if it had written it. The body is built (and c
 outside the lock, in the send job, so `produce()` never waits on it. Several batches of a
 partition may be in flight, and concurrent requests race to the service: a batch sent while an
 earlier one was unacknowledged that is refused as OUT_OF_ORDER_SEQUENCE_NUMBER or
-UNKNOWN_PRODUCER_ID overtook its predecessor, and is resent as soon as that one is acknowledged.
+UNKNOWN_PRODUCER_ID overtook its predecessor, and is resent as soon as that one is acknowledged;
+nothing after it in the partition is sent before it (the service writes nothing past a gap).
 After a failed attempt (no answer, or a retriable one) the partition "recovers": nothing new is
 sent, in-flight answers are awaited, then unacknowledged batches are resent in order, one at a
 time. The same answer for a batch sent with every predecessor acknowledged is real: an idempotent
@@ -190,6 +191,10 @@ class Sender:
         for batch in part.queue:
             if part.inflight >= limit:
                 return
+            if batch.needs_send:
+                # It overtook a predecessor and waits for it: the service writes nothing past
+                # that gap, so a batch sent behind it now would only be refused as well.
+                return
             if batch.sequence is not None or batch.acked:
                 continue
             ready_at = batch.created + self._linger
@@ -305,8 +310,9 @@ class Sender:
             return
         if error.code in _REORDER_CODES and not batch.sent_as_head:
             # It overtook an unacknowledged predecessor: send it again once that one is
-            # acknowledged. Concurrent requests race to the service, so this is routine; the
-            # partition keeps sending meanwhile (the service never writes past a gap).
+            # acknowledged. Concurrent requests race to the service, so this happens; nothing
+            # later in the partition is sent before it goes again (the service writes nothing
+            # past a gap, so each would be refused too).
             batch.needs_send = True
             return
         if error.fatal:

@@ -56,7 +56,11 @@ class FakeCoordinator:
     epochs: list[int] = field(default_factory=list)  # each produce call's epoch
     init_pid_calls: int = 0
     ends: list[bool] = field(default_factory=list)  # each EndTxn's commit
+    # The first produce call waits for this before the fake reads it, as a request slow on its
+    # connection: the next one gets there first.
+    held: threading.Event | None = None
     _transactional: dict[str, tuple[int, int]] = field(default_factory=dict)  # id -> pid, epoch
+    _first_held: bool = False
     _next_pid: int = 1000
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -72,6 +76,11 @@ class FakeCoordinator:
 
     def _answer(self, request: httpx.Request) -> httpx.Response:
         path = request.url.path
+        if self.held is not None and path.endswith("/records"):
+            with self._lock:
+                hold, self._first_held = not self._first_held, True
+            if hold and not self.held.wait(5):
+                return _problem(500, "HELD", "the test never released the first call")
         with self._lock:
             if path == "/v1/init-pid":
                 self.init_pid_calls += 1
@@ -195,6 +204,46 @@ def test_a_lost_answer_is_retried_and_found_a_duplicate() -> None:
     assert reports == [(None, b"a"), (None, b"b")]
     assert fake.values() == [b"a", b"b"]  # written once, though sent twice
     assert [sequence for _, _, sequence in fake.produce_calls] == [0, 0, 1]
+
+
+def test_a_batch_that_overtook_its_predecessor_holds_back_the_partition_until_it_goes_again() -> (
+    None
+):
+    """Batch 1 reaches the coordinator before batch 0 and is refused out of order; the service
+    writes nothing past that gap, so nothing produced after it is sent before it goes again."""
+    fake = FakeCoordinator(held=threading.Event())
+    refused, planned_behind = threading.Event(), threading.Event()
+    reports: Reports = []
+    config = {"linger.ms": 0, "batch.size": 1}  # a batch per record, sent at once
+    with fake.producer(**config) as producer:
+        sender, partitions = producer._sender, producer._accumulator.partitions
+        plan = sender._plan
+
+        def watched(now: float) -> Any:
+            planned = plan(now)
+            queue = partitions[("t", 0)].queue if ("t", 0) in partitions else []
+            if any(batch.needs_send for batch in queue):
+                refused.set()
+                if len(queue) == 4:  # c and d were there to send: batch 0 may go on
+                    planned_behind.set()
+                    fake.held.set()  # type: ignore[union-attr]
+            return planned
+
+        sender._plan = watched  # type: ignore[method-assign]
+        for value in (b"a", b"b"):
+            producer.produce("t", value, partition=0, on_delivery=reporting(reports))
+        assert refused.wait(5)
+        for value in (b"c", b"d"):
+            producer.produce("t", value, partition=0, on_delivery=reporting(reports))
+        assert planned_behind.wait(5)
+        producer.flush(5)
+
+    assert reports == [(None, v) for v in (b"a", b"b", b"c", b"d")]
+    assert fake.values() == [b"a", b"b", b"c", b"d"]
+    sequences = [sequence for _, _, sequence in fake.produce_calls]
+    assert sequences[:2] == [1, 0]  # b came first and was refused
+    resent = sequences.index(1, 1)
+    assert sequences.index(2) > resent and sequences.index(3) > resent
 
 
 def test_a_lost_producer_state_takes_a_new_producer_id_and_numbers_again_from_zero() -> None:
