@@ -13,10 +13,11 @@ cProfile's own overhead inflates every figure alike: compare versions, not absol
 - `produce-json`: idempotent produce of `--records` x `--record-bytes` as JSON;
 - `produce-binary`: the same records as one Kafka record batch (skipped by a service without it);
 - `txn`: a transaction as a producer runs it: [AddPartitions when `--add-partitions`], produce
-  (JSON, transactional), EndTxn commit; reported per call type.
+  (JSON, transactional), AddOffsets (a group's offset in the transaction, without member
+  identity), EndTxn commit; reported per call type.
 
 Written to compare two versions of the service: run it once per checkout, e.g.
-`PYTHONPATH=/path/to/other/checkout python bench/profile.py`. The last line is one JSON object.
+`PYTHONPATH=/path/to/other/checkout python bench/callprofile.py`. The last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -188,6 +189,13 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 response = await client.post("/v1/topics/t/partitions/0/records", json=body)
                 assert response.status_code == 200, response.text
 
+            async def add_offsets() -> None:
+                body = {"producer_id": state["pid"], "producer_epoch": state["epoch"],
+                        "group_id": "g", "offsets": [{"topic": "t", "partition": 1,
+                                                      "offset": 1}]}  # fmt: skip
+                response = await client.post("/v1/transactions/tx/offsets", json=body)
+                assert response.status_code == 200, response.text
+
             async def end() -> None:
                 body = {"producer_id": state["pid"], "producer_epoch": state["epoch"],
                         "commit": True}  # fmt: skip
@@ -202,6 +210,7 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
 
             steps = ([("AddPartitions", add)] if args.add_partitions else []) + [
                 ("produce-txn", produce_txn),
+                ("AddOffsets", add_offsets),
                 ("EndTxn", end),
             ]
             for step_name, _ in steps:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from coordinator.core.database import Database, on_driver
 from coordinator.core.errors import CoordinatorError
@@ -23,7 +24,7 @@ from coordinator.groups.fencing import CommitFacts, check_member_commit
 from coordinator.groups.schemas import CommitOffsetsRequest
 
 # Each row's version is its xmin: a new version of the row has a new one.
-_FACTS = """
+FACTS = """
 WITH wanted AS (
   SELECT * FROM unnest($3::varchar[], $4::int[]) AS w(topic, "partition")
 ), owned AS (
@@ -93,6 +94,42 @@ class _Member:
     revoke_deadline_ms: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class ReadFacts:
+    """What `FACTS` read: the rule's facts, the versions of the rows they came from (the
+    member's None when it has none), and how many of the partitions exist."""
+
+    facts: CommitFacts
+    group_version: str
+    member_version: str | None
+    owned_versions: list[str]
+    existing: int
+
+
+def read_facts(group_id: str, row: Sequence[Any]) -> ReadFacts | None:
+    """A row of `FACTS` as the rule's facts; None when the group does not exist."""
+    (protocol, group_epoch, classic_state, group_version) = row[0:4]
+    (member_epoch, session_deadline, revoke_deadline, member_version) = row[4:8]
+    owned_topics, owned_partitions, granted_epochs, owned_versions, existing = row[8:13]
+    if group_version is None:
+        return None
+    member = (
+        None if member_version is None else _Member(member_epoch, session_deadline, revoke_deadline)
+    )
+    owned = zip(owned_topics, owned_partitions, strict=True)
+    return ReadFacts(
+        CommitFacts(
+            _Group(group_id, protocol, group_epoch, classic_state),
+            member,
+            dict(zip(owned, granted_epochs, strict=True)),
+        ),
+        group_version,
+        member_version,
+        list(owned_versions),
+        existing,
+    )
+
+
 async def commit_as_member(
     db: Database,
     group_id: str,
@@ -106,18 +143,11 @@ async def commit_as_member(
     assert body.member_id is not None and body.member_epoch is not None
     topics, partitions = [t for t, _ in keys], [p for _, p in keys]
     async with db.autocommit() as connection:
-        (row,) = await on_driver(connection, _FACTS, group_id, body.member_id, topics, partitions)
-        (protocol, group_epoch, classic_state, group_version) = row[0:4]
-        (member_epoch, session_deadline, revoke_deadline, member_version) = row[4:8]
-        owned_topics, owned_partitions, granted_epochs, owned_versions, existing = row[8:13]
-        if group_version is None or member_version is None or existing != len(keys):
+        (row,) = await on_driver(connection, FACTS, group_id, body.member_id, topics, partitions)
+        read = read_facts(group_id, row)
+        if read is None or read.member_version is None or read.existing != len(keys):
             return False
-        owned = zip(owned_topics, owned_partitions, strict=True)
-        facts = CommitFacts(
-            _Group(group_id, protocol, group_epoch, classic_state),
-            _Member(member_epoch, session_deadline, revoke_deadline),
-            dict(zip(owned, granted_epochs, strict=True)),
-        )
+        facts = read.facts
         member_id, epoch = body.member_id, body.member_epoch
         try:
             check_member_commit(
@@ -134,9 +164,9 @@ async def commit_as_member(
             body.member_id,
             topics,
             partitions,
-            group_version,
-            member_version,
-            list(owned_versions),
+            read.group_version,
+            read.member_version,
+            read.owned_versions,
             [o.offset for o in ordered],
             [None if o.metadata is None else o.metadata.encode() for o in ordered],
             [o.leader_epoch for o in ordered],

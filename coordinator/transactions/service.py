@@ -52,6 +52,7 @@ from coordinator.transactions.models import (
     TransactionOffset,
     TransactionPartition,
 )
+from coordinator.transactions.offsets import add_in_two_statements
 from coordinator.transactions.schemas import (
     AddOffsetsRequest,
     AddPartitionsRequest,
@@ -509,6 +510,9 @@ async def add_offsets(
     keys = sorted({(o.topic, o.partition) for o in body.offsets})
     if len(keys) != len(body.offsets):
         raise InvalidRequest("offsets: a partition appears more than once")
+    added = await add_in_two_statements(db, transactional_id, body, keys, now_ms())
+    if added is not None:
+        return StateResponse(state=added)
     async with db.write() as session:
         now = now_ms()
         locked = await _lock_existing(session, transactional_id)
