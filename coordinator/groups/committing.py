@@ -46,9 +46,15 @@ LEFT JOIN consumer_groups g ON g.group_id = $1
 LEFT JOIN group_members m ON m.group_id = $1 AND m.member_id = $2
 """
 
-_WRITE = """
-WITH g AS (
-  SELECT xmin::text AS version FROM consumer_groups WHERE group_id = $1 FOR SHARE
+
+def member_locks(after: str | None = None) -> str:
+    """The CTEs `g`, `m` and `o` that lock what a member's commit stands on, in the fixed order,
+    with each row's version: the group's row FOR SHARE ($1), the member's ($2), and its
+    ownership rows of the partitions ($3 topics, $4 partitions). `after` names a CTE whose locks
+    come first."""
+    first = "" if after is None else f" AND (SELECT count(*) FROM {after}) >= 0"
+    return f"""g AS (
+  SELECT xmin::text AS version FROM consumer_groups WHERE group_id = $1{first} FOR SHARE
 ), m AS (
   SELECT xmin::text AS version FROM group_members
   WHERE group_id = $1 AND member_id = $2 AND (SELECT count(*) FROM g) >= 0
@@ -60,9 +66,13 @@ WITH g AS (
     ON w.topic = o.topic AND w."partition" = o."partition"
   WHERE o.group_id = $1 AND o.member_id = $2 AND (SELECT count(*) FROM g) >= 0
   FOR SHARE OF o
-), checked AS (
+)"""
+
+
+_WRITE = f"""
+WITH {member_locks()}, checked AS (
   SELECT (SELECT version FROM g) = $5 AND (SELECT version FROM m) = $6
-     AND (SELECT coalesce(array_agg(version ORDER BY topic, "partition"), '{}') FROM o)
+     AND (SELECT coalesce(array_agg(version ORDER BY topic, "partition"), '{{}}') FROM o)
          = $7::text[] AS passes
 ), written AS (
   INSERT INTO group_offsets (group_id, topic, "partition", "offset", metadata, leader_epoch,

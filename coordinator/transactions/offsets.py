@@ -39,39 +39,24 @@ LEFT JOIN transactions t ON t.transactional_id = $5
 LEFT JOIN producer_ids i ON i.producer_id = t.producer_id
 """
 
-_WRITE = """
+_WRITE = f"""
 WITH txn AS (
   SELECT t.xmin::text || '/' || i.xmin::text AS version
   FROM transactions t
   JOIN producer_ids i ON i.producer_id = t.producer_id
-  WHERE t.transactional_id = $1
+  WHERE t.transactional_id = $5
   FOR UPDATE OF t, i
-), g AS (
-  SELECT xmin::text AS version FROM consumer_groups
-  WHERE group_id = $2 AND (SELECT count(*) FROM txn) >= 0
-  FOR SHARE
-), m AS (
-  SELECT xmin::text AS version FROM group_members
-  WHERE group_id = $2 AND member_id = $3 AND (SELECT count(*) FROM g) >= 0
-  FOR SHARE
-), o AS (
-  SELECT o.topic, o."partition", o.xmin::text AS version
-  FROM group_owned_partitions o
-  JOIN unnest($4::varchar[], $5::int[]) AS w(topic, "partition")
-    ON w.topic = o.topic AND w."partition" = o."partition"
-  WHERE o.group_id = $2 AND o.member_id = $3 AND (SELECT count(*) FROM g) >= 0
-  FOR SHARE OF o
-), checked AS (
+), {committing.member_locks(after="txn")}, checked AS (
   SELECT (SELECT version FROM txn) = $6
      AND ($7::text IS NULL OR (SELECT version FROM g) = $7)
-     AND ($3::varchar IS NULL OR (SELECT version FROM m) = $8)
-     AND (SELECT coalesce(array_agg(version ORDER BY topic, "partition"), '{}') FROM o)
+     AND ($2::varchar IS NULL OR (SELECT version FROM m) = $8)
+     AND (SELECT coalesce(array_agg(version ORDER BY topic, "partition"), '{{}}') FROM o)
          = $9::text[] AS passes
 ), written AS (
   INSERT INTO transaction_offsets (transactional_id, group_id, topic, "partition", "offset",
                                    metadata, leader_epoch)
-  SELECT $1, $2, w.topic, w."partition", w."offset", w.metadata, w.leader_epoch
-  FROM unnest($4::varchar[], $5::int[], $10::bigint[], $11::bytea[], $12::int[])
+  SELECT $5, $1, w.topic, w."partition", w."offset", w.metadata, w.leader_epoch
+  FROM unnest($3::varchar[], $4::int[], $10::bigint[], $11::bytea[], $12::int[])
     AS w(topic, "partition", "offset", metadata, leader_epoch)
   WHERE (SELECT passes FROM checked)
   ON CONFLICT (transactional_id, group_id, topic, "partition") DO UPDATE
@@ -82,7 +67,7 @@ WITH txn AS (
   SET state = $13, updated_ms = $14,
       started_ms = CASE WHEN $15 THEN $14 ELSE started_ms END,
       deadline_ms = CASE WHEN $15 THEN $14 + timeout_ms ELSE deadline_ms END
-  WHERE transactional_id = $1 AND (SELECT passes FROM checked)
+  WHERE transactional_id = $5 AND (SELECT passes FROM checked)
 )
 SELECT passes FROM checked
 """
@@ -141,11 +126,11 @@ async def add_in_two_statements(
         (written,) = await on_driver(
             connection,
             _WRITE,
-            transactional_id,
             body.group_id,
             member_id,
             topics,
             partitions,
+            transactional_id,
             txn_version,
             group_version,
             member_version,

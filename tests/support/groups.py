@@ -106,3 +106,14 @@ async def expire(app: Any, member_id: str, column: str = "session_deadline_ms") 
         await session.execute(
             text(f"UPDATE group_members SET {column} = 1 WHERE member_id = :m"), {"m": member_id}
         )
+
+
+async def member_owning_two(client: httpx.AsyncClient) -> Member:
+    """Member "a" of group "g", alone, owning both partitions of a new topic "t"."""
+    response = await client.post("/v1/topics", json={"name": "t", "partitions": 2})
+    assert response.status_code == 201, response.text
+    member = Member(client, "g", "a")
+    await member.beat()
+    await member.beat()
+    assert member.owned == {("t", 0), ("t", 1)}
+    return member

@@ -1,12 +1,15 @@
 """Holding Postgres row locks in a test: a unit of work that holds them until told, and waiting
-until another session waits for one (its statement's snapshot is taken by then)."""
+until another session waits for one (its statement's snapshot is taken by then); and a change
+committed between a call's read and its gated write."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
+import pytest
 from sqlalchemy import text
 
 
@@ -58,3 +61,22 @@ class Blocking:
         self._release.set()
         assert self._task is not None
         await self._task
+
+
+def between_the_statements(
+    app: Any, monkeypatch: pytest.MonkeyPatch, module: ModuleType, sql: str
+) -> None:
+    """Commit `sql` in a unit of work of its own just before `module` sends its second statement
+    to asyncpg (`on_driver`): between a call's read of its facts and its gated write."""
+    real = module.on_driver
+    calls = 0
+
+    async def interposed(connection: Any, statement: str, *args: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            async with app.state.db.engine.begin() as other:
+                await other.execute(text(sql))
+        return await real(connection, statement, *args)
+
+    monkeypatch.setattr(module, "on_driver", interposed)

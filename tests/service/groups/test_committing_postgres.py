@@ -12,11 +12,11 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import text
 
 from coordinator.groups import committing, service
-from tests.support.api import assert_problem, create_topic
-from tests.support.groups import Member
+from tests.support.api import assert_problem
+from tests.support.groups import Member, member_owning_two
+from tests.support.locks import between_the_statements
 from tests.support.services import Store
 
 
@@ -47,12 +47,7 @@ async def committed(client: httpx.AsyncClient) -> list[tuple[str, int, int]]:
 
 @pytest.fixture
 async def member(client: httpx.AsyncClient) -> Member:
-    await create_topic(client, "t", partitions=2)
-    member = Member(client, "g", "a")
-    await member.beat()
-    await member.beat()
-    assert member.owned == {("t", 0), ("t", 1)}
-    return member
+    return await member_owning_two(client)
 
 
 async def test_a_members_commit_goes_in_two_statements(
@@ -81,22 +76,6 @@ async def test_a_commit_the_rule_refuses_is_answered_by_the_locks(
     assert await committed(client) == []
 
 
-def _between_the_statements(app: Any, monkeypatch: pytest.MonkeyPatch, sql: str) -> None:
-    """Run `sql` in its own unit of work once the commit has read its facts."""
-    real = committing.on_driver
-    calls = 0
-
-    async def interposed(connection: Any, statement: str, *args: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        if calls == 2:
-            async with app.state.db.engine.begin() as other:
-                await other.execute(text(sql))
-        return await real(connection, statement, *args)
-
-    monkeypatch.setattr(committing, "on_driver", interposed)
-
-
 async def test_a_heartbeat_between_the_statements_sends_the_commit_to_the_locks(
     app: Any,
     client: httpx.AsyncClient,
@@ -105,7 +84,7 @@ async def test_a_heartbeat_between_the_statements_sends_the_commit_to_the_locks(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     beat = "UPDATE group_members SET last_heartbeat_ms = last_heartbeat_ms + 1"
-    _between_the_statements(app, monkeypatch, beat)
+    between_the_statements(app, monkeypatch, committing, beat)
 
     assert (await member.commit(("t", 0, 5))).status_code == 200
 
@@ -121,7 +100,7 @@ async def test_a_partition_taken_away_between_the_statements_is_fenced_by_the_lo
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     revoked = "DELETE FROM group_owned_partitions WHERE topic = 't' AND partition = 1"
-    _between_the_statements(app, monkeypatch, revoked)
+    between_the_statements(app, monkeypatch, committing, revoked)
 
     refused = await member.commit(("t", 0, 5), ("t", 1, 7))
 

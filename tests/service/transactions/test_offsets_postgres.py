@@ -13,12 +13,12 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import text
 
 from coordinator.transactions import offsets, service
 from coordinator.transactions.states import State
 from tests.support.api import assert_problem, create_topic
-from tests.support.groups import Member
+from tests.support.groups import Member, member_owning_two
+from tests.support.locks import between_the_statements
 from tests.support.services import Store
 from tests.support.txn import Instance, started
 
@@ -50,12 +50,7 @@ async def group_offsets(client: httpx.AsyncClient) -> list[tuple[str, int, int]]
 
 @pytest.fixture
 async def member(client: httpx.AsyncClient) -> Member:
-    await create_topic(client, "t", partitions=2)
-    member = Member(client, "g", "a")
-    await member.beat()
-    await member.beat()
-    assert member.owned == {("t", 0), ("t", 1)}
-    return member
+    return await member_owning_two(client)
 
 
 async def add(
@@ -124,22 +119,6 @@ async def test_what_the_rules_refuse_is_answered_by_the_locks(
     assert (await producer.describe())["state"] == "Empty"
 
 
-def _between_the_statements(app: Any, monkeypatch: pytest.MonkeyPatch, sql: str) -> None:
-    """Run `sql` in its own unit of work once the call has read its facts."""
-    real = offsets.on_driver
-    calls = 0
-
-    async def interposed(connection: Any, statement: str, *args: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        if calls == 2:
-            async with app.state.db.engine.begin() as other:
-                await other.execute(text(sql))
-        return await real(connection, statement, *args)
-
-    monkeypatch.setattr(offsets, "on_driver", interposed)
-
-
 @pytest.mark.parametrize(
     "change",
     [
@@ -159,7 +138,7 @@ async def test_a_row_changed_between_the_statements_sends_the_call_to_the_locks(
     change: str,
 ) -> None:
     producer = await started(client, "x")
-    _between_the_statements(app, monkeypatch, change)
+    between_the_statements(app, monkeypatch, offsets, change)
 
     assert (await add(producer, member, ("t", 0, 5))).status_code == 200
 
@@ -177,7 +156,7 @@ async def test_a_partition_taken_away_between_the_statements_is_fenced_by_the_lo
 ) -> None:
     producer = await started(client, "x")
     revoked = "DELETE FROM group_owned_partitions WHERE topic = 't' AND partition = 1"
-    _between_the_statements(app, monkeypatch, revoked)
+    between_the_statements(app, monkeypatch, offsets, revoked)
 
     refused = await add(producer, member, ("t", 0, 5), ("t", 1, 7))
 
