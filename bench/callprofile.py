@@ -12,6 +12,7 @@ cProfile's own overhead inflates every figure alike: compare versions, not absol
 
 - `produce-json`: idempotent produce of `--records` x `--record-bytes` as JSON;
 - `produce-binary`: the same records as one Kafka record batch (skipped by a service without it);
+- `heartbeat`: a steady member's heartbeat (a group of one owning both partitions);
 - `txn`: a transaction as a producer runs it: [AddPartitions when `--add-partitions`], produce
   (JSON, transactional), AddOffsets (a group's offset in the transaction, without member
   identity), EndTxn commit; reported per call type.
@@ -171,6 +172,19 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                     seq2 += len(raw)
 
                 results.append(await measure("produce-binary", produce_binary, args.rounds, trips))
+
+            # A member of a group of one, steady: what every consumer sends every few seconds.
+            member = {"member_id": "m", "member_epoch": 0, "subscribed_topics": ["t"]}
+            for _ in range(2):
+                answer = (await client.post("/v1/groups/g/heartbeat", json=member)).json()
+                member = {"member_id": "m", "member_epoch": answer["member_epoch"],
+                          "owned_partitions": answer["assignment"]}  # fmt: skip
+
+            async def heartbeat() -> None:
+                response = await client.post("/v1/groups/g/heartbeat", json=member)
+                assert response.status_code == 200, response.text
+
+            results.append(await measure("heartbeat", heartbeat, args.rounds, trips))
 
             txn = await client.post("/v1/init-pid", json={"transactional_id": "tx"})
             state = {"pid": txn.json()["producer_id"], "epoch": 0}

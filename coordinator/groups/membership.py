@@ -38,6 +38,7 @@ from coordinator.groups.errors import (
     InvalidSessionTimeout,
     UnknownMemberId,
 )
+from coordinator.groups.heartbeats import Renewal, renew_if_steady
 from coordinator.groups.models import (
     CLASSIC,
     CONSUMER,
@@ -379,6 +380,27 @@ async def heartbeat(
     session_timeout_ms = _session_timeout(settings, body)
     if body.member_epoch == JOIN_EPOCH and body.subscribed_topics is None:
         raise InvalidRequest("subscribed_topics: required to join (member_epoch 0)")
+    if not db.is_sqlite and protocol == CONSUMER and body.member_epoch > 0:
+        owned = body.owned_partitions
+        assignment = await renew_if_steady(
+            db,
+            group_id,
+            body.member_id,
+            body.member_epoch,
+            body.subscribed_topics,
+            None if owned is None else [(p.topic, p.partition) for p in owned],
+            Renewal(
+                session_timeout_ms, body.rebalance_timeout_ms, client_id, client_host, assignor
+            ),
+            now_ms(),
+        )
+        if assignment is not None:
+            return HeartbeatResponse(
+                member_id=body.member_id,
+                member_epoch=body.member_epoch,
+                heartbeat_interval_ms=_interval(settings, session_timeout_ms),
+                assignment=[TopicPartitionOut(topic=t, partition=p) for t, p in assignment],
+            )
     refusal: CoordinatorError | None = None
     answer: HeartbeatResponse | None = None
     async with db.write() as session:
