@@ -31,6 +31,7 @@ from coordinator.groups.routes import router as groups_router
 from coordinator.groups.tasks import run_group_sweeper
 from coordinator.kafka.server import KafkaListener
 from coordinator.log.cleaner import run_cleaner
+from coordinator.log.hot_routes import hot_routes
 from coordinator.log.routes import router as log_router
 from coordinator.producers.routes import router as producers_router
 from coordinator.transactions.routes import router as transactions_router
@@ -90,6 +91,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
     app.add_middleware(MetricsMiddleware)  # outermost: sees every answer, even a refused body
+    # Before the FastAPI routes of the same path: the data path's plain requests, answered
+    # without FastAPI's per-request dependency resolution (coordinator.log.hot_routes).
+    app.router.routes.extend(hot_routes())
     app.include_router(health_router)
     app.include_router(log_router)
     app.include_router(producers_router)

@@ -16,7 +16,8 @@ from pydantic import ValidationError
 from starlette.responses import Response
 
 from coordinator import deletion
-from coordinator.core.auth import AccessDep
+from coordinator.core.auth import Access, AccessDep
+from coordinator.core.database import Database
 from coordinator.core.dependencies import DB, AppSettings, Quota
 from coordinator.core.errors import InvalidRequest
 from coordinator.core.responses import json_response
@@ -28,6 +29,7 @@ from coordinator.core.schemas import (
     TopicNameParam,
     TransactionalId,
 )
+from coordinator.core.settings import Settings
 from coordinator.log import fetch as log_fetch
 from coordinator.log import produce as appending
 from coordinator.log import topics as log_topics
@@ -52,6 +54,13 @@ router = APIRouter(prefix="/v1/topics", tags=["topics and records"])
 
 TopicPath = Annotated[str, Path(pattern=TOPIC_PATTERN, description="topic name"), TopicNameParam]
 PartitionPath = Annotated[int, Digits, Path(ge=0, le=INT32_MAX, description="partition number")]
+# The data path's query parameters (also checked by `hot_routes`, which applies these types).
+TransactionalIdQuery = Annotated[TransactionalId | None, Query()]
+OffsetQuery = Annotated[int, Digits, Query(ge=0, le=INT64_MAX)]
+MaxRecordsQuery = Annotated[int, Digits, Query(ge=1, le=10_000)]
+MaxBytesQuery = Annotated[int | None, Digits, Query(ge=1, le=INT32_MAX)]
+IsolationLevelQuery = Literal["read_committed", "read_uncommitted"]
+EncodingQuery = Literal["utf8", "base64"]
 
 
 @router.post("", status_code=201, response_model=TopicSummary)
@@ -150,11 +159,17 @@ def _is_json(content_type: str | None) -> bool:
     )
 
 
+def is_record_batch(content_type: str | None) -> bool:
+    return (
+        content_type is not None and content_type.split(";", 1)[0].strip().lower() == RECORD_BATCH
+    )
+
+
 async def produce_body(request: Request) -> ProduceRequest | bytes:
     """The produce body: a record batch's bytes, or the JSON body validated as FastAPI would."""
     raw = await request.body()
     content_type = request.headers.get("content-type")
-    if content_type and content_type.split(";", 1)[0].strip().lower() == RECORD_BATCH:
+    if is_record_batch(content_type):
         return raw
     body: Any = raw
     if raw and _is_json(content_type):
@@ -193,20 +208,35 @@ async def produce(
     db: DB,
     settings: AppSettings,
     access: AccessDep,
-    transactional_id: Annotated[TransactionalId | None, Query()] = None,
+    transactional_id: TransactionalIdQuery = None,
 ) -> Response:
     if isinstance(body, bytes):
-        access.produce(topic, transactional_id)
-        result = await appending.produce_batch(
-            db, settings, topic, partition, body, transactional_id
+        return await produce_batch(db, settings, access, topic, partition, body, transactional_id)
+    if transactional_id is not None:
+        raise InvalidRequest(
+            "transactional_id: goes in the JSON body; the query parameter is for record batches"
         )
-    else:
-        if transactional_id is not None:
-            raise InvalidRequest(
-                "transactional_id: goes in the JSON body; the query parameter is for record batches"
-            )
-        access.produce(topic, body.transactional_id)
-        result = await appending.produce_json(db, settings, topic, partition, body)
+    access.produce(topic, body.transactional_id)
+    return _produced(await appending.produce_json(db, settings, topic, partition, body))
+
+
+async def produce_batch(
+    db: Database,
+    settings: Settings,
+    access: Access,
+    topic: str,
+    partition: int,
+    body: bytes,
+    transactional_id: str | None,
+) -> Response:
+    """A record batch's produce (this route's, and `hot_routes`' for the same request)."""
+    access.produce(topic, transactional_id)
+    return _produced(
+        await appending.produce_batch(db, settings, topic, partition, body, transactional_id)
+    )
+
+
+def _produced(result: appending.Appended) -> Response:
     return json_response(
         {
             "base_offset": result.base_offset,
@@ -216,7 +246,7 @@ async def produce(
     )
 
 
-def _wants_batches(accept: str | None) -> bool:
+def wants_batches(accept: str | None) -> bool:
     return accept is not None and RECORD_BATCH in accept.lower()
 
 
@@ -232,27 +262,49 @@ async def fetch(
     db: DB,
     settings: AppSettings,
     access: AccessDep,
-    offset: Annotated[int, Digits, Query(ge=0, le=INT64_MAX)] = 0,
-    max_records: Annotated[int, Digits, Query(ge=1, le=10_000)] = 500,
-    max_bytes: Annotated[int | None, Digits, Query(ge=1, le=INT32_MAX)] = None,
-    isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed",
-    encoding: Literal["utf8", "base64"] = "utf8",
+    offset: OffsetQuery = 0,
+    max_records: MaxRecordsQuery = 500,
+    max_bytes: MaxBytesQuery = None,
+    isolation_level: IsolationLevelQuery = "read_committed",
+    encoding: EncodingQuery = "utf8",
 ) -> Response:
-    access.fetch(topic)
-    read_committed = isolation_level == "read_committed"
-    limit = settings.fetch_max_bytes if max_bytes is None else max_bytes
-    if _wants_batches(request.headers.get("accept")):
-        fetched = await log_fetch.fetch_batches(
-            db, topic, partition, offset, max_bytes=limit, read_committed=read_committed
+    if wants_batches(request.headers.get("accept")):
+        return await fetch_batches(
+            db, settings, access, topic, partition, offset, max_bytes, isolation_level
         )
-        headers = {
-            "Next-Offset": str(fetched.next_offset),
-            "High-Watermark": str(fetched.high_watermark),
-            "Last-Stable-Offset": str(fetched.last_stable_offset),
-            "Log-Start-Offset": str(fetched.log_start_offset),
-        }
-        return Response(b"".join(fetched.batches), headers=headers, media_type=RECORD_BATCH)
+    access.fetch(topic)
+    limit = settings.fetch_max_bytes if max_bytes is None else max_bytes
+    read_committed = isolation_level == "read_committed"
     result = await log_fetch.fetch_json(
         db, topic, partition, offset, max_records, read_committed, encoding, limit
     )
     return json_response(result)
+
+
+async def fetch_batches(
+    db: Database,
+    settings: Settings,
+    access: Access,
+    topic: str,
+    partition: int,
+    offset: int,
+    max_bytes: int | None,
+    isolation_level: str,
+) -> Response:
+    """A fetch of record batches (this route's, and `hot_routes`' for the same request)."""
+    access.fetch(topic)
+    fetched = await log_fetch.fetch_batches(
+        db,
+        topic,
+        partition,
+        offset,
+        max_bytes=settings.fetch_max_bytes if max_bytes is None else max_bytes,
+        read_committed=isolation_level == "read_committed",
+    )
+    headers = {
+        "Next-Offset": str(fetched.next_offset),
+        "High-Watermark": str(fetched.high_watermark),
+        "Last-Stable-Offset": str(fetched.last_stable_offset),
+        "Log-Start-Offset": str(fetched.log_start_offset),
+    }
+    return Response(b"".join(fetched.batches), headers=headers, media_type=RECORD_BATCH)
