@@ -17,9 +17,11 @@ What it measures, in one run on one machine:
    control IS NULL ORDER BY base_offset LIMIT k` with k batches per query as many as one fetch
    returns, from the start to the end and again.
 
-MB is 10**6 bytes of record batches received. `ratio` = read_committed MB/s over raw MB/s
-(goal >= 0.6); `isolation_ratio` = read_committed MB/s over read_uncommitted MB/s (goal >= 0.9).
-Figures are noisy when other work runs on the machine (client, service and Postgres share it).
+MB is 10**6 bytes of record batches received; per phase, the service's and the load generator's
+CPU ms per MB (the generator speaks HTTP/1.1 on a bare stream, `_support.LeanHttp`). `ratio` =
+read_committed MB/s over raw MB/s (goal >= 0.6); `isolation_ratio` = read_committed MB/s over
+read_uncommitted MB/s (goal >= 0.9). Figures are noisy when other work runs on the machine
+(client, service and Postgres share it).
 
     python bench/fetch.py --seconds 10
 
@@ -31,8 +33,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
@@ -44,6 +48,8 @@ from _support import (
     MB,
     BatchTemplate,
     BenchFailure,
+    Client,
+    Service,
     Window,
     add_postgres_url,
     call,
@@ -51,6 +57,7 @@ from _support import (
     checked,
     checkpoint,
     close_all,
+    cpu_in_window,
     log,
     make_clients,
     plain_url,
@@ -97,7 +104,7 @@ async def fill(client: httpx.AsyncClient, partition: int, args: argparse.Namespa
 
 
 async def reader(
-    client: httpx.AsyncClient, partition: int, level: str, max_bytes: int, window: Window
+    client: Client, partition: int, level: str, max_bytes: int, window: Window
 ) -> tuple[int, int]:
     """(bytes, fetches) answered inside the window."""
     path = f"/v1/topics/{TOPIC}/partitions/{partition}/records"
@@ -126,18 +133,33 @@ async def reader(
     return received, fetches
 
 
-async def run_service(url: str, args: argparse.Namespace, level: str) -> tuple[float, float]:
-    clients = make_clients(url, args.consumers)
+@dataclass(frozen=True)
+class Phase:
+    mb_per_s: float
+    fetches_per_s: float
+    service_cpu_ms_per_mb: float
+    client_cpu_ms_per_mb: float  # the load generator's (this process's)
+
+
+async def run_service(service: Service, args: argparse.Namespace, level: str) -> Phase:
+    clients = make_clients(service.url, args.consumers)
     try:
         window = Window.after(args.warmup, args.seconds)
+        cpu = asyncio.create_task(cpu_in_window(service.pid, window))
+        own_cpu = asyncio.create_task(cpu_in_window(os.getpid(), window))
         results = await asyncio.gather(
             *(reader(c, i, level, args.max_bytes, window) for i, c in enumerate(clients))
         )
     finally:
         await close_all(clients)
-    received = sum(r[0] for r in results)
-    fetches = sum(r[1] for r in results)
-    return received / MB / window.seconds, fetches / window.seconds
+    mb = sum(r[0] for r in results) / MB
+    per_mb = 1000 / mb if mb else 0.0
+    return Phase(
+        mb / window.seconds,
+        sum(r[1] for r in results) / window.seconds,
+        await cpu * per_mb,
+        await own_cpu * per_mb,
+    )
 
 
 RAW_SELECT = (
@@ -182,7 +204,7 @@ async def run_raw(database_url: str, args: argparse.Namespace) -> tuple[float, f
 async def bench(args: argparse.Namespace) -> None:
     cancel_on_sigterm()
     server_url = plain_url(args.postgres_url)
-    figures: dict[str, float] = {}
+    phases: dict[str, Phase] = {}
     async with scratch_database(server_url, "bench_fetch_") as (_, database_url):
         async with serving(database_url, "bench-fetch-", SERVE, SERVE_OPTIONS) as service:
             async with httpx.AsyncClient(base_url=service.url, timeout=60.0) as client:
@@ -192,12 +214,11 @@ async def bench(args: argparse.Namespace) -> None:
             for level in ("read_committed", "read_uncommitted"):
                 await checkpoint(database_url)
                 log(f"{level}: {args.warmup:g} s warm-up + {args.seconds:g} s")
-                mb, per_s = await run_service(service.url, args, level)
-                figures[f"{level}_mb_per_s"] = mb
-                figures[f"{level}_fetches_per_s"] = per_s
+                phases[level] = await run_service(service, args, level)
         log(f"raw: {args.warmup:g} s warm-up + {args.seconds:g} s")
         raw_mb, raw_per_s = await run_raw(database_url, args)
-    rc, ru = figures["read_committed_mb_per_s"], figures["read_uncommitted_mb_per_s"]
+    committed, uncommitted = phases["read_committed"], phases["read_uncommitted"]
+    rc, ru = committed.mb_per_s, uncommitted.mb_per_s
     ratio = rc / raw_mb if raw_mb else float("nan")
     isolation = rc / ru if ru else float("nan")
     print()
@@ -205,14 +226,12 @@ async def bench(args: argparse.Namespace) -> None:
         f"fetch: {args.consumers} consumers, {args.batches} batches of {args.batch_records} x "
         f"{args.record_bytes} B per partition, max_bytes {args.max_bytes}, {args.seconds:g} s"
     )
-    print(f"{'':<26}{'MB/s':>10}{'requests/s':>12}")
-    print(
-        f"{'read_committed (HTTP)':<26}{rc:>10.2f}{figures['read_committed_fetches_per_s']:>12.1f}"
-    )
-    print(
-        f"{'read_uncommitted (HTTP)':<26}{ru:>10.2f}"
-        f"{figures['read_uncommitted_fetches_per_s']:>12.1f}"
-    )
+    print(f"{'':<26}{'MB/s':>10}{'requests/s':>12}{'service CPU ms/MB':>19}{'client':>8}")
+    for name, phase in (("read_committed", committed), ("read_uncommitted", uncommitted)):
+        print(
+            f"{name + ' (HTTP)':<26}{phase.mb_per_s:>10.2f}{phase.fetches_per_s:>12.1f}"
+            f"{phase.service_cpu_ms_per_mb:>19.1f}{phase.client_cpu_ms_per_mb:>8.1f}"
+        )
     print(f"{'raw (asyncpg SELECT)':<26}{raw_mb:>10.2f}{raw_per_s:>12.1f}")
     print(f"ratio (read_committed / raw): {ratio:.3f}  (goal >= 0.6)")
     print(f"isolation_ratio (read_committed / read_uncommitted): {isolation:.3f}  (goal >= 0.9)")
@@ -222,6 +241,11 @@ async def bench(args: argparse.Namespace) -> None:
                 "read_committed_mb_per_s": round(rc, 3),
                 "read_uncommitted_mb_per_s": round(ru, 3),
                 "raw_mb_per_s": round(raw_mb, 3),
+                "read_committed_service_cpu_ms_per_mb": round(committed.service_cpu_ms_per_mb, 2),
+                "read_uncommitted_service_cpu_ms_per_mb": round(
+                    uncommitted.service_cpu_ms_per_mb, 2
+                ),
+                "read_committed_client_cpu_ms_per_mb": round(committed.client_cpu_ms_per_mb, 2),
                 "ratio": round(ratio, 4),
                 "isolation_ratio": round(isolation, 4),
                 "consumers": args.consumers,

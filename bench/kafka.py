@@ -360,7 +360,7 @@ async def bench(args: argparse.Namespace) -> None:
         async with serving(database_url, "bench-kafka-http-", SERVE, SERVE_OPTIONS) as service:
             await checkpoint(database_url)
             log(f"http phase: {args.warmup:g} s warm-up + {args.seconds:g} s")
-            http_tally, http_seconds, http_cpu_s = await run_service(
+            http_tally, http_seconds, http_cpu_s, _ = await run_service(
                 service, args.producers, args, payload
             )
         await checkpoint(database_url)

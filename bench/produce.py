@@ -21,13 +21,15 @@ Both phases run for `--seconds` after a `--warmup`; a batch counts when its answ
 the measured window. MB is 10**6 bytes of record values acknowledged (keys are null, no headers).
 `ratio` is service MB/s over raw INSERT MB/s: how much of what the database could take the
 service delivers (goal: >= 0.6); `ratio_to_copy` the same against the COPY ceiling;
-`service_cpu_ms_per_mb` the service process's CPU time in the measured window per MB delivered.
+`service_cpu_ms_per_mb` the service process's CPU time in the measured window per MB delivered,
+`client_cpu_ms_per_mb` the load generator's (this process's).
 The JSON's top-level `ratio` is the first run's.
 
 The load generator is kept cheap (request bodies are built once, only the sequence number is
-spliced in per batch, and for a record batch its CRC-32C recomputed; uvloop when installed),
-since client, service and Postgres share the machine's cores. Figures are noisy when other
-work runs on the machine.
+spliced in per batch, and for a record batch its CRC-32C recomputed; HTTP/1.1 on a bare asyncio
+stream, `_support.LeanHttp`, where httpx cost as much CPU per request as the service; uvloop when
+installed), since client, service and Postgres share the machine's cores. Figures are noisy
+when other work runs on the machine.
 
 Run (Postgres must be reachable; the benchmark creates and drops its own database):
 
@@ -46,6 +48,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -54,7 +57,6 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
-import httpx
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is not a package
@@ -64,6 +66,7 @@ from _support import (
     MB,
     BatchTemplate,
     BenchFailure,
+    Client,
     Service,
     Window,
     add_postgres_url,
@@ -168,7 +171,7 @@ class Figures:
 
 
 async def service_producer(
-    client: httpx.AsyncClient,
+    client: Client,
     topic: str,
     partition: int,
     payload: Payload,
@@ -213,8 +216,9 @@ async def service_producer(
 
 async def run_service(
     service: Service, producers: int, args: argparse.Namespace, payload: Payload
-) -> tuple[Tally, float, float]:
-    """The service's tally, the window's seconds and the service's CPU seconds in it."""
+) -> tuple[Tally, float, float, float]:
+    """The service's tally, the window's seconds, and the service's and this process's (the
+    load generator's) CPU seconds in it."""
     clients = make_clients(service.url, producers)
     partitions = args.partitions or producers
     topic = f"{TOPIC}-{producers}"
@@ -222,6 +226,7 @@ async def run_service(
         await call(clients[0], "/v1/topics", {"name": topic, "partitions": partitions})
         window = Window.after(args.warmup, args.seconds)
         cpu = asyncio.create_task(cpu_in_window(service.pid, window))
+        own_cpu = asyncio.create_task(cpu_in_window(os.getpid(), window))
         tallies = await asyncio.gather(
             *(
                 service_producer(
@@ -232,7 +237,7 @@ async def run_service(
         )
     finally:
         await close_all(clients)
-    return merged(tallies), window.seconds, await cpu
+    return merged(tallies), window.seconds, await cpu, await own_cpu
 
 
 # -- the raw baseline ---------------------------------------------------------------------------
@@ -329,6 +334,7 @@ class Run:
     raw: Figures
     copy: Figures
     service_cpu_ms_per_mb: float
+    client_cpu_ms_per_mb: float
 
     @property
     def ratio(self) -> float:
@@ -342,6 +348,7 @@ class Run:
             "service_p50_ms": round(self.service.p50_ms, 2),
             "service_p99_ms": round(self.service.p99_ms, 2),
             "service_cpu_ms_per_mb": round(self.service_cpu_ms_per_mb, 2),
+            "client_cpu_ms_per_mb": round(self.client_cpu_ms_per_mb, 2),
             "raw_mb_per_s": round(self.raw.mb_per_s, 3),
             "raw_copy_mb_per_s": round(self.copy.mb_per_s, 3),
             "ratio": round(self.ratio, 4),
@@ -374,7 +381,8 @@ def report(args: argparse.Namespace, runs: list[Run]) -> None:
             )
         print(
             f"ratio (service MB/s / raw INSERT MB/s): {run.ratio:.3f}  (goal >= 0.6); "
-            f"service CPU {run.service_cpu_ms_per_mb:.1f} ms per MB"
+            f"service CPU {run.service_cpu_ms_per_mb:.1f} ms per MB "
+            f"(the load generator's {run.client_cpu_ms_per_mb:.1f})"
         )
     print(
         json.dumps(
@@ -401,7 +409,7 @@ async def bench(args: argparse.Namespace) -> None:
             async with serving(database_url, "bench-produce-", SERVE, SERVE_OPTIONS) as service:
                 await checkpoint(database_url)
                 log(f"service phase, {producers} producers: {args.warmup:g} + {args.seconds:g} s")
-                tally, seconds, cpu = await run_service(service, producers, args, payload)
+                tally, seconds, cpu, own = await run_service(service, producers, args, payload)
             service_figures = Figures.of(tally, seconds)
             await checkpoint(database_url)
             log(f"raw INSERT phase: {args.warmup:g} s warm-up + {args.seconds:g} s")
@@ -410,7 +418,8 @@ async def bench(args: argparse.Namespace) -> None:
             log(f"raw COPY phase: {args.warmup:g} s warm-up + {args.seconds:g} s")
             copy = Figures.of(*await run_raw(database_url, producers, args, payload, copy_writer))
         mb = tally.value_bytes / MB
-        runs.append(Run(producers, service_figures, raw, copy, 1000 * cpu / mb if mb else 0.0))
+        per_mb = (1000 / mb) if mb else 0.0
+        runs.append(Run(producers, service_figures, raw, copy, cpu * per_mb, own * per_mb))
     report(args, runs)
 
 

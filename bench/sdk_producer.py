@@ -190,7 +190,7 @@ async def bench(args: argparse.Namespace) -> None:
         await checkpoint(database_url)
         log(f"prebuilt phase: {args.warmup:g} s warm-up + {args.seconds:g} s")
         args.partitions, args.format = 0, "binary"
-        tally, seconds, _ = await run_service(service, args.producers, args, payload)
+        tally, seconds, _, _ = await run_service(service, args.producers, args, payload)
         figures["prebuilt_mb_per_s"] = tally.value_bytes / MB / seconds
         runs: list[tuple[str, str, float | None]] = [
             ("sdk", "none", None),

@@ -85,6 +85,7 @@ from _support import (
     MB,
     BatchTemplate,
     BenchFailure,
+    Client,
     Service,
     Window,
     add_postgres_url,
@@ -303,7 +304,7 @@ def identity(pid: int, epoch: int) -> bytes:
 class Producer:
     """One transactional producer's prebuilt request bodies and paths."""
 
-    def __init__(self, client: httpx.AsyncClient, tid: str, topic: str, partition: int) -> None:
+    def __init__(self, client: Client, tid: str, topic: str, partition: int) -> None:
         self.client = client
         self.tid = tid
         self.end_path = f"/v1/transactions/{tid}/end"
@@ -384,7 +385,7 @@ async def run_rpc(
 # -- phase 2: the baseline ----------------------------------------------------------------------
 
 
-async def baseline_loop(client: httpx.AsyncClient, row: int, window: Window) -> Tally:
+async def baseline_loop(client: Client, row: int, window: Window) -> Tally:
     tally = Tally()
     calls = tally.call("update")
     body = orjson.dumps({"id": row})
@@ -420,7 +421,7 @@ async def run_baseline(
 
 
 async def idempotent_loop(
-    client: httpx.AsyncClient,
+    client: Client,
     partition: int,
     records: BatchTemplate,
     count: int,
