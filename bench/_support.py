@@ -298,9 +298,16 @@ async def call(client: Client, path: str, body: Any) -> Any:
     return checked(await client.post(path, json=body), f"POST {path}")
 
 
-def make_clients(url: str, count: int) -> list[LeanHttp]:
-    """One client (one connection, one request in flight) per producer: the lean one."""
-    return [LeanHttp(url) for _ in range(count)]
+def make_clients(url: str, count: int, lean: bool = True) -> list[Client]:
+    """One client (one connection, one request in flight) per producer: the lean one, or httpx
+    (the SDK's HTTP client)."""
+    if lean:
+        return [LeanHttp(url) for _ in range(count)]
+    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+    return [
+        httpx.AsyncClient(base_url=url, limits=limits, timeout=httpx.Timeout(60.0))
+        for _ in range(count)
+    ]
 
 
 async def close_all(clients: Sequence[Client]) -> None:

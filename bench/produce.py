@@ -215,13 +215,17 @@ async def service_producer(
 
 
 async def run_service(
-    service: Service, producers: int, args: argparse.Namespace, payload: Payload
+    service: Service,
+    producers: int,
+    args: argparse.Namespace,
+    payload: Payload,
+    client: str = "lean",
 ) -> tuple[Tally, float, float, float]:
     """The service's tally, the window's seconds, and the service's and this process's (the
-    load generator's) CPU seconds in it."""
-    clients = make_clients(service.url, producers)
+    load generator's) CPU seconds in it. `client`: "lean" (`LeanHttp`) or "httpx"."""
+    clients = make_clients(service.url, producers, lean=client == "lean")
     partitions = args.partitions or producers
-    topic = f"{TOPIC}-{producers}"
+    topic = f"{TOPIC}-{producers}-{client}"
     try:
         await call(clients[0], "/v1/topics", {"name": topic, "partitions": partitions})
         window = Window.after(args.warmup, args.seconds)
