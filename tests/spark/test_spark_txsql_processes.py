@@ -175,7 +175,15 @@ def test_speculation_and_retries_on_a_cluster_txsql_once_jdbc_twice_and_each_pay
             "description": "jdbc",
             "rows": rows,
             "partitions": partitions,
-            "fault": {"kind": "stall", "at": 3, "attempts": [0], "seconds": 120},
+            # The copy waits for the straggler's 3 rows: on a busy machine the straggler's start
+            # (its Python worker) can outlast the speculation threshold, and the copy win first.
+            "fault": {
+                "kind": "stall",
+                "at": 3,
+                "attempts": [0],
+                "seconds": 120,
+                "copies_wait_for": {"url": url, "table": jdbc_table},
+            },
             "options": jdbc_options(url, jdbc_table, isolationLevel="NONE", batchsize="1"),
         },
         {

@@ -67,21 +67,30 @@ def ledger_rows(
     `"after": {"url": postgresql_url, "table": name, "rows": n}` an attempt first waits (a poll
     with a deadline) until that table holds n rows: the other tasks' commits, which a failing
     task would otherwise race (the job is aborted, and its running tasks killed, at the last
-    failure)."""
+    failure). With `"copies_wait_for": {"url": postgresql_url, "table": name}` the other attempts of
+    the partition holding `at` (a speculative copy, a retry) first wait until that table holds the
+    rows the listed attempts write before `at`: a copy never finishes, and gets the straggler
+    killed, before the straggler wrote them, however long its start took."""
     df = spark.range(rows, numPartitions=partitions)
     if fault is None:
         return df.selectExpr("id", "cast(id as string) as value")
     from pyspark.sql import functions as F
 
     kind, at, attempts = fault["kind"], fault["at"], tuple(fault.get("attempts", [0]))
-    after = fault.get("after")
+    after, copies = fault.get("after"), fault.get("copies_wait_for")
+    # spark.range's partition p holds ids p * rows // partitions up to the next one's first.
+    first = max(f for f in (p * rows // partitions for p in range(partitions)) if f <= at)
 
     @F.udf("string", useArrow=False)  # pandas is not installed; plain rows will do
     def decide(value: int) -> str | None:
         from pyspark import TaskContext
 
         context = TaskContext.get()
-        hit = value == at and context is not None and context.attemptNumber() in attempts
+        listed = context is not None and context.attemptNumber() in attempts
+        if copies is not None and value == first and not listed:
+            where = f"id >= {first} AND id < {at}"
+            _wait_for_rows(copies["url"], copies["table"], at - first, where)
+        hit = value == at and listed
         if hit and after is not None:
             _wait_for_rows(after["url"], after["table"], after["rows"])
         return kind if hit else None
@@ -92,14 +101,17 @@ def ledger_rows(
     )
 
 
-def _wait_for_rows(url: str, table: str, rows: int, deadline_s: float = 120.0) -> None:
+def _wait_for_rows(
+    url: str, table: str, rows: int, where: str = "true", deadline_s: float = 120.0
+) -> None:
     import time
 
     import psycopg
 
     deadline = time.monotonic() + deadline_s
+    query = f"SELECT count(*) FROM {table} WHERE {where}"
     with psycopg.connect(url, autocommit=True) as connection:
-        while connection.execute(f"SELECT count(*) FROM {table}").fetchone()[0] < rows:  # type: ignore[index]
+        while connection.execute(query).fetchone()[0] < rows:  # type: ignore[index]
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{table} did not reach {rows} rows in {deadline_s} s")
             time.sleep(0.1)
