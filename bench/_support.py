@@ -353,12 +353,17 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+async def cpus_in_window(window: Window, *pids: int) -> list[float]:
+    """CPU seconds each process used inside the window (call it before the window starts)."""
+    await asyncio.sleep(max(0.0, window.start - time.perf_counter()))
+    before = [cpu_seconds(pid) for pid in pids]
+    await asyncio.sleep(max(0.0, window.end - time.perf_counter()))
+    return [cpu_seconds(pid) - b for pid, b in zip(pids, before, strict=True)]
+
+
 async def cpu_in_window(pid: int, window: Window) -> float:
     """CPU seconds process `pid` used inside the window (call it before the window starts)."""
-    await asyncio.sleep(max(0.0, window.start - time.perf_counter()))
-    before = cpu_seconds(pid)
-    await asyncio.sleep(max(0.0, window.end - time.perf_counter()))
-    return cpu_seconds(pid) - before
+    return (await cpus_in_window(window, pid))[0]
 
 
 # -- the payloads -------------------------------------------------------------------------------

@@ -57,7 +57,7 @@ from _support import (
     checked,
     checkpoint,
     close_all,
-    cpu_in_window,
+    cpus_in_window,
     log,
     make_clients,
     plain_url,
@@ -145,8 +145,8 @@ async def run_service(service: Service, args: argparse.Namespace, level: str) ->
     clients = make_clients(service.url, args.consumers)
     try:
         window = Window.after(args.warmup, args.seconds)
-        cpu = asyncio.create_task(cpu_in_window(service.pid, window))
-        own_cpu = asyncio.create_task(cpu_in_window(os.getpid(), window))
+        # The service's and this process's (the load generator's).
+        cpu = asyncio.create_task(cpus_in_window(window, service.pid, os.getpid()))
         results = await asyncio.gather(
             *(reader(c, i, level, args.max_bytes, window) for i, c in enumerate(clients))
         )
@@ -154,11 +154,12 @@ async def run_service(service: Service, args: argparse.Namespace, level: str) ->
         await close_all(clients)
     mb = sum(r[0] for r in results) / MB
     per_mb = 1000 / mb if mb else 0.0
+    service_cpu, own_cpu = await cpu
     return Phase(
         mb / window.seconds,
         sum(r[1] for r in results) / window.seconds,
-        await cpu * per_mb,
-        await own_cpu * per_mb,
+        service_cpu * per_mb,
+        own_cpu * per_mb,
     )
 
 

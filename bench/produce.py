@@ -75,7 +75,7 @@ from _support import (
     cancel_on_sigterm,
     checkpoint,
     close_all,
-    cpu_in_window,
+    cpus_in_window,
     log,
     make_clients,
     percentile_ms,
@@ -229,8 +229,8 @@ async def run_service(
     try:
         await call(clients[0], "/v1/topics", {"name": topic, "partitions": partitions})
         window = Window.after(args.warmup, args.seconds)
-        cpu = asyncio.create_task(cpu_in_window(service.pid, window))
-        own_cpu = asyncio.create_task(cpu_in_window(os.getpid(), window))
+        # The service's and this process's (the load generator's).
+        cpu = asyncio.create_task(cpus_in_window(window, service.pid, os.getpid()))
         tallies = await asyncio.gather(
             *(
                 service_producer(
@@ -241,7 +241,8 @@ async def run_service(
         )
     finally:
         await close_all(clients)
-    return merged(tallies), window.seconds, await cpu, await own_cpu
+    service_cpu, own_cpu = await cpu
+    return merged(tallies), window.seconds, service_cpu, own_cpu
 
 
 # -- the raw baseline ---------------------------------------------------------------------------

@@ -6,8 +6,8 @@ on the append path that was a quarter of the service's CPU (bench/produce.py, 16
 17.4 to 19.3 ms of service CPU per MB through FastAPI's route, 12.9 to 14.9 through this one,
 and 0.38 to 0.42 of raw INSERT's MB/s against 0.49 to 0.50). A `HotRoute` stands in front of
 the FastAPI route of the same path and takes a request only when it is plainly its own: the
-method, the media type, and path and query parameters that the route's own annotated types
-(`routes.py`, applied here with pydantic's TypeAdapter) accept. Anything else (a JSON body, a
+method, the media type, and path and query parameters that the route's own signature (its annotated
+types and defaults, applied here with pydantic's TypeAdapter) accepts. Anything else (a JSON body, a
 parameter the route would refuse, another method) does not match it, so FastAPI's route answers
 as it always has, errors included. What a matched request does is `routes.py`'s, written once:
 the same authentication, the same domain calls, the same answers; errors raised here meet the
@@ -16,8 +16,9 @@ app's handlers like any route's, and the metrics label it with the same route te
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, get_type_hints
 from urllib.parse import parse_qsl
 
 from pydantic import TypeAdapter, ValidationError
@@ -34,24 +35,24 @@ RECORDS = "/v1/topics/{topic}/partitions/{partition}/records"
 ARGUMENTS = "coordinator.hot_arguments"
 
 # A request's path and query parameters: name -> (its type's validator, its default). A name
-# without a default must be present.
+# whose default is `inspect.Parameter.empty` must be present.
 _Parameters = dict[str, tuple[TypeAdapter[Any], Any]]
-_REQUIRED = object()
+_REQUIRED = inspect.Parameter.empty
 
-_PATH: _Parameters = {
-    "topic": (TypeAdapter(routes.TopicPath), _REQUIRED),
-    "partition": (TypeAdapter(routes.PartitionPath), _REQUIRED),
-}
-_PRODUCE_QUERY: _Parameters = {
-    "transactional_id": (TypeAdapter(routes.TransactionalIdQuery), None),
-}
-_FETCH_QUERY: _Parameters = {
-    "offset": (TypeAdapter(routes.OffsetQuery), 0),
-    "max_records": (TypeAdapter(routes.MaxRecordsQuery), 500),
-    "max_bytes": (TypeAdapter(routes.MaxBytesQuery), None),
-    "isolation_level": (TypeAdapter(routes.IsolationLevelQuery), "read_committed"),
-    "encoding": (TypeAdapter(routes.EncodingQuery), "utf8"),
-}
+
+def _parameters(endpoint: Callable[..., Any], *names: str) -> _Parameters:
+    """The named parameters of a FastAPI route's endpoint, with the types and defaults its
+    signature declares: the route's own rules, applied by pydantic as FastAPI applies them."""
+    hints = get_type_hints(endpoint, include_extras=True)
+    declared = inspect.signature(endpoint).parameters
+    return {name: (TypeAdapter(hints[name]), declared[name].default) for name in names}
+
+
+_PATH = _parameters(routes.produce, "topic", "partition")
+_PRODUCE_QUERY = _parameters(routes.produce, "transactional_id")
+_FETCH_QUERY = _parameters(
+    routes.fetch, "offset", "max_records", "max_bytes", "isolation_level", "encoding"
+)
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

@@ -54,13 +54,6 @@ router = APIRouter(prefix="/v1/topics", tags=["topics and records"])
 
 TopicPath = Annotated[str, Path(pattern=TOPIC_PATTERN, description="topic name"), TopicNameParam]
 PartitionPath = Annotated[int, Digits, Path(ge=0, le=INT32_MAX, description="partition number")]
-# The data path's query parameters (also checked by `hot_routes`, which applies these types).
-TransactionalIdQuery = Annotated[TransactionalId | None, Query()]
-OffsetQuery = Annotated[int, Digits, Query(ge=0, le=INT64_MAX)]
-MaxRecordsQuery = Annotated[int, Digits, Query(ge=1, le=10_000)]
-MaxBytesQuery = Annotated[int | None, Digits, Query(ge=1, le=INT32_MAX)]
-IsolationLevelQuery = Literal["read_committed", "read_uncommitted"]
-EncodingQuery = Literal["utf8", "base64"]
 
 
 @router.post("", status_code=201, response_model=TopicSummary)
@@ -208,7 +201,7 @@ async def produce(
     db: DB,
     settings: AppSettings,
     access: AccessDep,
-    transactional_id: TransactionalIdQuery = None,
+    transactional_id: Annotated[TransactionalId | None, Query()] = None,
 ) -> Response:
     if isinstance(body, bytes):
         return await produce_batch(db, settings, access, topic, partition, body, transactional_id)
@@ -262,23 +255,29 @@ async def fetch(
     db: DB,
     settings: AppSettings,
     access: AccessDep,
-    offset: OffsetQuery = 0,
-    max_records: MaxRecordsQuery = 500,
-    max_bytes: MaxBytesQuery = None,
-    isolation_level: IsolationLevelQuery = "read_committed",
-    encoding: EncodingQuery = "utf8",
+    offset: Annotated[int, Digits, Query(ge=0, le=INT64_MAX)] = 0,
+    max_records: Annotated[int, Digits, Query(ge=1, le=10_000)] = 500,
+    max_bytes: Annotated[int | None, Digits, Query(ge=1, le=INT32_MAX)] = None,
+    isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed",
+    encoding: Literal["utf8", "base64"] = "utf8",
 ) -> Response:
+    # These parameters' types and defaults are `hot_routes`' rules too (as are produce's).
     if wants_batches(request.headers.get("accept")):
         return await fetch_batches(
             db, settings, access, topic, partition, offset, max_bytes, isolation_level
         )
     access.fetch(topic)
-    limit = settings.fetch_max_bytes if max_bytes is None else max_bytes
-    read_committed = isolation_level == "read_committed"
+    limit, read_committed = _read_as(settings, max_bytes, isolation_level)
     result = await log_fetch.fetch_json(
         db, topic, partition, offset, max_records, read_committed, encoding, limit
     )
     return json_response(result)
+
+
+def _read_as(settings: Settings, max_bytes: int | None, isolation_level: str) -> tuple[int, bool]:
+    """A fetch's byte budget and whether it reads committed only."""
+    limit = settings.fetch_max_bytes if max_bytes is None else max_bytes
+    return limit, isolation_level == "read_committed"
 
 
 async def fetch_batches(
@@ -293,13 +292,9 @@ async def fetch_batches(
 ) -> Response:
     """A fetch of record batches (this route's, and `hot_routes`' for the same request)."""
     access.fetch(topic)
+    limit, read_committed = _read_as(settings, max_bytes, isolation_level)
     fetched = await log_fetch.fetch_batches(
-        db,
-        topic,
-        partition,
-        offset,
-        max_bytes=settings.fetch_max_bytes if max_bytes is None else max_bytes,
-        read_committed=isolation_level == "read_committed",
+        db, topic, partition, offset, max_bytes=limit, read_committed=read_committed
     )
     headers = {
         "Next-Offset": str(fetched.next_offset),

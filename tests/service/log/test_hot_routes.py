@@ -15,8 +15,8 @@ from coordinator.app import create_app
 from coordinator.core.settings import Settings
 from coordinator.log import recordbatch as rb
 from coordinator.log.hot_routes import HotRoute
-from tests.service.admin.test_metrics import scrape, value
 from tests.support.api import assert_problem, create_topic, fetch_batches, produce_batch
+from tests.support.metrics import scrape, value
 
 RECORDS = "/v1/topics/{topic}/partitions/{partition}/records"
 BATCH = "application/vnd.kafka.record-batch"
