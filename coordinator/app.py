@@ -25,21 +25,40 @@ from coordinator.core.metrics import MetricsMiddleware
 from coordinator.core.openapi import install_openapi
 from coordinator.core.quotas import MutationQuota
 from coordinator.core.settings import Settings, get_settings
+from coordinator.deletion import router as deletion_router
 from coordinator.effects.routes import router as effects_router
 from coordinator.effects.tasks import run_expiry
+from coordinator.groups import service as groups_service
 from coordinator.groups.routes import router as groups_router
 from coordinator.groups.tasks import run_group_sweeper
 from coordinator.kafka.server import KafkaListener
+from coordinator.log import produce
 from coordinator.log.cleaner import run_cleaner
 from coordinator.log.hot_routes import hot_routes
 from coordinator.log.routes import router as log_router
-from coordinator.producers.routes import router as producers_router
+from coordinator.transactions.joining import GroupJoins
+from coordinator.transactions.offsets import pending_offset
+from coordinator.transactions.routes import producers_router
 from coordinator.transactions.routes import router as transactions_router
+from coordinator.transactions.states import TRANSITIONS, Op, State
 from coordinator.transactions.tasks import run_sweeper
+
+
+def wire_domains() -> None:
+    """Give the lower domains what they call above them, here, where the app composes them
+    (dependencies run one way: core, the log, groups, transactions, the doors, the app): the
+    log's append groups reach the transactions their batches join, and a stable offset fetch of
+    the groups domain the offsets open transactions hold. Idempotent."""
+    # A batch joins (and starts) its transaction from any state PRODUCE leaves, and leaves it
+    # Ongoing: what the log's one-statement append checks.
+    assert set(TRANSITIONS[Op.PRODUCE].values()) == {State.ONGOING}
+    produce.use_transactions(GroupJoins, State.ONGOING, [str(s) for s in TRANSITIONS[Op.PRODUCE]])
+    groups_service.use_pending_offsets(pending_offset)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
+    wire_domains()
     level = os.environ.get("COORDINATOR_LOG_LEVEL")
     if level:  # a worker of `serve --workers N --log-level ...`
         logging.getLogger("coordinator").setLevel(level.upper())
@@ -96,6 +115,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.router.routes.extend(hot_routes())
     app.include_router(health_router)
     app.include_router(log_router)
+    app.include_router(deletion_router)
     app.include_router(producers_router)
     app.include_router(transactions_router)
     app.include_router(groups_router)

@@ -17,6 +17,10 @@ coordinator topics list|describe|create|delete|alter-configs|delete-records  top
                                                      kafka-delete-records.sh (admin/topics_cli.py)
 coordinator demo [--events N] [--master M] ...       the main job end to end: payments settled
                                                      by Spark exactly once (jobs/demo.py, pyspark)
+
+Commands beyond the service's own (the demo) come from the installed distributions' entry points
+in the group `coordinator.commands`, each a function that adds its subparser: the jobs run on the
+coordinator, and the coordinator imports none of them.
 """
 
 from __future__ import annotations
@@ -28,13 +32,16 @@ import os
 import ssl
 import sys
 from collections.abc import Sequence
+from importlib.metadata import entry_points
 
 from coordinator.admin.cli import add_transactions_parser
 from coordinator.admin.groups_cli import add_groups_parser
 from coordinator.admin.scram_cli import add_scram_parser
 from coordinator.admin.topics_cli import add_topics_parser
 from coordinator.core.settings import Settings
-from jobs.demo import add_demo_parser
+
+# The entry-point group of the commands other distributions add (pyproject.toml: the demo).
+COMMANDS = "coordinator.commands"
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -228,7 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_scram_parser(commands)
     add_groups_parser(commands)
     add_topics_parser(commands)
-    add_demo_parser(commands)
+    for command in sorted(entry_points(group=COMMANDS), key=lambda e: e.name):
+        command.load()(commands)
     return parser
 
 

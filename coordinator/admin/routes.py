@@ -8,15 +8,18 @@ from fastapi import APIRouter, Depends, Query
 from starlette.responses import Response
 
 from coordinator.admin import service
-from coordinator.admin.schemas import Hanging, ProducerList, Stats, TransactionList
+from coordinator.admin.schemas import Stats
 from coordinator.core.auth import Access, access
 from coordinator.core.dependencies import DB, AppSettings
 from coordinator.core.responses import json_response
 from coordinator.core.schemas import INT32_MAX, INT64_MAX, TOPIC_PATTERN, Digits, IdPath
 from coordinator.groups import service as groups
 from coordinator.groups.schemas import GroupDescriptions
+from coordinator.log import producer_states
+from coordinator.log.schemas import ProducerList
+from coordinator.transactions import listing
 from coordinator.transactions import service as transactions
-from coordinator.transactions.schemas import EndTxnResponse
+from coordinator.transactions.schemas import EndTxnResponse, Hanging, TransactionList
 from coordinator.transactions.service import BY_ADMIN
 from coordinator.transactions.states import Op, State
 
@@ -36,7 +39,7 @@ async def list_transactions(
     prefix: Annotated[str | None, Query(min_length=1, max_length=255)] = None,
     limit: Annotated[int, Digits, Query(ge=1, le=10_000)] = 1000,
 ) -> Response:
-    return json_response(await service.list_transactions(db, state, older_than_ms, prefix, limit))
+    return json_response(await listing.list_transactions(db, state, older_than_ms, prefix, limit))
 
 
 @router.get("/producers", response_model=ProducerList)
@@ -45,7 +48,7 @@ async def describe_producers(
     topic: Annotated[str, Query(pattern=TOPIC_PATTERN)],
     partition: Annotated[int, Digits, Query(ge=0, le=INT32_MAX)],
 ) -> Response:
-    return json_response(await service.describe_producers(db, topic, partition))
+    return json_response(await producer_states.describe_producers(db, topic, partition))
 
 
 @router.get("/hanging", response_model=Hanging)
@@ -53,7 +56,7 @@ async def find_hanging(
     db: DB,
     max_transaction_timeout_ms: Annotated[int, Digits, Query(ge=0, le=INT64_MAX)] = 900_000,
 ) -> Response:
-    return json_response(await service.find_hanging(db, max_transaction_timeout_ms))
+    return json_response(await listing.find_hanging(db, max_transaction_timeout_ms))
 
 
 @router.post("/transactions/{transactional_id:path}/abort", response_model=EndTxnResponse)

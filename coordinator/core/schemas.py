@@ -71,3 +71,8 @@ IdPath = Annotated[
     Path(description="a transactional or group id: 1 to 255 printable characters"),
     AfterValidator(transactional_id_path),
 ]
+
+
+class TopicPartitionIn(RequestModel):
+    topic: TopicName
+    partition: PartitionNumber

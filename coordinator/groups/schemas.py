@@ -6,13 +6,28 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field
 
-from coordinator.core.schemas import INT32_MAX, RequestModel, TopicName
+from coordinator.core.schemas import (
+    INT32_MAX,
+    Offset,
+    PartitionNumber,
+    RequestModel,
+    TopicName,
+    TopicPartitionIn,
+)
 from coordinator.groups.identity import MemberEpoch, MemberId, MemberIdentity
-from coordinator.transactions.schemas import OffsetIn, TopicPartitionIn
 
 TimeoutMs = Annotated[int, Field(ge=1, le=INT32_MAX)]
 LEAVE_EPOCH = -1
 JOIN_EPOCH = 0
+
+
+class OffsetIn(RequestModel):
+    topic: TopicName
+    partition: PartitionNumber
+    offset: Offset
+    metadata: Annotated[str, Field(max_length=4096)] | None = None
+    # Beyond API.md: Kafka's committed_leader_epoch, kept and given back to Kafka's OffsetFetch.
+    leader_epoch: Annotated[int, Field(ge=-1, le=INT32_MAX)] | None = None
 
 
 class CommitOffsetsRequest(MemberIdentity):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
+from typing import Protocol
 
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -44,9 +45,27 @@ from coordinator.groups.schemas import (
     TopicPartitionOut,
 )
 from coordinator.log.models import Partition
-from coordinator.transactions.models import Transaction, TransactionOffset
-from coordinator.transactions.service import require_partitions
-from coordinator.transactions.states import OPEN
+from coordinator.log.topics import require_partitions
+
+
+class PendingOffset(Protocol):
+    """What a stable offset fetch (KIP-447's require_stable) needs of the transactions above:
+    a (topic, partition) of `group_id` (of `topic` only, if given) whose offset an open
+    transaction holds, or None. The groups domain declares it; the app gives it the
+    transactions' (`use_pending_offsets`), so this domain never imports that one."""
+
+    async def __call__(
+        self, session: AsyncSession, group_id: str, topic: str | None
+    ) -> tuple[str, int] | None: ...
+
+
+_pending_offset: PendingOffset | None = None
+
+
+def use_pending_offsets(pending: PendingOffset) -> None:
+    """Set by the app that composes the domains (`coordinator.app.wire_domains`)."""
+    global _pending_offset
+    _pending_offset = pending
 
 
 async def commit(db: Database, group_id: str, body: CommitOffsetsRequest) -> OffsetsResponse:
@@ -100,22 +119,13 @@ async def fetch(
 ) -> OffsetsResponse:
     async with db.read() as session:
         if require_stable:
-            pending = (
-                select(TransactionOffset.topic, TransactionOffset.partition)
-                .join(
-                    Transaction,
-                    Transaction.transactional_id == TransactionOffset.transactional_id,
-                )
-                .where(TransactionOffset.group_id == group_id, Transaction.state.in_(list(OPEN)))
-                .limit(1)
-            )
-            if topic is not None:
-                pending = pending.where(TransactionOffset.topic == topic)
-            held = (await session.execute(pending)).first()
+            if _pending_offset is None:
+                raise RuntimeError("a stable offset fetch needs the transactions' pending offsets")
+            held = await _pending_offset(session, group_id, topic)
             if held is not None:
                 raise UnstableOffsetCommit(
                     f"an open transaction holds a pending offset of group {group_id!r} for "
-                    f"{held.topic}-{held.partition}; retry once it ends"
+                    f"{held[0]}-{held[1]}; retry once it ends"
                 )
         query = (
             select(

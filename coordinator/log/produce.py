@@ -62,7 +62,8 @@ GROUP_MAX_BYTES = 16 * 1024 * 1024
 
 class GroupTransactions(Protocol):
     """What an append group needs of the transactions its batches join. The log declares it;
-    the transactions domain provides it (`use_transactions`), so the log never imports it."""
+    the app gives it the transactions domain's (`use_transactions`, from
+    `coordinator.app.wire_domains`), so the log never imports that domain."""
 
     async def lock(self, transactional_ids: Collection[str]) -> None:
         """Lock them in the fixed order: sorted, before any partition."""
@@ -92,7 +93,7 @@ def use_transactions(
 ) -> None:
     """How append groups reach the transactions their batches join; the state in which a
     transaction takes batches without a change, and those in which a batch may join it, which
-    leave it in `open_state` (set once, on import of `coordinator.transactions`)."""
+    leave it in `open_state` (set by `coordinator.app.wire_domains`)."""
     global _transactions, _open_state, _joinable_states
     _transactions, _open_state = provider, open_state
     _joinable_states = tuple(joinable_states)
@@ -673,7 +674,7 @@ async def write_group(
         transactions = None
         if joined:
             if _transactions is None:
-                raise RuntimeError("transactional produce needs coordinator.transactions imported")
+                raise RuntimeError("transactional produce needs coordinator.app.wire_domains()")
             transactions = _transactions(session)
             await transactions.lock(joined)
         locked = await appends.lock_partitions(connection, {(a.topic, a.partition) for a in batch})

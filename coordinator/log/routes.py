@@ -15,7 +15,6 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.responses import Response
 
-from coordinator import deletion
 from coordinator.core.auth import Access, AccessDep
 from coordinator.core.database import Database
 from coordinator.core.dependencies import DB, AppSettings, Quota
@@ -38,7 +37,6 @@ from coordinator.log.schemas import (
     ConfigList,
     CreateTopic,
     DeletedRecords,
-    DeletedTopic,
     DeleteRecords,
     FetchResponse,
     ProduceRequest,
@@ -75,13 +73,6 @@ async def list_topics(db: DB, access: AccessDep) -> Response:
 async def describe_topic(topic: TopicPath, db: DB, access: AccessDep) -> Response:
     access.describe_topic(topic)
     return json_response(await log_topics.describe_topic(db, topic))
-
-
-@router.delete("/{topic}", response_model=DeletedTopic)
-async def delete_topic(topic: TopicPath, db: DB, access: AccessDep) -> Response:
-    """Delete the topic, aborting (and fencing) open transactions that include it."""
-    access.cluster()
-    return json_response(await deletion.delete_topic(db, topic))
 
 
 @router.post("/{topic}/delete-records", response_model=DeletedRecords)

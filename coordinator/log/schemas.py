@@ -146,3 +146,15 @@ class FetchResponse(BaseModel):
     high_watermark: int
     last_stable_offset: int
     log_start_offset: int
+
+
+class ProducerInfo(BaseModel):
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    current_txn_start_offset: int | None
+
+
+class ProducerList(BaseModel):
+    producers: list[ProducerInfo]

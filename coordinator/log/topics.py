@@ -13,7 +13,7 @@ from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from coordinator.core.database import Database
+from coordinator.core.database import Database, pairs_in
 from coordinator.core.errors import InvalidRequest
 from coordinator.core.settings import Settings
 from coordinator.log import configs
@@ -235,3 +235,19 @@ async def move_log_start(
         .values(log_start_offset=start)
     )
     return batches, size
+
+
+async def require_partitions(session: AsyncSession, keys: list[tuple[str, int]]) -> None:
+    """Raise UnknownTopicOrPartition for the first of `keys` that does not exist."""
+    found = set(
+        (
+            await session.execute(
+                select(Partition.topic, Partition.partition).where(
+                    pairs_in(Partition.topic, Partition.partition, keys)
+                )
+            )
+        ).all()
+    )
+    for topic, partition in keys:
+        if (topic, partition) not in found:
+            raise UnknownTopicOrPartition(f"{topic}-{partition} does not exist")

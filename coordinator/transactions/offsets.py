@@ -22,12 +22,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
 from coordinator.core.database import Database, on_driver
 from coordinator.core.errors import CoordinatorError
 from coordinator.groups import committing
 from coordinator.groups.fencing import check_member_commit
+from coordinator.transactions.models import Transaction, TransactionOffset
 from coordinator.transactions.schemas import AddOffsetsRequest
-from coordinator.transactions.states import TRANSITIONS, Op, State
+from coordinator.transactions.states import OPEN, TRANSITIONS, Op, State
 
 # The member's facts as `committing` reads them ($1 group, $2 member, $3 topics, $4
 # partitions), and the transaction's beside them ($5); a version is the row's xmin (the
@@ -143,3 +147,21 @@ async def add_in_two_statements(
             State(state) is not State.ONGOING,
         )
     return target if written[0] else None
+
+
+async def pending_offset(
+    session: AsyncSession, group_id: str, topic: str | None
+) -> tuple[str, int] | None:
+    """A (topic, partition) of the group (of `topic` only, if given) whose offset an open
+    transaction holds, or None: what makes a stable offset fetch UNSTABLE_OFFSET_COMMIT
+    (`groups.service.PendingOffset`, given to the groups domain by the app)."""
+    pending = (
+        select(TransactionOffset.topic, TransactionOffset.partition)
+        .join(Transaction, Transaction.transactional_id == TransactionOffset.transactional_id)
+        .where(TransactionOffset.group_id == group_id, Transaction.state.in_(list(OPEN)))
+        .limit(1)
+    )
+    if topic is not None:
+        pending = pending.where(TransactionOffset.topic == topic)
+    held = (await session.execute(pending)).first()
+    return None if held is None else (held.topic, held.partition)

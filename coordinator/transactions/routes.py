@@ -1,4 +1,4 @@
-"""HTTP routes of the transaction calls."""
+"""HTTP routes of the transaction calls, and InitPid's."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from coordinator.core.auth import AccessDep
 from coordinator.core.dependencies import DB, AppSettings
 from coordinator.core.responses import json_response
 from coordinator.core.schemas import IdPath
-from coordinator.transactions import service
+from coordinator.producers.schemas import InitPidRequest, InitPidResponse
+from coordinator.transactions import producer_ids, service
 from coordinator.transactions.schemas import (
     AddOffsetsRequest,
     AddPartitionsRequest,
@@ -23,6 +24,8 @@ from coordinator.transactions.schemas import (
 )
 
 router = APIRouter(prefix="/v1/transactions", tags=["transactions"])
+# InitPid keeps its own tag in the OpenAPI schema (API.md's "Producer ids").
+producers_router = APIRouter(tags=["producers"])
 
 
 # Declared before the `{transactional_id}` routes so "commit-group" is never read as an id.
@@ -69,3 +72,14 @@ async def end(transactional_id: IdPath, body: EndTxnRequest, db: DB, access: Acc
 async def describe(transactional_id: IdPath, db: DB, access: AccessDep) -> Response:
     access.transactional_id(transactional_id)
     return json_response(await service.describe(db, transactional_id))
+
+
+@producers_router.post("/v1/init-pid", response_model=InitPidResponse)
+async def init_pid(
+    body: InitPidRequest, db: DB, settings: AppSettings, access: AccessDep
+) -> Response:
+    if body.transactional_id is None:
+        access.idempotent_producer()
+    else:
+        access.transactional_id(body.transactional_id)
+    return json_response(await producer_ids.init_pid(db, settings, body))

@@ -8,33 +8,17 @@ from pydantic import BaseModel, Field
 
 from coordinator.core.schemas import (
     EPOCH_MAX,
-    INT32_MAX,
     INT64_MAX,
     GroupId,
-    Offset,
-    PartitionNumber,
     RequestModel,
-    TopicName,
+    TopicPartitionIn,
     TransactionalId,
 )
 from coordinator.groups.identity import MemberIdentity
+from coordinator.groups.schemas import OffsetIn
 
 ProducerIdValue = Annotated[int, Field(ge=0, le=INT64_MAX)]
 EpochValue = Annotated[int, Field(ge=0, le=EPOCH_MAX)]
-
-
-class TopicPartitionIn(RequestModel):
-    topic: TopicName
-    partition: PartitionNumber
-
-
-class OffsetIn(RequestModel):
-    topic: TopicName
-    partition: PartitionNumber
-    offset: Offset
-    metadata: Annotated[str, Field(max_length=4096)] | None = None
-    # Beyond API.md: Kafka's committed_leader_epoch, kept and given back to Kafka's OffsetFetch.
-    leader_epoch: Annotated[int, Field(ge=-1, le=INT32_MAX)] | None = None
 
 
 class Caller(RequestModel):
@@ -107,3 +91,19 @@ class CommittedMember(BaseModel):
 class CommitGroupResponse(BaseModel):
     committed: list[CommittedMember]
     aborted: list[str]
+
+
+class TransactionList(BaseModel):
+    transactions: list[TransactionDescription]
+
+
+class PinnedPartition(BaseModel):
+    topic: str
+    partition: int
+    producer_id: int
+    current_txn_start_offset: int
+
+
+class Hanging(BaseModel):
+    transactions: list[TransactionDescription]
+    partitions: list[PinnedPartition]

@@ -22,16 +22,17 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import flag_modified, set_committed_value
 
 from coordinator.core.clock import now_ms, rfc3339
-from coordinator.core.database import Database, insert_ignore, pairs_in, upsert
+from coordinator.core.database import Database, insert_ignore, upsert
 from coordinator.core.errors import CoordinatorError, InvalidRequest
 from coordinator.core.metrics import record_end
 from coordinator.core.schemas import EPOCH_MAX
 from coordinator.core.settings import Settings
 from coordinator.groups.fencing import check_offset_commit
 from coordinator.groups.models import GroupOffset
-from coordinator.log.errors import InvalidProducerEpoch, UnknownTopicOrPartition
+from coordinator.log.errors import InvalidProducerEpoch
 from coordinator.log.markers import lock_partitions, write_markers
 from coordinator.log.models import Partition, ProducerState
+from coordinator.log.topics import require_partitions
 from coordinator.producers.models import ProducerId
 from coordinator.producers.repository import (
     EPOCH_RETIRED,
@@ -382,21 +383,6 @@ async def _finish(
 def _begin(txn: Transaction, now: int) -> None:
     txn.started_ms = now
     txn.deadline_ms = now + txn.timeout_ms
-
-
-async def require_partitions(session: AsyncSession, keys: list[tuple[str, int]]) -> None:
-    found = set(
-        (
-            await session.execute(
-                select(Partition.topic, Partition.partition).where(
-                    pairs_in(Partition.topic, Partition.partition, keys)
-                )
-            )
-        ).all()
-    )
-    for topic, partition in keys:
-        if (topic, partition) not in found:
-            raise UnknownTopicOrPartition(f"{topic}-{partition} does not exist")
 
 
 # -- InitPid ------------------------------------------------------------------------------------

@@ -10,13 +10,13 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.admin import service as admin_service
 from coordinator.kafka.connection import Client
 from coordinator.kafka.errors import FAILURES, error_code
 from coordinator.kafka.handlers.groups import committed_offsets, member_identity
 from coordinator.kafka.wire import Request, milliseconds
-from coordinator.producers import service as producers
+from coordinator.log.producer_states import describe_producers as describe_producer_states
 from coordinator.producers.schemas import InitPidRequest
+from coordinator.transactions import listing, producer_ids
 from coordinator.transactions import service as transactions
 from coordinator.transactions.schemas import (
     AddOffsetsRequest,
@@ -43,7 +43,7 @@ async def init_producer_id(client: Client, request: Request) -> Any:
         )
         # Version 3 on: a running producer gives its id and epoch to bump them (KIP-360).
         given = (getattr(body, "producer_id", -1), getattr(body, "producer_epoch", -1))
-        answer = await producers.init_pid(
+        answer = await producer_ids.init_pid(
             client.db,
             client.settings,
             InitPidRequest(transactional_id=tid, transaction_timeout_ms=timeout),
@@ -176,7 +176,7 @@ async def describe_producers(client: Client, request: Request) -> Any:
             answer: dict[str, Any] = {"error_code": ErrorCode.none, "active_producers": ()}
             try:
                 client.access.cluster()
-                producers_ = await admin_service.describe_producers(client.db, topic.name, p)
+                producers_ = await describe_producer_states(client.db, topic.name, p)
                 answer["active_producers"] = tuple(
                     reply(
                         "ProducerState",
@@ -260,7 +260,7 @@ async def list_transactions(client: Client, request: Request) -> Any:
     unknown = tuple(sorted(wanted - known))
     pids = set(body.producer_id_filters)
     older = milliseconds(getattr(body, "duration_filter", None))
-    found = await admin_service.list_transactions(
+    found = await listing.list_transactions(
         client.db, None, older if older >= 0 else None, None, limit=100_000
     )
     return reply.body(

@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from coordinator.log import recordbatch as rb
-from coordinator.producers import service as producers
 from coordinator.producers.schemas import InitPidRequest
+from coordinator.transactions import producer_ids as producers
 from coordinator.transactions import service
 from coordinator.transactions.errors import InvalidTxnState, ProducerFenced
 from coordinator.transactions.schemas import EndTxnRequest

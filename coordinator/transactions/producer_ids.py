@@ -1,4 +1,6 @@
-"""InitPid: issue producer ids (API.md, Producer ids)."""
+"""InitPid: issue producer ids (API.md, Producer ids). The transactions domain's, as Kafka's
+InitProducerId is its transaction coordinator's: a transactional id's producer is fenced and its
+open transaction ended here; an idempotent producer only gets a new id from `producers`."""
 
 from __future__ import annotations
 
