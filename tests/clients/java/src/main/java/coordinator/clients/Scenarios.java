@@ -1,0 +1,493 @@
+package coordinator.clients;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.Set;
+import java.util.UUID;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.stream.Collectors;
+
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.AlterConfigOp;
+import org.apache.kafka.clients.admin.Config;
+import org.apache.kafka.clients.admin.ConfigEntry;
+import org.apache.kafka.clients.admin.ConsumerGroupDescription;
+import org.apache.kafka.clients.admin.DescribeClusterResult;
+import org.apache.kafka.clients.admin.MemberDescription;
+import org.apache.kafka.clients.admin.NewPartitions;
+import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.admin.TopicDescription;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.errors.ProducerFencedException;
+import org.apache.kafka.common.serialization.StringDeserializer;
+import org.apache.kafka.common.serialization.StringSerializer;
+
+/**
+ * Kafka's own Java client, unchanged, against one broker: each scenario a method, all of them in
+ * one JVM. Usage: Scenarios BOOTSTRAP [SCENARIO...] (none: every one). Each scenario prints one
+ * line of JSON, {"scenario": NAME, "ok": BOOL, "detail": TEXT}, and the JVM exits 0 when all ran.
+ */
+public final class Scenarios {
+    private static final Duration DEADLINE = Duration.ofSeconds(45);
+    private final String bootstrap;
+
+    private Scenarios(String bootstrap) {
+        this.bootstrap = bootstrap;
+    }
+
+    interface Scenario {
+        String run() throws Exception;
+    }
+
+    public static void main(String[] args) throws Exception {
+        Scenarios s = new Scenarios(args[0]);
+        Map<String, Scenario> all = new LinkedHashMap<>();
+        all.put("admin", s::adminCalls);
+        all.put("idempotent_producer", s::idempotentProducer);
+        all.put("transactions", s::transactions);
+        all.put("exactly_once_loop", s::exactlyOnceLoop);
+        all.put("zombie_fencing", s::zombieFencing);
+        all.put("group_of_two_classic", () -> s.groupOfTwo("classic"));
+        all.put("group_of_two_consumer", () -> s.groupOfTwo("consumer"));
+        all.put("static_membership", s::staticMembership);
+        List<String> chosen = args.length > 1 ? List.of(args).subList(1, args.length) : new ArrayList<>(all.keySet());
+        ExecutorService runner = Executors.newCachedThreadPool(r -> {
+            Thread t = new Thread(r);
+            t.setDaemon(true);
+            return t;
+        });
+        for (String name : chosen) {
+            Scenario scenario = all.get(name);
+            if (scenario == null) {
+                report(name, false, "no such scenario");
+                continue;
+            }
+            Future<String> outcome = runner.submit(scenario::run);
+            try {
+                report(name, true, outcome.get(DEADLINE.toSeconds() * 2, TimeUnit.SECONDS));
+            } catch (TimeoutException e) {
+                outcome.cancel(true);
+                report(name, false, "timed out");
+            } catch (ExecutionException e) {
+                report(name, false, describe(e.getCause()));
+            }
+        }
+        System.exit(0);
+    }
+
+    private static String describe(Throwable error) {
+        StringBuilder text = new StringBuilder();
+        for (Throwable t = error; t != null; t = t.getCause()) {
+            if (text.length() > 0) {
+                text.append(" <- ");
+            }
+            text.append(t.getClass().getName()).append(": ").append(t.getMessage());
+        }
+        return text.toString();
+    }
+
+    private static void report(String name, boolean ok, String detail) {
+        System.out.println("{\"scenario\": " + quote(name) + ", \"ok\": " + ok + ", \"detail\": " + quote(detail) + "}");
+        System.out.flush();
+    }
+
+    private static String quote(String text) {
+        StringBuilder out = new StringBuilder("\"");
+        for (char c : String.valueOf(text).toCharArray()) {
+            switch (c) {
+                case '"' -> out.append("\\\"");
+                case '\\' -> out.append("\\\\");
+                case '\n' -> out.append("\\n");
+                default -> {
+                    if (c < 0x20) {
+                        out.append(String.format("\\u%04x", (int) c));
+                    } else {
+                        out.append(c);
+                    }
+                }
+            }
+        }
+        return out.append('"').toString();
+    }
+
+    static void check(boolean condition, String what) {
+        if (!condition) {
+            throw new AssertionError(what);
+        }
+    }
+
+    private static String unique(String prefix) {
+        return prefix + "-" + UUID.randomUUID().toString().substring(0, 8);
+    }
+
+    // -- clients ---------------------------------------------------------------------------------
+
+    private Admin admin() {
+        Properties p = new Properties();
+        p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, (int) DEADLINE.toMillis());
+        return Admin.create(p);
+    }
+
+    private KafkaProducer<String, String> producer(Map<String, Object> extra) {
+        Properties p = new Properties();
+        p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
+        p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
+        p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, (int) DEADLINE.toMillis());
+        p.putAll(extra);
+        return new KafkaProducer<>(p);
+    }
+
+    private KafkaProducer<String, String> transactional(String id) {
+        return producer(Map.of(ProducerConfig.TRANSACTIONAL_ID_CONFIG, id));
+    }
+
+    private KafkaConsumer<String, String> consumer(Map<String, Object> extra) {
+        Properties p = new Properties();
+        p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+        p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+        p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, false);
+        p.putAll(extra);
+        return new KafkaConsumer<>(p);
+    }
+
+    private void createTopic(Admin admin, String topic, int partitions) throws Exception {
+        admin.createTopics(List.of(new NewTopic(topic, partitions, (short) 1))).all().get();
+    }
+
+    /** Every value of the partitions, read from the start to their end offsets in `isolation`. */
+    private List<String> readAll(String topic, int partitions, String isolation) {
+        List<TopicPartition> tps = new ArrayList<>();
+        for (int i = 0; i < partitions; i++) {
+            tps.add(new TopicPartition(topic, i));
+        }
+        try (KafkaConsumer<String, String> c = consumer(Map.of(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation))) {
+            c.assign(tps);
+            c.seekToBeginning(tps);
+            Map<TopicPartition, Long> end = c.endOffsets(tps);
+            List<String> values = new ArrayList<>();
+            long deadline = System.nanoTime() + DEADLINE.toNanos();
+            while (tps.stream().anyMatch(tp -> c.position(tp) < end.get(tp))) {
+                check(System.nanoTime() < deadline, "read " + values + " of " + topic + ", end " + end);
+                for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) {
+                    values.add(r.value());
+                }
+            }
+            return values;
+        }
+    }
+
+    // -- scenarios -------------------------------------------------------------------------------
+
+    String adminCalls() throws Exception {
+        try (Admin admin = admin()) {
+            String topic = unique("java-admin");
+            admin.createTopics(List.of(new NewTopic(topic, 2, (short) 1).configs(Map.of("retention.ms", "600000")))).all().get();
+            TopicDescription described = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic);
+            check(described.partitions().size() == 2, "partitions " + described.partitions());
+            ConfigResource resource = new ConfigResource(ConfigResource.Type.TOPIC, topic);
+            Config config = admin.describeConfigs(List.of(resource)).all().get().get(resource);
+            check("600000".equals(config.get("retention.ms").value()), "retention.ms " + config.get("retention.ms"));
+            admin.incrementalAlterConfigs(Map.of(resource, List.of(
+                new AlterConfigOp(new ConfigEntry("retention.ms", "1200000"), AlterConfigOp.OpType.SET),
+                new AlterConfigOp(new ConfigEntry("cleanup.policy", "compact"), AlterConfigOp.OpType.SET)))).all().get();
+            config = admin.describeConfigs(List.of(resource)).all().get().get(resource);
+            check("1200000".equals(config.get("retention.ms").value()), "altered retention.ms " + config.get("retention.ms"));
+            check("compact".equals(config.get("cleanup.policy").value()), "altered cleanup.policy " + config.get("cleanup.policy"));
+            admin.createPartitions(Map.of(topic, NewPartitions.increaseTo(4))).all().get();
+            described = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic);
+            check(described.partitions().size() == 4, "grown to " + described.partitions().size());
+            DescribeClusterResult cluster = admin.describeCluster();
+            check(!cluster.nodes().get().isEmpty(), "no nodes");
+            check(cluster.clusterId().get() != null, "no cluster id");
+            check(cluster.controller().get() != null, "no controller");
+            check(admin.listTopics().names().get().contains(topic), "not listed");
+            admin.deleteTopics(List.of(topic)).all().get();
+            check(!admin.listTopics().names().get().contains(topic), "listed after its deletion");
+            return "created, described, altered, grown to 4, deleted; cluster " + cluster.clusterId().get()
+                + " with " + cluster.nodes().get().size() + " node(s)";
+        }
+    }
+
+    String idempotentProducer() throws Exception {
+        String topic = unique("java-idem");
+        try (Admin admin = admin()) {
+            createTopic(admin, topic, 2);
+        }
+        List<String> sent = new ArrayList<>();
+        try (KafkaProducer<String, String> p = producer(Map.of(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, true, ProducerConfig.ACKS_CONFIG, "all"))) {
+            for (int i = 0; i < 100; i++) {
+                p.send(new ProducerRecord<>(topic, i % 2, "k" + i, "v" + i));
+                sent.add("v" + i);
+            }
+            p.flush();
+        }
+        List<String> read = readAll(topic, 2, "read_uncommitted");
+        check(new HashSet<>(read).equals(new HashSet<>(sent)) && read.size() == sent.size(), "read " + read);
+        return "100 records, each once";
+    }
+
+    String transactions() throws Exception {
+        String topic = unique("java-txn");
+        try (Admin admin = admin()) {
+            createTopic(admin, topic, 1);
+        }
+        try (KafkaProducer<String, String> p = transactional(topic)) {
+            p.initTransactions();
+            String[][] rounds = {{"c0-0", "c0-1", "c0-2"}, {"a-0", "a-1", "a-2"}, {"c1-0", "c1-1"}};
+            for (int round = 0; round < rounds.length; round++) {
+                p.beginTransaction();
+                for (String value : rounds[round]) {
+                    p.send(new ProducerRecord<>(topic, 0, null, value));
+                }
+                if (round == 1) {
+                    p.flush(); // an abort drops what the producer has not sent yet
+                    p.abortTransaction();
+                } else {
+                    p.commitTransaction();
+                }
+            }
+        }
+        List<String> committed = readAll(topic, 1, "read_committed");
+        check(committed.equals(List.of("c0-0", "c0-1", "c0-2", "c1-0", "c1-1")), "read_committed " + committed);
+        List<String> everything = readAll(topic, 1, "read_uncommitted");
+        check(everything.equals(List.of("c0-0", "c0-1", "c0-2", "a-0", "a-1", "a-2", "c1-0", "c1-1")), "read_uncommitted " + everything);
+        try (KafkaConsumer<String, String> c = consumer(Map.of(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed"))) {
+            TopicPartition tp = new TopicPartition(topic, 0);
+            long end = c.endOffsets(List.of(tp)).get(tp);
+            check(end == 11, "the read_committed end offset is " + end + ", not 11 (8 records, 3 markers)");
+        }
+        return "committed, aborted and committed: read_committed saw 5 of 8";
+    }
+
+    String exactlyOnceLoop() throws Exception {
+        String input = unique("java-eos-in");
+        String output = unique("java-eos-out");
+        String group = unique("java-eos-group");
+        int count = 40;
+        try (Admin admin = admin()) {
+            createTopic(admin, input, 2);
+            createTopic(admin, output, 2);
+        }
+        try (KafkaProducer<String, String> p = producer(Map.of(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, true))) {
+            for (int i = 0; i < count; i++) {
+                p.send(new ProducerRecord<>(input, i % 2, "k" + i, "v" + i));
+            }
+            p.flush();
+        }
+        int aborted = 0;
+        int done = 0;
+        try (KafkaConsumer<String, String> c = consumer(Map.of(
+                ConsumerConfig.GROUP_ID_CONFIG, group,
+                ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed",
+                ConsumerConfig.MAX_POLL_RECORDS_CONFIG, 7));
+             KafkaProducer<String, String> p = transactional(output)) {
+            p.initTransactions();
+            c.subscribe(List.of(input));
+            long deadline = System.nanoTime() + DEADLINE.toNanos();
+            while (done < count) {
+                check(System.nanoTime() < deadline, "transformed " + done + " of " + count);
+                ConsumerRecords<String, String> records = c.poll(Duration.ofMillis(200));
+                if (records.isEmpty()) {
+                    continue;
+                }
+                p.beginTransaction();
+                Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
+                for (ConsumerRecord<String, String> r : records) {
+                    p.send(new ProducerRecord<>(output, r.partition(), r.key(), r.value().toUpperCase()));
+                    offsets.put(new TopicPartition(r.topic(), r.partition()), new OffsetAndMetadata(r.offset() + 1));
+                }
+                p.sendOffsetsToTransaction(offsets, c.groupMetadata());
+                if (aborted == 0) {
+                    aborted = records.count();
+                    p.abortTransaction();
+                    // Back to what the group committed: the aborted round's records come again.
+                    Set<TopicPartition> assigned = c.assignment();
+                    Map<TopicPartition, OffsetAndMetadata> committed = c.committed(assigned);
+                    for (TopicPartition tp : assigned) {
+                        OffsetAndMetadata at = committed.get(tp);
+                        if (at == null) {
+                            c.seekToBeginning(List.of(tp));
+                        } else {
+                            c.seek(tp, at.offset());
+                        }
+                    }
+                    continue;
+                }
+                p.commitTransaction();
+                done += records.count();
+            }
+        }
+        List<String> out = readAll(output, 2, "read_committed");
+        List<String> expected = new ArrayList<>();
+        for (int i = 0; i < count; i++) {
+            expected.add("V" + i);
+        }
+        check(out.size() == count && new HashSet<>(out).equals(new HashSet<>(expected)), "output " + out);
+        try (Admin admin = admin()) {
+            Map<TopicPartition, OffsetAndMetadata> offsets = admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get();
+            long sum = offsets.values().stream().mapToLong(OffsetAndMetadata::offset).sum();
+            check(offsets.size() == 2 && sum == count, "group offsets " + offsets);
+        }
+        return count + " records transformed once, " + aborted + " of them in an aborted round first";
+    }
+
+    String zombieFencing() throws Exception {
+        String topic = unique("java-zombie");
+        try (Admin admin = admin()) {
+            createTopic(admin, topic, 1);
+        }
+        KafkaProducer<String, String> zombie = transactional(topic);
+        Throwable seen = null;
+        try (KafkaProducer<String, String> successor = transactional(topic)) {
+            zombie.initTransactions();
+            zombie.beginTransaction();
+            zombie.send(new ProducerRecord<>(topic, 0, null, "zombie")).get();
+            successor.initTransactions();
+            // The zombie goes on as KafkaProducer's documentation says a transactional producer
+            // should: a KafkaException aborts the transaction; ProducerFencedException ends it.
+            try {
+                zombie.send(new ProducerRecord<>(topic, 0, null, "zombie-late")).get();
+                zombie.commitTransaction();
+            } catch (Exception e) {
+                seen = e;
+                if (!fencedIn(e)) {
+                    try {
+                        zombie.abortTransaction();
+                    } catch (Exception again) {
+                        seen = again;
+                    }
+                }
+            }
+            successor.beginTransaction();
+            successor.send(new ProducerRecord<>(topic, 0, null, "successor"));
+            successor.commitTransaction();
+        } finally {
+            zombie.close(Duration.ZERO);
+        }
+        check(fencedIn(seen), "the zombie saw " + (seen == null ? "nothing" : describe(seen)));
+        List<String> committed = readAll(topic, 1, "read_committed");
+        check(committed.equals(List.of("successor")), "read_committed " + committed);
+        return "the zombie got " + seen.getClass().getSimpleName() + "; only the successor's record is committed";
+    }
+
+    private static boolean fencedIn(Throwable error) {
+        for (Throwable t = error; t != null; t = t.getCause()) {
+            if (t instanceof ProducerFencedException) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    String groupOfTwo(String protocol) throws Exception {
+        String topic = unique("java-group-" + protocol);
+        String group = unique("java-group-" + protocol);
+        try (Admin admin = admin()) {
+            createTopic(admin, topic, 4);
+        }
+        Map<String, Object> config = Map.of(ConsumerConfig.GROUP_ID_CONFIG, group, ConsumerConfig.GROUP_PROTOCOL_CONFIG, protocol);
+        try (KafkaConsumer<String, String> first = consumer(config)) {
+            KafkaConsumer<String, String> second = consumer(config);
+            first.subscribe(List.of(topic));
+            second.subscribe(List.of(topic));
+            long deadline = System.nanoTime() + DEADLINE.toNanos();
+            while (true) {
+                check(System.nanoTime() < deadline, "assignments " + first.assignment() + " and " + second.assignment());
+                first.poll(Duration.ofMillis(100));
+                second.poll(Duration.ofMillis(100));
+                Set<TopicPartition> a = first.assignment();
+                Set<TopicPartition> b = second.assignment();
+                Set<TopicPartition> both = new HashSet<>(a);
+                both.addAll(b);
+                if (!a.isEmpty() && !b.isEmpty() && both.size() == 4 && a.size() + b.size() == 4) {
+                    break;
+                }
+            }
+            String split = first.assignment().size() + "+" + second.assignment().size();
+            second.close();
+            while (first.assignment().size() != 4) {
+                check(System.nanoTime() < deadline, "after the leave: " + first.assignment());
+                first.poll(Duration.ofMillis(100));
+            }
+            try (Admin admin = admin()) {
+                ConsumerGroupDescription d = admin.describeConsumerGroups(List.of(group)).all().get().get(group);
+                check(d.members().size() == 1, "members " + d.members());
+            }
+            return protocol + ": split " + split + ", then one took all 4 when the other left";
+        }
+    }
+
+    String staticMembership() throws Exception {
+        String topic = unique("java-static");
+        String group = unique("java-static");
+        try (Admin admin = admin()) {
+            createTopic(admin, topic, 2);
+        }
+        Map<String, Object> config = Map.of(
+            ConsumerConfig.GROUP_ID_CONFIG, group,
+            ConsumerConfig.GROUP_INSTANCE_ID_CONFIG, "instance-1",
+            ConsumerConfig.GROUP_PROTOCOL_CONFIG, "classic");
+        String firstMember;
+        Set<TopicPartition> firstAssignment;
+        long deadline = System.nanoTime() + DEADLINE.toNanos();
+        try (Admin admin = admin()) {
+            try (KafkaConsumer<String, String> c = consumer(config)) {
+                c.subscribe(List.of(topic));
+                while (c.assignment().size() != 2) {
+                    check(System.nanoTime() < deadline, "assignment " + c.assignment());
+                    c.poll(Duration.ofMillis(100));
+                }
+                firstAssignment = c.assignment();
+                MemberDescription m = single(admin, group);
+                check(m.groupInstanceId().orElse("").equals("instance-1"), "instance id " + m.groupInstanceId());
+                firstMember = m.consumerId();
+            }
+            // A static member's close sends no leave: the group keeps it until its session ends.
+            MemberDescription kept = single(admin, group);
+            check(kept.consumerId().equals(firstMember), "after close: " + kept);
+            try (KafkaConsumer<String, String> c = consumer(config)) {
+                c.subscribe(List.of(topic));
+                while (c.assignment().size() != 2) {
+                    check(System.nanoTime() < deadline, "assignment after the restart " + c.assignment());
+                    c.poll(Duration.ofMillis(100));
+                }
+                check(c.assignment().equals(firstAssignment), "assignment " + c.assignment());
+                MemberDescription m = single(admin, group);
+                check(m.groupInstanceId().orElse("").equals("instance-1"), "instance id after the restart " + m.groupInstanceId());
+                return "instance-1 kept its place through a restart (member " + firstMember + " then " + m.consumerId() + ")";
+            }
+        }
+    }
+
+    private static MemberDescription single(Admin admin, String group) throws Exception {
+        Collection<MemberDescription> members = admin.describeConsumerGroups(List.of(group)).all().get().get(group).members();
+        check(members.size() == 1, "members " + members.stream().map(MemberDescription::toString).collect(Collectors.joining(", ")));
+        return members.iterator().next();
+    }
+}

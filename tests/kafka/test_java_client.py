@@ -1,0 +1,79 @@
+"""Apache Kafka's own Java client (kafka-clients, pinned in tests/clients/java/pom.xml), unchanged,
+against `coordinator serve`'s Kafka listener on SQLite and on Postgres.
+
+One JVM per store runs every scenario of `tests/clients/java/.../Scenarios.java` (admin calls and
+describeCluster; an idempotent producer; transactions committed and aborted under read_committed;
+the exactly-once loop with `sendOffsetsToTransaction(offsets, consumer.groupMetadata())` and one
+aborted round; a zombie fenced as the client documents, ProducerFencedException; a group of two
+under `group.protocol=classic` and under `group.protocol=consumer`; static membership), and each
+scenario is a test here, so a gap shows as a failing cell. The README's test command builds it
+(`mvn package`); a missing build fails, never skips.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.kafka.test_kafka_clients import Broker, broker
+
+__all__ = ["broker"]
+
+pytestmark = pytest.mark.slow
+
+JAVA = Path(__file__).resolve().parents[1] / "clients" / "java"
+SCENARIOS = [
+    "admin",
+    "idempotent_producer",
+    "transactions",
+    "exactly_once_loop",
+    "zombie_fencing",
+    "group_of_two_classic",
+    "group_of_two_consumer",
+    "static_membership",
+]
+
+
+def java_command(*args: str) -> list[str]:
+    """The JVM that runs the scenarios, on the jars `mvn package` left in target/."""
+    java = shutil.which("java")
+    classes, lib = JAVA / "target" / "classes", JAVA / "target" / "lib"
+    if java is None or not (classes / "coordinator" / "clients" / "Scenarios.class").exists():
+        pytest.fail(
+            "the Java client is not built: run the README's test command "
+            "(mvn -f tests/clients/java/pom.xml package, with Java 17 and Maven)"
+        )
+    return [
+        java,
+        "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+        "-cp",
+        f"{classes}:{lib}/*",
+        "coordinator.clients.Scenarios",
+        *args,
+    ]
+
+
+@pytest.fixture(scope="module")
+def outcomes(broker: Broker) -> dict[str, dict[str, Any]]:
+    done = subprocess.run(
+        java_command(broker.bootstrap, *SCENARIOS),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    found = {line["scenario"]: line for line in lines}
+    assert sorted(found) == sorted(SCENARIOS), done.stdout + done.stderr[-4000:]
+    return found
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_java_client(outcomes: dict[str, dict[str, Any]], scenario: str) -> None:
+    outcome = outcomes[scenario]
+    assert outcome["ok"], outcome["detail"]
