@@ -32,7 +32,7 @@ from coordinator.kafka import guard
 # batched coordinator-side calls (AddPartitionsToTxn 4+), no transaction version 2 for now
 # (EndTxn 5+, InitProducerId 5+: the clients here speak version 1).
 SUPPORTED: Mapping[int, tuple[int, int]] = {
-    0: (3, 9),  # Produce
+    0: (3, 12),  # Produce (12: transaction version 2, KIP-890)
     1: (4, 17),  # Fetch
     2: (1, 7),  # ListOffsets
     3: (1, 12),  # Metadata
@@ -50,11 +50,11 @@ SUPPORTED: Mapping[int, tuple[int, int]] = {
     19: (2, 7),  # CreateTopics
     20: (1, 6),  # DeleteTopics
     21: (0, 2),  # DeleteRecords
-    22: (0, 4),  # InitProducerId
-    24: (0, 3),  # AddPartitionsToTxn
-    25: (0, 3),  # AddOffsetsToTxn
-    26: (0, 3),  # EndTxn
-    28: (0, 3),  # TxnOffsetCommit
+    22: (0, 5),  # InitProducerId
+    24: (0, 5),  # AddPartitionsToTxn (4 on: batched, verify_only)
+    25: (0, 4),  # AddOffsetsToTxn
+    26: (0, 5),  # EndTxn (5: the epoch raised at every end, KIP-890)
+    28: (0, 5),  # TxnOffsetCommit (5: no AddOffsetsToTxn first)
     29: (1, 3),  # DescribeAcls
     30: (1, 3),  # CreateAcls
     31: (1, 3),  # DeleteAcls

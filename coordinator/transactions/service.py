@@ -490,6 +490,25 @@ async def add_partitions(
     return StateResponse(state=target)
 
 
+async def missing_partitions(
+    db: Database,
+    transactional_id: str,
+    producer_id: int,
+    producer_epoch: int,
+    keys: list[tuple[str, int]],
+) -> list[tuple[str, int]]:
+    """KIP-890's verification (Kafka's AddPartitionsToTxn with verify_only): those of `keys` the
+    caller's transaction does not include (all of them when none is open); the caller is
+    checked as for every transaction call, and nothing is written."""
+    async with db.write() as session:
+        locked = await _lock_existing(session, transactional_id)
+        await check_caller(session, locked.txn, locked.epoch, producer_id, producer_epoch)
+        if locked.txn.state not in OPEN:
+            return list(keys)
+        included = {(t, p) for _, t, p, _ in await partitions_by_id(session, [transactional_id])}
+    return [key for key in keys if key not in included]
+
+
 async def add_offsets(
     db: Database, transactional_id: str, body: AddOffsetsRequest
 ) -> StateResponse:
@@ -560,11 +579,21 @@ async def prepare(
 
 
 async def end(
-    db: Database, transactional_id: str, body: EndTxnRequest, *, version: int = 2
+    db: Database,
+    transactional_id: str,
+    body: EndTxnRequest,
+    *,
+    version: int = 2,
+    timed_out_abort_is_retry: bool = False,
 ) -> EndTxnResponse:
     """EndTxn. Transaction version 2 (KIP-890, the HTTP API's) raises the epoch at every end;
     version 1 (Kafka's clients before KIP-890) keeps it, so the producer's next transaction
-    runs at the same epoch, and a retry is recognised only while no transaction is open."""
+    runs at the same epoch, and a retry is recognised only while no transaction is open.
+
+    `timed_out_abort_is_retry` (Kafka's EndTxn 5): an abort from the epoch whose transaction the
+    coordinator aborted after its timeout, with nothing since, is the retry of that abort, as a
+    Kafka 4 coordinator answers a client of transaction version 2, which then goes on at the
+    epoch the answer gives; the HTTP door keeps API.md's TRANSACTION_TIMED_OUT."""
     wanted = State.COMPLETE_COMMIT if body.commit else State.COMPLETE_ABORT
     op = Op.COMMIT if body.commit else Op.ABORT
     if version >= 2:
@@ -584,10 +613,36 @@ async def end(
                 _identity_after(txn) if version >= 2 else (body.producer_id, body.producer_epoch)
             )
             return EndTxnResponse(state=wanted, producer_id=producer_id, producer_epoch=epoch)
+        if (
+            timed_out_abort_is_retry
+            and not body.commit
+            and await _aborted_on_timeout(session, locked, body.producer_id, body.producer_epoch)
+        ):
+            return EndTxnResponse(
+                state=State.COMPLETE_ABORT, producer_id=txn.producer_id, producer_epoch=locked.epoch
+            )
         await check_caller(session, txn, locked.epoch, body.producer_id, body.producer_epoch)
         state = await _finish(session, locked, op, BY_CLIENT, now, raise_epoch=version >= 2)
         producer_id, epoch = txn.producer_id, locked.epoch
     return EndTxnResponse(state=state, producer_id=producer_id, producer_epoch=epoch)
+
+
+async def _aborted_on_timeout(
+    session: AsyncSession, locked: Locked, producer_id: int, epoch: int
+) -> bool:
+    """True when the coordinator's timeout ended this producer's transaction at `epoch`, raised
+    the epoch to the one stored now, and nothing has happened since (no transaction is open)."""
+    txn = locked.txn
+    if txn.producer_id != producer_id or locked.epoch != epoch + 1 or txn.state in OPEN:
+        return False
+    found = await session.scalar(
+        select(TimedOutEpoch.producer_epoch).where(
+            TimedOutEpoch.transactional_id == txn.transactional_id,
+            TimedOutEpoch.producer_id == producer_id,
+            TimedOutEpoch.producer_epoch == epoch,
+        )
+    )
+    return found is not None
 
 
 async def describe(db: Database, transactional_id: str) -> TransactionDescription:

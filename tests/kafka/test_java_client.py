@@ -4,10 +4,12 @@ against `coordinator serve`'s Kafka listener on SQLite and on Postgres.
 One JVM per store runs every scenario of `tests/clients/java/.../Scenarios.java` (admin calls and
 describeCluster; an idempotent producer; transactions committed and aborted under read_committed;
 the exactly-once loop with `sendOffsetsToTransaction(offsets, consumer.groupMetadata())` and one
-aborted round; a zombie fenced as the client documents, ProducerFencedException; a group of two
+aborted round; a zombie fenced as the client documents, ProducerFencedException; a transaction
+the coordinator aborted on its timeout, which the producer aborts and goes on from; a group of two
 under `group.protocol=classic` and under `group.protocol=consumer`; static membership), and each
-scenario is a test here, so a gap shows as a failing cell. The README's test command builds it
-(`mvn package`); a missing build fails, never skips.
+scenario is a test here, so a gap shows as a failing cell. The client runs transaction version 2
+(KIP-890), which the listener finalizes: the transactions scenario checks the epoch each end
+raised. The README's test command builds it (`mvn package`); a missing build fails, never skips.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ SCENARIOS = [
     "transactions",
     "exactly_once_loop",
     "zombie_fencing",
+    "timed_out_transaction",
     "group_of_two_classic",
     "group_of_two_consumer",
     "static_membership",

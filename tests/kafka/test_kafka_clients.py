@@ -59,6 +59,8 @@ def broker(
         COORDINATOR_GROUP_INITIAL_REBALANCE_DELAY_MS="200",
         # KIP-848 members learn of a new assignment at their next heartbeat: 1 s, not 5 s.
         COORDINATOR_GROUP_HEARTBEAT_INTERVAL_MS="1000",
+        # A transaction that outlives its timeout is aborted within 0.2 s of it, not 10 s.
+        COORDINATOR_TIMEOUT_CHECK_INTERVAL_MS="200",
     ):
         yield Broker(service, f"127.0.0.1:{port}")
 

@@ -22,6 +22,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
+from coordinator.app import wire_domains
 from coordinator.cli import main
 from coordinator.core.auth import Authenticator
 from coordinator.core.database import Database
@@ -126,6 +127,7 @@ async def listener(
     db = Database(settings)
     # The store is shared with every other test of this backend: start from an empty one.
     await empty_tables(db)
+    wire_domains()  # what create_app does: the listener is composed here without the app
     running = KafkaListener(db, settings, Authenticator.from_file(tokens) if auth else None)
     await running.start()
     try:

@@ -33,9 +33,11 @@ def _api_keys(reply: Reply) -> tuple[Any, ...]:
 
 # Features finalized as Kafka 4 advertises them (ApiVersions v3+), where this listener serves
 # what they stand for: group.version 1 is KIP-848's consumer groups (ConsumerGroupHeartbeat).
-# transaction.version 2 is not advertised: its protocol (EndTxn v5, Produce v12 adding partitions
-# itself) is not served here, and a client told it is on would use it (the HTTP door is TV2).
-FEATURES = {"group.version": 1}
+# Finalized at these levels, as a Kafka 4 cluster's. transaction.version 2 (KIP-890 part 2): a
+# client that sees it adds partitions by producing (Produce 12), commits offsets without
+# AddOffsetsToTxn (TxnOffsetCommit 5) and takes the epoch each EndTxn (5) raises; each request is
+# answered by the version it comes with, so a client of version 1 goes on as before.
+FEATURES = {"group.version": 1, "transaction.version": 2}
 
 
 async def api_versions(client: Client, request: Request) -> Any:

@@ -1,8 +1,11 @@
 """InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn and the
 transaction tools' calls (DescribeProducers, DescribeTransactions, ListTransactions).
 
-Kafka's clients here speak transaction version 1: partitions are added before produce, and EndTxn
-keeps the epoch (`transactions.service.end(version=1)`); the rules are the domain's."""
+Both transaction versions, by the version of each request: a client of transaction version 2
+(KIP-890 part 2, which ApiVersions finalizes) sends EndTxn 5, and its end raises the epoch, which
+the answer carries (`transactions.service.end(version=2)`, the HTTP door's); an older EndTxn keeps
+the epoch (version 1: librdkafka, KafkaJS, aiokafka, kafka-python). Partitions join a transaction
+by AddPartitionsToTxn or, in either version, by the produce itself; the rules are the domain's."""
 
 from __future__ import annotations
 
@@ -25,7 +28,8 @@ from coordinator.transactions.schemas import (
 )
 from coordinator.transactions.states import State
 
-TRANSACTION_VERSION = 1
+# EndTxn from this version on is transaction version 2's.
+END_TXN_RAISING_EPOCH = 5
 
 
 async def init_producer_id(client: Client, request: Request) -> Any:
@@ -60,25 +64,17 @@ async def init_producer_id(client: Client, request: Request) -> Any:
 
 async def add_partitions_to_txn(client: Client, request: Request) -> Any:
     reply, body = request.reply, request.body
-    assert client.access is not None
-    tid = body.v3_and_below_transactional_id
+    if request.version >= 4:
+        results = [await _add_partitions(client, reply, txn) for txn in body.transactions]
+        return reply.body(error_code=ErrorCode.none, results_by_transaction=tuple(results))
     wanted = [(t.name, p) for t in body.v3_and_below_topics for p in t.partitions]
-    code = ErrorCode.none
-    try:
-        client.access.add_partitions(tid, (topic for topic, _ in wanted))
-        await transactions.add_partitions(
-            client.db,
-            tid,
-            AddPartitionsRequest.model_validate(
-                {
-                    "producer_id": body.v3_and_below_producer_id,
-                    "producer_epoch": body.v3_and_below_producer_epoch,
-                    "partitions": [{"topic": t, "partition": p} for t, p in wanted],
-                }
-            ),
-        )
-    except FAILURES as failure:
-        code = error_code(failure)
+    code = await _added(
+        client,
+        body.v3_and_below_transactional_id,
+        body.v3_and_below_producer_id,
+        body.v3_and_below_producer_epoch,
+        wanted,
+    )
     return reply.body(
         results_by_topic_v3_and_below=reply.same_code(
             ((t.name, t.partitions) for t in body.v3_and_below_topics),
@@ -89,6 +85,71 @@ async def add_partitions_to_txn(client: Client, request: Request) -> Any:
             code_field="partition_error_code",
         )
     )
+
+
+async def _add_partitions(client: Client, reply: Any, txn: Any) -> Any:
+    """One transaction of a batched AddPartitionsToTxn (version 4 on, Kafka's brokers' form):
+    added, or with `verify_only` only checked, each partition not included answered
+    INVALID_TXN_STATE as Kafka's coordinator answers it."""
+    wanted = [(t.name, p) for t in txn.topics for p in t.partitions]
+    missing: set[tuple[str, int]] = set()
+    if txn.verify_only:
+        assert client.access is not None
+        try:
+            client.access.add_partitions(txn.transactional_id, (topic for topic, _ in wanted))
+            found = await transactions.missing_partitions(
+                client.db, txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted
+            )
+            missing, code = set(found), ErrorCode.none
+        except FAILURES as failure:
+            code = error_code(failure)
+    else:
+        code = await _added(
+            client, txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted
+        )
+    return reply(
+        "AddPartitionsToTxnResult",
+        transactional_id=txn.transactional_id,
+        topic_results=tuple(
+            reply(
+                "AddPartitionsToTxnTopicResult",
+                name=t.name,
+                results_by_partition=tuple(
+                    reply(
+                        "AddPartitionsToTxnPartitionResult",
+                        partition_index=p,
+                        partition_error_code=ErrorCode.invalid_txn_state
+                        if (t.name, p) in missing
+                        else code,
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in txn.topics
+        ),
+    )
+
+
+async def _added(
+    client: Client, tid: str, producer_id: int, epoch: int, wanted: list[tuple[str, int]]
+) -> ErrorCode:
+    assert client.access is not None
+    try:
+        client.access.add_partitions(tid, (topic for topic, _ in wanted))
+        await transactions.add_partitions(
+            client.db,
+            tid,
+            AddPartitionsRequest.model_validate(
+                {
+                    "producer_id": producer_id,
+                    "producer_epoch": epoch,
+                    "partitions": [{"topic": t, "partition": p} for t, p in wanted],
+                }
+            ),
+        )
+    except FAILURES as failure:
+        return error_code(failure)
+    return ErrorCode.none
 
 
 async def add_offsets_to_txn(client: Client, request: Request) -> Any:
@@ -149,9 +210,10 @@ async def txn_offset_commit(client: Client, request: Request) -> Any:
 async def end_txn(client: Client, request: Request) -> Any:
     body = request.body
     assert client.access is not None
+    raising = request.version >= END_TXN_RAISING_EPOCH
     try:
         client.access.transactional_id(body.transactional_id)
-        await transactions.end(
+        ended = await transactions.end(
             client.db,
             body.transactional_id,
             EndTxnRequest(
@@ -159,11 +221,18 @@ async def end_txn(client: Client, request: Request) -> Any:
                 producer_epoch=body.producer_epoch,
                 commit=body.committed,
             ),
-            version=TRANSACTION_VERSION,
+            version=2 if raising else 1,
+            timed_out_abort_is_retry=raising,
         )
     except FAILURES as failure:
         return request.reply.body(error_code=error_code(failure))
-    return request.reply.body(error_code=ErrorCode.none)
+    if not raising:
+        return request.reply.body(error_code=ErrorCode.none)
+    return request.reply.body(
+        error_code=ErrorCode.none,
+        producer_id=ended.producer_id,
+        producer_epoch=ended.producer_epoch,
+    )
 
 
 async def describe_producers(client: Client, request: Request) -> Any:

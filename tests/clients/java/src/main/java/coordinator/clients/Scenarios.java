@@ -30,6 +30,8 @@ import org.apache.kafka.clients.admin.MemberDescription;
 import org.apache.kafka.clients.admin.NewPartitions;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.TopicDescription;
+import org.apache.kafka.clients.admin.TransactionDescription;
+import org.apache.kafka.clients.admin.TransactionState;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
@@ -40,6 +42,7 @@ import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.errors.ProducerFencedException;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
@@ -69,6 +72,7 @@ public final class Scenarios {
         all.put("transactions", s::transactions);
         all.put("exactly_once_loop", s::exactlyOnceLoop);
         all.put("zombie_fencing", s::zombieFencing);
+        all.put("timed_out_transaction", s::timedOutTransaction);
         all.put("group_of_two_classic", () -> s.groupOfTwo("classic"));
         all.put("group_of_two_consumer", () -> s.groupOfTwo("consumer"));
         all.put("static_membership", s::staticMembership);
@@ -282,7 +286,10 @@ public final class Scenarios {
             long end = c.endOffsets(List.of(tp)).get(tp);
             check(end == 11, "the read_committed end offset is " + end + ", not 11 (8 records, 3 markers)");
         }
-        return "committed, aborted and committed: read_committed saw 5 of 8";
+        // Transaction version 2 (KIP-890): each of the three ends raised the epoch.
+        int epoch = describeTransaction(topic).producerEpoch();
+        check(epoch == 3, "epoch " + epoch + " after three transactions, not 3 (transaction version 2)");
+        return "committed, aborted and committed at epochs 0, 1 and 2: read_committed saw 5 of 8";
     }
 
     String exactlyOnceLoop() throws Exception {
@@ -403,6 +410,50 @@ public final class Scenarios {
             }
         }
         return false;
+    }
+
+    private TransactionDescription describeTransaction(String id) throws Exception {
+        try (Admin admin = admin()) {
+            return admin.describeTransactions(List.of(id)).all().get().get(id);
+        }
+    }
+
+    String timedOutTransaction() throws Exception {
+        String topic = unique("java-timeout");
+        try (Admin admin = admin()) {
+            createTopic(admin, topic, 1);
+        }
+        Throwable seen = null;
+        try (KafkaProducer<String, String> p = producer(Map.of(
+                ProducerConfig.TRANSACTIONAL_ID_CONFIG, topic,
+                ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, 1000))) {
+            p.initTransactions();
+            p.beginTransaction();
+            p.send(new ProducerRecord<>(topic, 0, null, "timed-out")).get();
+            long deadline = System.nanoTime() + DEADLINE.toNanos();
+            while (describeTransaction(topic).state() != TransactionState.COMPLETE_ABORT) {
+                check(System.nanoTime() < deadline, "not aborted: " + describeTransaction(topic).state());
+                Thread.sleep(100);
+            }
+            // The documented loop: a KafkaException aborts the transaction, and the producer goes on.
+            try {
+                p.send(new ProducerRecord<>(topic, 0, null, "late")).get();
+                p.commitTransaction();
+            } catch (ProducerFencedException e) {
+                throw e;
+            } catch (KafkaException | ExecutionException e) {
+                seen = e;
+                p.abortTransaction();
+            }
+            p.beginTransaction();
+            p.send(new ProducerRecord<>(topic, 0, null, "after"));
+            p.commitTransaction();
+        }
+        check(seen != null, "the producer saw no error after its transaction timed out");
+        List<String> committed = readAll(topic, 1, "read_committed");
+        check(committed.equals(List.of("after")), "read_committed " + committed);
+        return "aborted by its timeout; the producer saw " + seen.getClass().getSimpleName()
+            + ", aborted and committed its next transaction";
     }
 
     String groupOfTwo(String protocol) throws Exception {
