@@ -2,7 +2,8 @@
 part of the test suite (it needs librdkafka's source, which CI cannot fetch).
 
     python bench/librdkafka_suite.py --source ~/src/librdkafka [--build] [--tests 0001,0012]
-        [--timeout 180] [--group-protocol classic|consumer] [--out bench/librdkafka_findings.md]
+        [--timeout 180] [--group-protocol classic|consumer]
+        [--out docs/pages/librdkafka-findings.md]
 
 It builds the tests from the source directory when asked (`./configure` without the optional
 dependencies, `make libs`, `make -C tests build`), starts `coordinator serve --kafka-listener` on
@@ -40,7 +41,8 @@ CAUSES: dict[str, str] = {
     "0052_msg_timestamps": SHELL_TOOLS,
     "0064_interceptors": "this tool's build of librdkafka has no OpenSSL (the test sets ssl)",
     "0077_compaction": SHELL_TOOLS,
-    "0081_admin": "CreateAcls must succeed; ACLs are not kept here (SECURITY_DISABLED, README)",
+    "0081_admin": "CreateAcls must succeed; ACLs are not kept here (SECURITY_DISABLED, "
+    "docs/pages/kafka.md)",
     "0101_fetch_from_follower": f"{OUT_OF_SCOPE}: needs replicas and racks (one broker)",
     "0107_topic_recreate": f"{OUT_OF_SCOPE}: creates topics with replication factor 3",
     "0109_auto_create_topics": SHELL_TOOLS,
@@ -242,7 +244,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds per test")
     parser.add_argument("--group-protocol", choices=["classic", "consumer"], default=None)
     parser.add_argument("--group-delay-ms", type=int, default=300)
-    parser.add_argument("--out", type=Path, default=Path("bench/librdkafka_findings.md"))
+    parser.add_argument("--out", type=Path, default=Path("docs/pages/librdkafka-findings.md"))
     parser.add_argument("--logs", type=Path, default=None, help="keep each test's output here")
     args = parser.parse_args()
     source: Path = args.source.resolve()

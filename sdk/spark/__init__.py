@@ -21,7 +21,7 @@ transactional ids are `{jobId}/...`); `delivery.guarantee` (`exactly_once`, the 
 committed with the output; `batchId`: an idempotent commit for `foreachBatch`;
 `transaction.timeout.ms` of the task transactions (default 60000). `testing.kill`,
 `testing.delay`, `testing.pauseBeforeCommit`, `testing.pauseAfterCommit` inject faults, for demos
-and tests only (see README).
+and tests only (see docs/pages/spark.md).
 
 `txsql` writes into a SQL table exactly once (see `sdk.spark._sql` for how), with Spark's JDBC
 option names: `url` (any SQLAlchemy URL; a plain postgresql:// gets psycopg), `dbtable`,

@@ -321,7 +321,7 @@ class KafkaTransactionalWorker(TransactionalWorker):
                 "log_level": 3,
                 # librdkafka 2.12+ re-bootstraps when every known broker is down, which with
                 # one broker is every restart, and a transaction open then can hang past its
-                # timeouts (its broker handle is never released); the README says so.
+                # timeouts (its broker handle is never released); docs/pages/kafka.md says so.
                 "metadata.recovery.strategy": "none",
             }
             if os.environ.get("FAULT_KAFKA_DEBUG"):

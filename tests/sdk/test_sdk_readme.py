@@ -1,5 +1,5 @@
-"""The README's Python SDK section says true things: its example runs as written against
-`coordinator serve`, and its table lists every configuration key with its default."""
+"""The SDK's page of the docs (docs/pages/sdk.md) says true things: its example runs as written
+against `coordinator serve`, and its table lists every configuration key with its default."""
 
 from __future__ import annotations
 
@@ -16,14 +16,11 @@ from sdk import AdminConfig, ConsumerConfig, ProducerConfig
 from sdk._config import config_keys
 from tests.support.services import ServiceProcess
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "pages" / "sdk.md"
 
 
 def sdk_section() -> str:
-    text = README.read_text()
-    start = text.index("## Python SDK")
-    end = text.index("\n## ", start + 1)
-    return text[start:end]
+    return PAGE.read_text()
 
 
 def example() -> str:
