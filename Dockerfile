@@ -13,7 +13,7 @@ COPY coordinator ./coordinator
 COPY migrations ./migrations
 COPY sdk ./sdk
 COPY jobs ./jobs
-RUN pip install . && useradd --create-home --uid 10001 coordinator \
+RUN pip install '.[server]' && useradd --create-home --uid 10001 coordinator \
     && mkdir /data && chown coordinator /data
 
 USER coordinator

@@ -384,7 +384,7 @@ class BatchTemplate:
     bodies splice in a number."""
 
     def __init__(self, values: list[bytes], transactional: bool = False) -> None:
-        from coordinator.log import recordbatch
+        from sdk import recordbatch
 
         now = time.time_ns() // 1_000_000
         self.body = bytearray(

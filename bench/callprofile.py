@@ -150,7 +150,7 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             results.append(await measure("produce-json", produce_json, args.rounds, trips))
 
             try:
-                from coordinator.log import recordbatch
+                from sdk import recordbatch
             except ImportError:
                 recordbatch = None
             if recordbatch is not None:

@@ -34,11 +34,17 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import entry_points
 
-from coordinator.admin.cli import add_transactions_parser
-from coordinator.admin.groups_cli import add_groups_parser
-from coordinator.admin.scram_cli import add_scram_parser
-from coordinator.admin.topics_cli import add_topics_parser
-from coordinator.core.settings import Settings
+try:
+    from coordinator.admin.cli import add_transactions_parser
+    from coordinator.admin.groups_cli import add_groups_parser
+    from coordinator.admin.scram_cli import add_scram_parser
+    from coordinator.admin.topics_cli import add_topics_parser
+    from coordinator.core.settings import Settings
+except ModuleNotFoundError as missing:  # the SDK's install alone: no server to run
+    raise SystemExit(
+        f"coordinator: the server is not installed ({missing.name} is missing); install it with "
+        "pip install 'txn-coordinator[server]'"
+    ) from None
 
 # The entry-point group of the commands other distributions add (pyproject.toml: the demo).
 COMMANDS = "coordinator.commands"

@@ -21,7 +21,7 @@ from urllib.parse import quote
 
 import httpx
 
-from coordinator.log import recordbatch
+from sdk import recordbatch
 from sdk._callbacks import Callbacks
 from sdk._config import ConsumerConfig, ConsumerOptions, build_config
 from sdk._errors import (

@@ -13,7 +13,7 @@ It is a thin facade over Kafka's three parts, which share the producer's one loc
 Delivery callbacks are queued and run on the caller's thread from `poll()`, `flush()` and the
 transaction calls. Transaction calls (`init_transactions`, `commit_transaction`...) run their
 requests on the caller's thread. Batches travel as Kafka record batches
-(`coordinator.log.recordbatch`, the service's own codec), compressed with `compression.type`. A
+(`sdk.recordbatch`, the service's own codec), compressed with `compression.type`. A
 transactional batch adds its partition to the transaction itself (transaction version 2): there
 is no AddPartitions call.
 """

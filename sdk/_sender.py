@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
-from coordinator.log import recordbatch
+from sdk import recordbatch
 from sdk._accumulator import Accumulator, Batch, PartitionQueue
 from sdk._callbacks import Callbacks
 from sdk._config import ProducerConfig

@@ -112,21 +112,34 @@ def test_imports_run_one_way() -> None:
     assert upward == []
 
 
-def test_the_server_imports_no_job() -> None:
-    """The jobs run on the coordinator; the coordinator never needs one."""
-    offending = []
-    for module in _modules("coordinator"):
+def _top_level_names(package: str) -> dict[str, set[str]]:
+    """The top-level packages each module of `package` imports, anywhere in it."""
+    found: dict[str, set[str]] = {}
+    for module in _modules(package):
         path = ROOT / Path(*module.split("."))
         source = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+        names: set[str] = set()
         for node in ast.walk(ast.parse(source.read_text())):
-            names = (
-                [a.name for a in node.names]
-                if isinstance(node, ast.Import)
-                else [node.module or ""]
-                if isinstance(node, ast.ImportFrom) and not node.level
-                else []
-            )
-            offending += [f"{module}: {n}" for n in names if n.split(".")[0] == "jobs"]
+            if isinstance(node, ast.Import):
+                names.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names.add(node.module.split(".")[0])
+        found[module] = names
+    return found
+
+
+def test_the_server_imports_no_job() -> None:
+    """The jobs run on the coordinator; the coordinator never needs one."""
+    offending = [m for m, names in _top_level_names("coordinator").items() if "jobs" in names]
+    assert offending == []
+
+
+def test_the_sdk_imports_neither_the_server_nor_a_job() -> None:
+    """The client installs without the server (tests/sdk/test_sdk_install.py proves the install):
+    the service depends on the SDK's record batch, never the reverse."""
+    offending = [
+        m for m, names in _top_level_names("sdk").items() if names & {"coordinator", "jobs"}
+    ]
     assert offending == []
 
 

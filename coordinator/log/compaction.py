@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from coordinator.log import recordbatch
+from sdk import recordbatch
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,13 +20,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.core.database import Database, on_driver
 from coordinator.core.errors import InvalidRequest
-from coordinator.log import recordbatch
 from coordinator.log.bounds import Bounds, partition_bounds
 from coordinator.log.errors import (
     OffsetOutOfRange,
     UnknownTopicOrPartition,
 )
 from coordinator.log.models import CONTROL_ABORT, Batch, Partition, ProducerState
+from sdk import recordbatch
 
 # Most batches read per query while filling a fetch; the first query reads FIRST_CHUNK, later
 # ones as many as the batches seen so far say will fill `max_bytes` (so a fetch does not read

@@ -27,8 +27,8 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from coordinator.core.database import one_statement, pairs_in
-from coordinator.log import recordbatch
 from coordinator.log.models import CONTROL_ABORT, CONTROL_COMMIT, Batch, Partition, ProducerState
+from sdk import recordbatch
 
 
 async def lock_partitions(

@@ -41,7 +41,7 @@ from coordinator.core.database import Database
 from coordinator.core.errors import CoordinatorError, InvalidRequest, StoreUnavailable
 from coordinator.core.schemas import INT32_MAX
 from coordinator.core.settings import Settings
-from coordinator.log import appends, configs, recordbatch
+from coordinator.log import appends, configs
 from coordinator.log.errors import (
     CorruptMessage,
     InvalidProducerEpoch,
@@ -53,6 +53,7 @@ from coordinator.log.errors import (
     UnknownTopicOrPartition,
 )
 from coordinator.log.schemas import ProduceRequest
+from sdk import recordbatch
 
 # A group takes waiting appends until it holds this many batches or bytes (it always takes the
 # first waiting request whole, and never splits one).

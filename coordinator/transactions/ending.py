@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from coordinator.core.database import Database, on_driver
 from coordinator.core.schemas import EPOCH_MAX
-from coordinator.log import recordbatch
 from coordinator.log.models import CONTROL_ABORT, CONTROL_COMMIT
 from coordinator.transactions.states import TRANSITIONS, Op, State
+from sdk import recordbatch
 
 _END_POSTGRES = """
 WITH txn AS (

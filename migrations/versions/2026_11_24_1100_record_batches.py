@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from coordinator.log import recordbatch
+from sdk import recordbatch
 
 revision: str = "5d1c0a7e1b11"
 down_revision: str | None = "108d015ce4d8"

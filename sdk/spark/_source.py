@@ -31,7 +31,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import Row, StructType
 
-from coordinator.log import recordbatch
+from sdk import recordbatch
 from sdk._errors import ConfigError, KafkaError, KafkaException, KafkaTimeoutError
 from sdk._http import RECORD_BATCH
 from sdk.spark._offsets import (

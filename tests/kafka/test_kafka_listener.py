@@ -30,9 +30,9 @@ from coordinator.core.settings import Settings
 from coordinator.kafka.handlers import HANDLERS
 from coordinator.kafka.server import KafkaListener
 from coordinator.kafka.wire import SUPPORTED, payload_type
-from coordinator.log import recordbatch
 from coordinator.log import topics as log_topics
 from coordinator.log.schemas import CreateTopic
+from sdk import recordbatch
 from tests.support.services import Store, empty_tables, free_port
 
 TOKENS = [

@@ -13,9 +13,10 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.kafka.server import KafkaListener
 from coordinator.log import fetch as log_fetch
-from coordinator.log import produce, recordbatch
+from coordinator.log import produce
 from coordinator.log import topics as log_topics
 from coordinator.log.schemas import CreateTopic
+from sdk import recordbatch
 from tests.kafka.test_kafka_listener import connect, listener
 
 __all__ = ["listener"]

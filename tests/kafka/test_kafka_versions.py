@@ -15,9 +15,9 @@ from coordinator.kafka import versions
 from coordinator.kafka.errors import error_code
 from coordinator.kafka.server import KafkaListener
 from coordinator.kafka.wire import SUPPORTED
-from coordinator.log import recordbatch
 from coordinator.log import topics as log_topics
 from coordinator.log.schemas import CreateTopic
+from sdk import recordbatch
 from tests.kafka.test_kafka_listener import Connection, connect, listener
 
 __all__ = ["listener"]

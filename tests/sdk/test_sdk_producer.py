@@ -8,7 +8,6 @@ import threading
 
 import pytest
 
-from coordinator.log.recordbatch import read_header
 from sdk import (
     IllegalStateError,
     KafkaError,
@@ -18,6 +17,7 @@ from sdk import (
     UnknownTopicOrPartition,
 )
 from sdk._partitioner import partition_for_key
+from sdk.recordbatch import read_header
 from tests.support.sdk_support import Coordinator, Faults, FaultyTransport, Reports, is_produce
 
 

@@ -20,7 +20,7 @@ import orjson
 import pytest
 
 import sdk
-from coordinator.log import recordbatch
+from sdk import recordbatch
 from sdk._transaction_manager import (
     SEQUENCE_MODULUS,
     TRANSITIONS,
@@ -344,7 +344,7 @@ def test_a_record_the_coordinator_refuses_fails_the_transaction_until_it_is_abor
 def test_produce_never_waits_for_a_batch_being_built(monkeypatch: pytest.MonkeyPatch) -> None:
     """Building and compressing a batch happens outside the producer's lock: while one is being
     built (held here until the test lets it go), produce() still queues records at once."""
-    from coordinator.log import recordbatch
+    from sdk import recordbatch
 
     building, release = threading.Event(), threading.Event()
     build = recordbatch.build

@@ -9,7 +9,6 @@ import time
 import httpx
 import pytest
 
-from coordinator.log import recordbatch as rb
 from sdk import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
@@ -19,6 +18,7 @@ from sdk import (
     Producer,
     TopicPartition,
 )
+from sdk import recordbatch as rb
 from tests.support.sdk_support import Coordinator, Faults, FaultyTransport, is_produce
 
 

@@ -20,7 +20,7 @@ from kio.static.constants import EntityType
 
 from coordinator.kafka.handlers.groups import encode_subscription
 from coordinator.kafka.server import KafkaListener
-from coordinator.log import recordbatch
+from sdk import recordbatch
 from tests.kafka.test_kafka_listener import Connection
 from tests.service.test_auth import TOKENS  # the same principals as the HTTP matrix
 from tests.support.services import free_port

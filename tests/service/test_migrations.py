@@ -142,8 +142,8 @@ def test_record_batch_migration_reads_every_old_record_back_unchanged(empty_stor
     from coordinator.app import create_app
     from coordinator.core.migrate import alembic_config
     from coordinator.log import fetch as log_fetch
-    from coordinator.log import recordbatch as rb
     from coordinator.log.models import Batch, Partition
+    from sdk import recordbatch as rb
 
     def table_of(name: str, *columns: str) -> Any:
         return table_of_columns(name, *(column_of(c) for c in columns))

@@ -22,7 +22,7 @@ from kio.serial import entity_reader
 from kio.static.constants import EntityType
 
 from coordinator.kafka.wire import payload_type
-from coordinator.log import recordbatch
+from sdk import recordbatch
 from tests.support.kafka_fuzz import encode_request
 from tests.support.services import (
     ServiceProcess,

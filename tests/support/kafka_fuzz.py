@@ -20,7 +20,7 @@ from kio.static.constants import EntityType
 
 from coordinator.kafka.handlers.groups import encode_subscription
 from coordinator.kafka.wire import SUPPORTED, payload_type
-from coordinator.log import recordbatch
+from sdk import recordbatch
 
 # Values that break assumptions: empty, control characters, a NUL, long and non-ASCII names.
 _STRINGS = ["", "t", "fuzz", "pay-1", "g-1", "a" * 300, "\0", "ünï", "../x", " ", "__consumer"]

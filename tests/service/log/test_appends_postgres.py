@@ -29,9 +29,10 @@ from sqlalchemy import text
 
 from coordinator.core.database import Database
 from coordinator.core.errors import StoreUnavailable
-from coordinator.log import appends, produce, recordbatch
+from coordinator.log import appends, produce
 from coordinator.log.errors import InvalidProducerEpoch, RecordListTooLarge
 from coordinator.log.produce import Append, Appended
+from sdk import recordbatch
 from tests.support.api import assert_problem, create_topic, init_pid, read_all
 from tests.support.locks import Blocking, waiting_for_a_lock
 from tests.support.services import Store, postgres_base_url

@@ -19,9 +19,9 @@ from sqlalchemy import select
 from coordinator.app import create_app
 from coordinator.core.clock import now_ms
 from coordinator.core.settings import Settings
-from coordinator.log import recordbatch
 from coordinator.log.cleaner import clean_once
 from coordinator.log.models import Batch
+from sdk import recordbatch
 from tests.support.api import assert_problem, produce, produce_batch, read_all
 from tests.support.services import Store, empty_tables, make_settings
 from tests.support.txn import Instance

@@ -16,9 +16,10 @@ import pytest
 
 from coordinator.core.errors import UnstorableText
 from coordinator.core.schemas import INT32_MAX
-from coordinator.log import produce, recordbatch
+from coordinator.log import produce
 from coordinator.log.errors import OutOfOrderSequenceNumber, UnknownTopicOrPartition
 from coordinator.log.produce import Append, Appended
+from sdk import recordbatch
 from tests.support.api import create_topic, init_pid, read_all
 
 

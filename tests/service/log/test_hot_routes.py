@@ -13,8 +13,8 @@ from starlette.routing import Match
 
 from coordinator.app import create_app
 from coordinator.core.settings import Settings
-from coordinator.log import recordbatch as rb
 from coordinator.log.hot_routes import HotRoute
+from sdk import recordbatch as rb
 from tests.support.api import assert_problem, create_topic, fetch_batches, produce_batch
 from tests.support.metrics import scrape, value
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from coordinator.log import produce
-from coordinator.log import recordbatch as rb
+from sdk import recordbatch as rb
 from tests.support.api import assert_problem, create_topic, produce_batch
 
 MiB = 1024 * 1024

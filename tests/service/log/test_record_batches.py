@@ -13,8 +13,8 @@ import httpx
 import pytest
 from crc32c import crc32c
 
-from coordinator.log import recordbatch as rb
 from coordinator.log.configs import ACTED_ON, CONFIGS
+from sdk import recordbatch as rb
 from tests.support.api import (
     assert_problem,
     create_topic,

@@ -1,4 +1,4 @@
-"""The record-batch codec (coordinator.log.recordbatch) on its own: what it builds is Kafka's
+"""The record-batch codec (sdk.recordbatch) on its own: what it builds is Kafka's
 format (kafka-python, an independent implementation, reads it, and the other way round), with
 every codec; what it refuses, it refuses as CorruptBatch; its rewrites keep the batch valid."""
 
@@ -12,7 +12,7 @@ import pytest
 from kafka.codec import snappy_encode
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from coordinator.log import recordbatch as rb
+from sdk import recordbatch as rb
 
 CODECS = sorted(rb.CODECS.items(), key=lambda item: item[1])
 RECORDS: list[rb.BuildRecord] = [

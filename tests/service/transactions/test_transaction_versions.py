@@ -17,12 +17,12 @@ from typing import Any
 import httpx
 import pytest
 
-from coordinator.log import recordbatch as rb
 from coordinator.producers.schemas import InitPidRequest
 from coordinator.transactions import producer_ids as producers
 from coordinator.transactions import service
 from coordinator.transactions.errors import InvalidTxnState, ProducerFenced
 from coordinator.transactions.schemas import EndTxnRequest
+from sdk import recordbatch as rb
 from tests.support.api import assert_problem, create_topic, produce_batch, read_all
 from tests.support.txn import Instance, partition_state, started
 

@@ -2,8 +2,9 @@
 read, build and rewrite the bytes that the log stores and every front door (HTTP, SDK, Kafka's
 protocol) sends and receives.
 
-Imports nothing from the service, so the SDK, the Kafka front door and log compaction share it
-(as Kafka's broker shares its clients' record classes). Hand-written rather than taken from
+The client's, and the service's through it: the SDK installs without the server, and the log,
+the Kafka front door and log compaction import it from here, as Kafka's broker depends on its
+clients' record classes and not the reverse. Hand-written rather than taken from
 kafka-python or kio because it sits on every produce and fetch: the produce path checks a batch
 (61-byte header, CRC-32C, codec, the records section holding exactly the counted records) while
 building no per-record object, and rewrites a header in place; kafka-python's reader builds an
