@@ -21,6 +21,7 @@ from typing import Any
 from coordinator.core.database import Database, on_driver
 from coordinator.core.errors import CoordinatorError
 from coordinator.groups.fencing import CommitFacts, check_member_commit
+from coordinator.groups.offsets import upsert_sql
 from coordinator.groups.schemas import CommitOffsetsRequest
 
 # Each row's version is its xmin: a new version of the row has a new one.
@@ -69,21 +70,19 @@ def member_locks(after: str | None = None) -> str:
 )"""
 
 
+# The commit's rows: $3 topics, $4 partitions, $8 offsets, $9 metadata, $10 leader epochs.
+_ROWS = """SELECT $1, w.topic, w."partition", w."offset", w.metadata, w.leader_epoch, $11
+  FROM unnest($3::varchar[], $4::int[], $8::bigint[], $9::bytea[], $10::int[])
+    AS w(topic, "partition", "offset", metadata, leader_epoch)
+  WHERE (SELECT passes FROM checked)"""
+
 _WRITE = f"""
 WITH {member_locks()}, checked AS (
   SELECT (SELECT version FROM g) = $5 AND (SELECT version FROM m) = $6
      AND (SELECT coalesce(array_agg(version ORDER BY topic, "partition"), '{{}}') FROM o)
          = $7::text[] AS passes
 ), written AS (
-  INSERT INTO group_offsets (group_id, topic, "partition", "offset", metadata, leader_epoch,
-                             committed_ms)
-  SELECT $1, w.topic, w."partition", w."offset", w.metadata, w.leader_epoch, $11
-  FROM unnest($3::varchar[], $4::int[], $8::bigint[], $9::bytea[], $10::int[])
-    AS w(topic, "partition", "offset", metadata, leader_epoch)
-  WHERE (SELECT passes FROM checked)
-  ON CONFLICT (group_id, topic, "partition") DO UPDATE
-  SET "offset" = excluded."offset", metadata = excluded.metadata,
-      leader_epoch = excluded.leader_epoch, committed_ms = excluded.committed_ms
+  {upsert_sql(_ROWS)}
 )
 SELECT passes FROM checked
 """

@@ -12,7 +12,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from coordinator.core.clock import now_ms, rfc3339
-from coordinator.core.database import Database, upsert
+from coordinator.core.database import Database
 from coordinator.core.errors import CoordinatorError, InvalidRequest
 from coordinator.groups.classic import classic_metadata, classic_state
 from coordinator.groups.committing import commit_as_member
@@ -32,6 +32,7 @@ from coordinator.groups.models import (
     GroupOwnedPartition,
     GroupTargetPartition,
 )
+from coordinator.groups.offsets import commit_offsets
 from coordinator.groups.schemas import (
     CommitOffsetsRequest,
     DeletedGroup,
@@ -79,22 +80,13 @@ async def commit(db: Database, group_id: str, body: CommitOffsetsRequest) -> Off
         await check_offset_commit(session, group_id, body.member_id, body.member_epoch, keys)
         await require_partitions(session, keys)
         now = now_ms()
-        await upsert(
+        await commit_offsets(
             session,
-            GroupOffset,
             [
-                {
-                    "group_id": group_id,
-                    "topic": o.topic,
-                    "partition": o.partition,
-                    "offset": o.offset,
-                    "metadata": o.metadata,
-                    "leader_epoch": o.leader_epoch,
-                    "committed_ms": now,
-                }
+                (group_id, o.topic, o.partition, o.offset, o.metadata, o.leader_epoch)
                 for o in body.offsets
             ],
-            ["group_id", "topic", "partition"],
+            now,
         )
     return _committed(body)
 

@@ -27,11 +27,17 @@ from __future__ import annotations
 
 from coordinator.core.database import Database, on_driver
 from coordinator.core.schemas import EPOCH_MAX
+from coordinator.groups.offsets import upsert_sql
 from coordinator.log.models import CONTROL_ABORT, CONTROL_COMMIT
 from coordinator.transactions.states import TRANSITIONS, Op, State
 from sdk import recordbatch
 
-_END_POSTGRES = """
+# The transaction's offsets, taken from it, as the group's commit ($5: a commit, $6: now).
+_TAKEN = """SELECT group_id, topic, "partition", "offset", metadata, leader_epoch, $6
+  FROM taken
+  WHERE $5"""
+
+_END_POSTGRES = f"""
 WITH txn AS (
   SELECT t.state, t.producer_id, i.producer_epoch,
          t.xmin::text = (SELECT s.xmin::text FROM transactions s
@@ -90,14 +96,7 @@ WITH txn AS (
   WHERE transactional_id = $1 AND (SELECT passes FROM checked)
   RETURNING group_id, topic, "partition", "offset", metadata, leader_epoch
 ), applied AS (
-  INSERT INTO group_offsets (group_id, topic, "partition", "offset", metadata, leader_epoch,
-                             committed_ms)
-  SELECT group_id, topic, "partition", "offset", metadata, leader_epoch, $6
-  FROM taken
-  WHERE $5
-  ON CONFLICT (group_id, topic, "partition") DO UPDATE
-  SET "offset" = excluded."offset", metadata = excluded.metadata,
-      leader_epoch = excluded.leader_epoch, committed_ms = excluded.committed_ms
+  {upsert_sql(_TAKEN)}
 ), ended AS (
   UPDATE transactions
   SET state = $9, started_ms = NULL, deadline_ms = NULL, last_producer_id = $3,

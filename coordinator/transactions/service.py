@@ -28,7 +28,7 @@ from coordinator.core.metrics import record_end
 from coordinator.core.schemas import EPOCH_MAX
 from coordinator.core.settings import Settings
 from coordinator.groups.fencing import check_offset_commit
-from coordinator.groups.models import GroupOffset
+from coordinator.groups.offsets import commit_offsets
 from coordinator.log.errors import InvalidProducerEpoch
 from coordinator.log.markers import lock_partitions, write_markers
 from coordinator.log.models import Partition, ProducerState
@@ -352,23 +352,7 @@ async def _finish(
     elif raise_epoch:
         await _raise_epoch(session, locked)
     if commit:
-        await upsert(
-            session,
-            GroupOffset,
-            [
-                {
-                    "group_id": group_id,
-                    "topic": topic,
-                    "partition": partition,
-                    "offset": offset,
-                    "metadata": metadata,
-                    "leader_epoch": leader_epoch,
-                    "committed_ms": now,
-                }
-                for group_id, topic, partition, offset, metadata, leader_epoch in pending
-            ],
-            ["group_id", "topic", "partition"],
-        )
+        await commit_offsets(session, pending, now)
     if reason == TIMED_OUT:
         timed_out = TimedOutEpoch(
             transactional_id=tid,

@@ -439,7 +439,7 @@ async def _end_txn_fails_midway(client: httpx.AsyncClient, monkeypatch: pytest.M
     # The group offsets are applied after every marker: fail there, on the path that takes the
     # locks (Postgres's one-statement end is one statement: it cannot stop midway).
     monkeypatch.setattr(service, "end_in_one_statement", locking_path)
-    monkeypatch.setattr(service, "upsert", broken)
+    monkeypatch.setattr(service, "commit_offsets", broken)
     failed = await producer.end(commit=True, adopt=False)
     assert_problem(failed, 500, "INTERNAL_ERROR")
     monkeypatch.undo()
