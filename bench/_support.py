@@ -18,9 +18,7 @@ import multiprocessing
 import os
 import random
 import signal
-import socket
 import string
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +34,8 @@ from urllib.parse import urlencode
 import asyncpg
 import httpx
 import orjson
+
+from coordinator.launcher import Launched
 
 T = TypeVar("T")
 
@@ -104,15 +104,8 @@ async def scratch_database(server_url: str, prefix: str) -> AsyncIterator[tuple[
 # -- the service --------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-class Service:
-    """The service in a child process: `python <launch> --port P --database-url URL <options>`
+class Service(Launched):
+    """The service in a child process: `python <launch> --port P <options>` on `database_url`
     (it migrates the store itself), its output in `workdir/service.log`."""
 
     def __init__(
@@ -122,66 +115,17 @@ class Service:
         launch: Sequence[str],
         options: Sequence[str] = (),
     ) -> None:
-        self.database_url = database_url
-        self.launch = list(launch)
-        self.options = list(options)
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = workdir / "service.log"
-        self.workdir = workdir
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-    def log_tail(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-3000:]
-        except OSError:
-            return ""
+        super().__init__(
+            workdir,
+            database_url=database_url,
+            command=launch,
+            args=options,
+            log=workdir / "service.log",
+        )
 
     def spawn(self) -> None:
-        command = [
-            sys.executable,
-            *self.launch,
-            "--port",
-            str(self.port),
-            "--database-url",
-            self.database_url,
-            *self.options,
-        ]
-        with self.log_path.open("ab") as out:
-            self.process = subprocess.Popen(
-                command, cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT
-            )
-        log(f"service pid {self.process.pid} on {self.url} (log: {self.log_path})")
-
-    async def wait_healthy(self, within_s: float = 90.0) -> None:
-        assert self.process is not None
-        deadline = time.monotonic() + within_s
-        async with httpx.AsyncClient(timeout=2.0) as client:
-            while time.monotonic() < deadline:
-                if self.process.poll() is not None:
-                    raise RuntimeError(f"the service exited:\n{self.log_tail()}")
-                try:
-                    if (await client.get(f"{self.url}/healthz")).status_code == 200:
-                        return
-                except httpx.TransportError:
-                    pass
-                await asyncio.sleep(0.1)
-        raise TimeoutError(f"the service did not become healthy:\n{self.log_tail()}")
-
-    def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=15)
+        super().spawn()
+        log(f"service pid {self.pid} on {self.url} (log: {self.log})")
 
 
 @asynccontextmanager
@@ -194,7 +138,7 @@ async def serving(
         service = Service(database_url, Path(workdir), launch, options)
         try:
             service.spawn()
-            await service.wait_healthy()
+            await asyncio.to_thread(service.wait_healthy, 90.0)
             yield service
         except BaseException:
             tail = service.log_tail()

@@ -68,8 +68,9 @@ from _support import (
     serving,
 )
 
+from coordinator.launcher import SERVE
+
 TOPIC = "bench-fetch"
-SERVE = ["-m", "coordinator", "serve"]
 SERVE_OPTIONS = ["--log-level", "warning"]
 RECORD_BATCH = "application/vnd.kafka.record-batch"
 

@@ -57,7 +57,6 @@ from _support import (
     cancel_on_sigterm,
     checkpoint,
     cpu_in_window,
-    free_port,
     in_processes,
     log,
     plain_url,
@@ -80,6 +79,7 @@ from produce import (
 )
 
 from coordinator.kafka.wire import payload_type
+from coordinator.launcher import free_port
 
 TOPIC = "bench-kafka"
 

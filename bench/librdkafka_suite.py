@@ -21,7 +21,6 @@ import argparse
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,7 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
+from coordinator.launcher import Launched, free_port
 
 # What a test needs that one broker over a database does not have, or what its failure was
 # traced to. Keep it true: a test that starts passing leaves this table.
@@ -111,47 +110,25 @@ def build(source: Path) -> None:
         subprocess.run(step, cwd=source, check=True)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Listener:
+class Listener(Launched):
     """`coordinator serve` with the Kafka listener on a fresh SQLite store."""
 
     def __init__(self, workdir: Path, group_delay_ms: int, no_auto_create: bool) -> None:
-        self.port, self.kafka_port = free_port(), free_port()
-        self.log = workdir / "serve.log"
-        env = {
-            **os.environ,
-            "COORDINATOR_DATABASE_URL": f"sqlite:///{workdir / 'store.db'}",
-            "COORDINATOR_KAFKA_LISTENER": f"127.0.0.1:{self.kafka_port}",
-            "COORDINATOR_GROUP_INITIAL_REBALANCE_DELAY_MS": str(group_delay_ms),
-            "COORDINATOR_GROUP_MIN_SESSION_TIMEOUT_MS": "1000",
-            # As the clusters librdkafka's tests are written for (trivup's num.partitions).
-            "COORDINATOR_NUM_PARTITIONS": "4",
-            "COORDINATOR_AUTO_CREATE_TOPICS_ENABLE": "false" if no_auto_create else "true",
-        }
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "coordinator", "serve", "--port", str(self.port)],
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/healthz").status_code == 200:
-                    return
-            except httpx.TransportError:
-                time.sleep(0.1)
-        raise TimeoutError(self.log.read_text()[-2000:])
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(30)
+        self.kafka_port = free_port()
+        super().__init__(
+            workdir,
+            database_url=f"sqlite:///{workdir / 'store.db'}",
+            env={
+                "COORDINATOR_KAFKA_LISTENER": f"127.0.0.1:{self.kafka_port}",
+                "COORDINATOR_GROUP_INITIAL_REBALANCE_DELAY_MS": str(group_delay_ms),
+                "COORDINATOR_GROUP_MIN_SESSION_TIMEOUT_MS": "1000",
+                # As the clusters librdkafka's tests are written for (trivup's num.partitions).
+                "COORDINATOR_NUM_PARTITIONS": "4",
+                "COORDINATOR_AUTO_CREATE_TOPICS_ENABLE": "false" if no_auto_create else "true",
+            },
+            log=workdir / "serve.log",
+        )
+        self.start()
 
 
 def run_test(

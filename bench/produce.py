@@ -88,12 +88,13 @@ from _support import (
     serving,
 )
 
+from coordinator.launcher import SERVE
+
 TOPIC = "bench"
 RAW_TABLE = "bench_raw_batches"
 # Rows per COPY in the ceiling phase.
 COPY_ROWS = 32
 # The child process: `coordinator serve`, quiet.
-SERVE = ["-m", "coordinator", "serve"]
 SERVE_OPTIONS = ["--log-level", "warning"]
 
 

@@ -62,7 +62,8 @@ from _support import (
     serving,
 )
 
-SERVE = ["-m", "coordinator", "serve"]
+from coordinator.launcher import SERVE
+
 SERVE_OPTIONS = ["--log-level", "warning"]
 TABLES = ("batches", "partitions", "producer_states")
 RECORD_BATCH = "application/vnd.kafka.record-batch"

@@ -52,7 +52,6 @@ from _support import (
     add_postgres_url,
     cancel_on_sigterm,
     checkpoint,
-    free_port,
     in_processes,
     log,
     percentile_ms,
@@ -67,6 +66,7 @@ from kafka import kafka_producer
 from produce import SERVE, SERVE_OPTIONS, Payload, Tally, merged, run_service
 
 import sdk
+from coordinator.launcher import free_port
 
 TOPIC = "bench-sdk"
 # Bytes a record adds to a batch beyond its value (its length, attributes, deltas, key, headers).

@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from coordinator.launcher import free_port
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -65,13 +66,6 @@ def spark_home() -> str:
     import pyspark
 
     return os.path.dirname(pyspark.__file__)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def log4j2_file(directory: Path) -> Path:

@@ -375,53 +375,24 @@ def payout_faults(straggler_seconds: float) -> tuple[dict[str, list[float]], lis
 # -- the service -------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    from jobs.cluster import free_port as port
-
-    return port()
-
-
 @contextlib.contextmanager
 def embedded_coordinator(
     workdir: Path, database_url: str | None = None
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """`coordinator serve` on a free loopback port, on an SQLite file in `workdir` (or on
     `database_url`), its log in `workdir`; stopped on the way out. Yields its URL and process."""
+    from coordinator.launcher import Launched
+
     database = database_url or f"sqlite:///{workdir / 'coordinator.db'}"
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = workdir / "coordinator.log"
-    command = [sys.executable, "-m", "coordinator", "serve", "--port", str(port)]
-    with log.open("ab") as out:
-        process = subprocess.Popen(
-            [*command, "--database-url", database, "--log-level", "warning"],
-            cwd=workdir,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"the coordinator exited:\n{log.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the coordinator did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.1)
-        yield url, process
-    finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=15)
+    served = Launched(
+        workdir,
+        database_url=database,
+        args=["--log-level", "warning"],
+        log=workdir / "coordinator.log",
+    )
+    with served:
+        assert served.process is not None
+        yield served.url, served.process
 
 
 def read_topic(url: str, topic: str) -> list[str]:

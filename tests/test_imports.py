@@ -36,6 +36,7 @@ LAYERS: dict[str, int] = {
     "coordinator.admin": 6,
     "coordinator.app": 7,
     "coordinator.cli": 8,
+    "coordinator.launcher": 8,
     "coordinator.__main__": 8,
 }
 NAMES = {

@@ -5,11 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +16,7 @@ from sqlalchemy import text
 
 from coordinator.core.database import Database
 from coordinator.core.settings import Settings
+from coordinator.launcher import Launched, free_port
 from coordinator.models import Base
 
 POSTGRES_ENV = "COORDINATOR_TEST_POSTGRES_URL"
@@ -66,29 +62,18 @@ def drop_postgres_database(url: str) -> None:
     asyncio.run(_admin(base, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-class ServiceProcess:
-    """`coordinator serve` in a child process, as an operator would run it."""
+class ServiceProcess(Launched):
+    """`coordinator serve` in a child process, as an operator would run it (the project's one
+    launcher, `coordinator.launcher`), with `env` over the tests' environment."""
 
     def __init__(
         self, database_url: str, workdir: Path, *, ca: Path | None = None, **env: str
     ) -> None:
         """`ca`: the service serves HTTPS (its env names the certificate), verified with this
         CA; `client_cert` in `verify` below adds the client's certificate where mTLS asks."""
-        self.database_url = database_url
-        self.workdir = workdir
-        self.port = free_port()
-        self.env = env
+        super().__init__(workdir, database_url=database_url, env=env)
         self.ca = ca
         self.client_cert: tuple[str, str] | None = None
-        self.process: subprocess.Popen[bytes] | None = None
-        self.log = workdir / f"service-{self.port}.log"
 
     @property
     def url(self) -> str:
@@ -106,48 +91,16 @@ class ServiceProcess:
             context.load_cert_chain(*self.client_cert)
         return httpx.Client(base_url=self.url, verify=context, **kwargs)
 
+    def healthy(self) -> bool:
+        with self.client(timeout=1.0) as client:
+            return client.get("/healthz").status_code == 200
+
     def start(self, timeout: float = 60.0) -> ServiceProcess:
-        env = {**os.environ, "COORDINATOR_DATABASE_URL": self.database_url, **self.env}
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "coordinator", "serve", "--port", str(self.port)],
-                cwd=self.workdir,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"service exited: {self.log.read_text()[-2000:]}")
-            try:
-                with self.client(timeout=1.0) as client:
-                    if client.get("/healthz").status_code == 200:
-                        return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
-        raise TimeoutError(f"service did not come up: {self.log.read_text()[-2000:]}")
-
-    def kill(self) -> None:
-        """SIGKILL: no shutdown hooks, no flushing; what is committed is all that is left."""
-        if self.process and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        super().start(timeout)
+        return self
 
     def __enter__(self) -> ServiceProcess:
         return self.start()
-
-    def __exit__(self, *_: Any) -> None:
-        self.stop()
 
 
 def serve_on_fresh_store(
