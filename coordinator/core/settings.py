@@ -65,6 +65,9 @@ class Settings(BaseSettings):
     # (with num.partitions partitions) when the request allows it and the principal may create
     # topics. The HTTP API never creates a topic by itself.
     auto_create_topics_enable: bool = True
+    # Kafka's CreateTopics may ask any replication factor (tools ask 3); it is kept as the topic's
+    # stated factor, the copies being the database's. True refuses any but 1, as one broker would.
+    strict_replication_factor: bool = False
     num_partitions: int = Field(default=1, ge=1, le=10_000)
     # Largest Kafka request frame, in bytes (Kafka's socket.request.max.bytes); a larger one
     # closes the connection before a byte of it is read.

@@ -43,6 +43,9 @@ class Topic(Base):
     # Kafka's topic id: a new one for every topic created, so a topic deleted and created again
     # under its name is a new topic to a client (Metadata v10+, KIP-848's assignments).
     topic_id: Mapped[uuid.UUID] = mapped_column(Uuid, default=uuid.uuid4)
+    # The replication factor Kafka's CreateTopics asked for, kept as the topic's stated factor:
+    # the copies are the database's, and Metadata lists as many replicas (all this one broker).
+    replication_factor: Mapped[int] = mapped_column(Integer, server_default="1")
 
     __table_args__ = (Index("ix_topics_topic_id", "topic_id", unique=True),)
 

@@ -77,6 +77,8 @@ class TopicSummary(BaseModel):
     partitions: int
     # Kafka's topic id, for the Kafka door (not in API.md's answer).
     topic_id: UUID | None = Field(default=None, exclude=True)
+    # The topic's stated replication factor, for the Kafka door (not in API.md's answer).
+    replication_factor: int = Field(default=1, exclude=True)
 
 
 class TopicList(BaseModel):

@@ -42,7 +42,10 @@ from coordinator.log.schemas import (
 )
 
 
-async def create_topic(db: Database, body: CreateTopic) -> TopicSummary:
+async def create_topic(
+    db: Database, body: CreateTopic, *, replication_factor: int = 1
+) -> TopicSummary:
+    """Create the topic; `replication_factor` is its stated factor (Kafka's CreateTopics)."""
     topic_configs = configs.encode(configs.validated(body.configs or {}))
     try:
         async with db.write() as session:
@@ -55,6 +58,7 @@ async def create_topic(db: Database, body: CreateTopic) -> TopicSummary:
                 created_at=datetime.now(UTC),
                 configs=topic_configs,
                 topic_id=uuid.uuid4(),
+                replication_factor=replication_factor,
             )
             session.add(topic)
             await session.flush()
@@ -68,7 +72,12 @@ async def create_topic(db: Database, body: CreateTopic) -> TopicSummary:
     except IntegrityError:
         # Another process created it between our check and our insert.
         raise TopicAlreadyExists(f"topic {body.name!r} already exists") from None
-    return TopicSummary(name=body.name, partitions=body.partitions, topic_id=topic.topic_id)
+    return TopicSummary(
+        name=body.name,
+        partitions=body.partitions,
+        topic_id=topic.topic_id,
+        replication_factor=replication_factor,
+    )
 
 
 async def grow_topic(db: Database, name: str, count: int, *, validate_only: bool = False) -> int:
@@ -103,10 +112,17 @@ async def grow_topic(db: Database, name: str, count: int, *, validate_only: bool
 
 async def list_topics(db: Database) -> TopicList:
     async with db.read() as session:
-        rows = (await session.execute(select(Topic.name, Topic.partitions, Topic.topic_id))).all()
+        rows = (
+            await session.execute(
+                select(Topic.name, Topic.partitions, Topic.topic_id, Topic.replication_factor)
+            )
+        ).all()
     # Sorted here, by code point: a database's collation would make the order differ by store.
     return TopicList(
-        topics=[TopicSummary(name=n, partitions=p, topic_id=i) for n, p, i in sorted(rows)]
+        topics=[
+            TopicSummary(name=n, partitions=p, topic_id=i, replication_factor=r)
+            for n, p, i, r in sorted(rows)
+        ]
     )
 
 

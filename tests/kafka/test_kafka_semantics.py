@@ -626,3 +626,65 @@ async def test_keyless_records_on_a_compacted_topic_are_named_in_record_errors(
     assert [e.batch_index for e in result.record_errors] == [1, 3]
     described = await log_topics.describe_topic(listener.db, "compacted")
     assert described.partitions[0].high_watermark == 0
+
+
+async def _create_with_factor(listener: KafkaListener, name: str, factor: int) -> Any:
+    connection = await connect(listener)
+    module: Any = __import__("kio.schema.create_topics.v7.request", fromlist=["x"])
+    answer = await connection.call(
+        19,
+        7,
+        topics=(
+            module.CreatableTopic(
+                name=name,
+                num_partitions=2,
+                replication_factor=factor,
+                assignments=(),
+                configs=(),
+            ),
+        ),
+        timeout=datetime.timedelta(seconds=5),
+        validate_only=False,
+    )
+    return answer.topics[0]
+
+
+async def test_any_replication_factor_is_kept_and_listed_as_that_many_replicas(
+    listener: KafkaListener,
+) -> None:
+    """Tools ask for 3 (Kafka Connect's internal topics, Schema Registry, librdkafka's tests):
+    taken, kept as the topic's stated factor, and listed as that many replicas of this broker;
+    a factor no cluster could have is refused and creates nothing."""
+    three = await _create_with_factor(listener, "three", 3)
+    assert (three.error_code, three.replication_factor) == (ErrorCode.none, 3)
+    default = await _create_with_factor(listener, "default", -1)
+    assert (default.error_code, default.replication_factor) == (ErrorCode.none, 1)
+    for factor in (0, -2, 17):
+        refused = await _create_with_factor(listener, f"refused{factor + 2}", factor)
+        assert refused.error_code == ErrorCode.invalid_replication_factor, factor
+    module: Any = __import__("kio.schema.metadata.v12.request", fromlist=["x"])
+    connection = await connect(listener)
+    answer = await connection.call(
+        3,
+        12,
+        topics=tuple(
+            module.MetadataRequestTopic(topic_id=None, name=name)
+            for name in ("three", "default", "refused2")
+        ),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    by_name = {t.name: t for t in answer.topics}
+    assert [(p.replica_nodes, p.isr_nodes) for p in by_name["three"].partitions] == [
+        ((0, 0, 0), (0, 0, 0))
+    ] * 2
+    assert [p.replica_nodes for p in by_name["default"].partitions] == [(0,), (0,)]
+    assert by_name["refused2"].error_code == ErrorCode.unknown_topic_or_partition
+
+
+@pytest.mark.parametrize("listener", [{"strict_replication_factor": True}], indirect=True)
+async def test_the_strict_setting_takes_a_factor_of_one_only(listener: KafkaListener) -> None:
+    refused = await _create_with_factor(listener, "three", 3)
+    assert refused.error_code == ErrorCode.invalid_replication_factor
+    one = await _create_with_factor(listener, "one", 1)
+    assert (one.error_code, one.replication_factor) == (ErrorCode.none, 1)

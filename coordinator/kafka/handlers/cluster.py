@@ -104,6 +104,7 @@ async def metadata(client: Client, request: Request) -> Any:
             raise  # no answer can say "all topics, none known": the client retries elsewhere
         listed = None
     known = {t.name: t.partitions for t in listed.topics} if listed else {}
+    factors = {t.name: t.replication_factor for t in listed.topics} if listed else {}
     ids = {t.name: t.topic_id or _NO_TOPIC_ID for t in listed.topics} if listed else {}
     by_id = {topic_id: name for name, topic_id in ids.items()}
     unknown_ids: list[uuid.UUID] = []
@@ -180,8 +181,9 @@ async def metadata(client: Client, request: Request) -> Any:
                         leader_id=NODE_ID,
                         # -1: no leader epochs (KIP-320's checks do not apply to one broker).
                         leader_epoch=-1,
-                        replica_nodes=(NODE_ID,),
-                        isr_nodes=(NODE_ID,),
+                        # As many replicas as the topic's stated factor, all this broker.
+                        replica_nodes=(NODE_ID,) * factors.get(name, 1),
+                        isr_nodes=(NODE_ID,) * factors.get(name, 1),
                         offline_replicas=(),
                     )
                     for i in range(partitions)

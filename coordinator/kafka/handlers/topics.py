@@ -25,6 +25,9 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 # ConfigSource: DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG.
 _SOURCES = {"TOPIC": 1, "DEFAULT": 5}
 _NO_TOPIC_ID = uuid.UUID(int=0)
+# The largest stated replication factor taken: Metadata lists that many replicas per partition,
+# so a factor is bounded as every other size a client sends is.
+MAX_REPLICATION_FACTOR = 16
 
 
 async def create_topics(client: Client, request: Request) -> Any:
@@ -36,13 +39,21 @@ async def create_topics(client: Client, request: Request) -> Any:
         partitions = 1 if topic.num_partitions == -1 else topic.num_partitions
         answer = outcome()
         topic_id = _NO_TOPIC_ID
+        factor = 1
         try:
             client.access.cluster()
-            if topic.replication_factor not in (-1, 1):
+            factor = 1 if topic.replication_factor == -1 else topic.replication_factor
+            if client.settings.strict_replication_factor and factor != 1:
                 raise Refused(
                     ErrorCode.invalid_replication_factor,
                     f"replication factor {topic.replication_factor}: this coordinator is one "
                     "broker; the database keeps the copies (use 1 or -1)",
+                )
+            if not 1 <= factor <= MAX_REPLICATION_FACTOR:
+                raise Refused(
+                    ErrorCode.invalid_replication_factor,
+                    f"replication factor {topic.replication_factor}: 1 to "
+                    f"{MAX_REPLICATION_FACTOR}, or -1 for the default (1)",
                 )
             if topic.assignments:
                 partitions = _assigned_partitions(topic)
@@ -63,7 +74,7 @@ async def create_topics(client: Client, request: Request) -> Any:
                     )
             else:
                 client.quota.admit(client.access.name, spec.partitions)
-                created = await log_topics.create_topic(client.db, spec)
+                created = await log_topics.create_topic(client.db, spec, replication_factor=factor)
                 topic_id = created.topic_id or _NO_TOPIC_ID
         except FAILURES as failure:
             answer = outcome(failure)
@@ -76,7 +87,7 @@ async def create_topics(client: Client, request: Request) -> Any:
                 name=topic.name,
                 topic_id=topic_id,
                 num_partitions=partitions if ok else -1,
-                replication_factor=1 if ok else -1,
+                replication_factor=factor if ok else -1,
                 configs=(),
                 **answer,
             )
