@@ -688,3 +688,101 @@ async def test_the_strict_setting_takes_a_factor_of_one_only(listener: KafkaList
     assert refused.error_code == ErrorCode.invalid_replication_factor
     one = await _create_with_factor(listener, "one", 1)
     assert (one.error_code, one.replication_factor) == (ErrorCode.none, 1)
+
+
+async def test_a_classic_member_of_a_consumer_group_is_assigned_by_the_coordinator(
+    listener: KafkaListener,
+) -> None:
+    """Kafka 4's upgrade path (`groups.classic_members`): a classic JoinGroup into a group whose
+    members speak the consumer protocol gets its id first (KIP-394), then joins with no leader
+    at its member epoch; SyncGroup hands it its share, a heartbeat at an old generation is told
+    to rejoin, and it leaves."""
+    from coordinator.groups import membership
+    from coordinator.groups.schemas import HeartbeatRequest
+    from coordinator.kafka.handlers.groups import encode_subscription, parse_assignment
+
+    await log_topics.create_topic(listener.db, CreateTopic(name="mixed", partitions=2))
+    await membership.heartbeat(
+        listener.db,
+        listener.settings,
+        "mix-g",
+        HeartbeatRequest(member_id="rest", member_epoch=0, subscribed_topics=["mixed"]),
+        "test",
+        "127.0.0.1",
+    )
+    connection = await connect(listener)
+    join: Any = __import__("kio.schema.join_group.v7.request", fromlist=["x"])
+
+    subscription = encode_subscription(["mixed"])
+
+    async def joining(member_id: str) -> Any:
+        return await connection.call(
+            11,
+            7,
+            group_id="mix-g",
+            session_timeout=datetime.timedelta(seconds=30),
+            rebalance_timeout=datetime.timedelta(seconds=30),
+            member_id=member_id,
+            group_instance_id=None,
+            protocol_type="consumer",
+            protocols=(join.JoinGroupRequestProtocol(name="range", metadata=subscription),),
+        )
+
+    first = await joining("")
+    assert first.error_code == ErrorCode.member_id_required and first.member_id
+    joined = await joining(first.member_id)
+    assert (joined.error_code, joined.leader, joined.member_id) == (
+        ErrorCode.none,
+        "",
+        first.member_id,
+    )
+    assert joined.generation_id > 0
+    synced = await connection.call(
+        14,
+        4,
+        group_id="mix-g",
+        generation_id=joined.generation_id,
+        member_id=joined.member_id,
+        group_instance_id=None,
+        assignments=(),
+    )
+    assert synced.error_code == ErrorCode.none
+    assert set(parse_assignment(bytes(synced.assignment))) <= {("mixed", 0), ("mixed", 1)}
+    stale = await connection.call(
+        14,
+        4,
+        group_id="mix-g",
+        generation_id=joined.generation_id + 5,
+        member_id=joined.member_id,
+        group_instance_id=None,
+        assignments=(),
+    )
+    assert stale.error_code == ErrorCode.illegal_generation
+    beat = await connection.call(
+        12,
+        4,
+        group_id="mix-g",
+        generation_id=joined.generation_id,
+        member_id=joined.member_id,
+        group_instance_id=None,
+    )
+    assert beat.error_code in (ErrorCode.none, ErrorCode.rebalance_in_progress)
+    unknown = await connection.call(
+        14,
+        4,
+        group_id="mix-g",
+        generation_id=1,
+        member_id="nobody",
+        group_instance_id=None,
+        assignments=(),
+    )
+    assert unknown.error_code == ErrorCode.unknown_member_id
+    leave: Any = __import__("kio.schema.leave_group.v4.request", fromlist=["x"])
+    left = await connection.call(
+        13,
+        4,
+        group_id="mix-g",
+        members=(leave.MemberIdentity(member_id=joined.member_id, group_instance_id=None),),
+    )
+    assert (left.error_code, left.members[0].error_code) == (ErrorCode.none, ErrorCode.none)
+    assert await membership.member_of(listener.db, "mix-g", joined.member_id) is None

@@ -5,16 +5,13 @@ on the same group state as the HTTP membership.
 The protocol's rules are the groups domain's (`groups.classic`): these handlers read the
 consumer protocol's bytes (subscriptions, the leader's assignments) and translate. A classic
 member of a consumer group that has members (REST ones) is assigned by the coordinator instead
-(`groups.classic.NotClassic`), as Kafka 4's consumer groups take classic members during an
-upgrade: nobody leads, SyncGroup hands each its share, the generation is its member epoch, and a
-Heartbeat whose member's assignment changed answers REBALANCE_IN_PROGRESS so it joins again,
-giving up what it no longer lists.
+(`groups.classic.NotClassic`), by the rules of `groups.classic_members`, as Kafka 4's consumer
+groups take classic members during an upgrade.
 """
 
 from __future__ import annotations
 
 import io
-import uuid
 from typing import Any
 
 from kio.schema.consumer_protocol_assignment.v0 import data as assignment_v0
@@ -28,16 +25,11 @@ from kio.schema.consumer_protocol_subscription.v3 import data as subscription_v3
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 
-from coordinator.groups import classic, membership
+from coordinator.groups import classic, classic_members
 from coordinator.groups import service as groups_service
-from coordinator.groups.errors import FencedMemberEpoch, MemberIdRequired, UnknownMemberId
-from coordinator.groups.models import CLASSIC
+from coordinator.groups.errors import MemberIdRequired
 from coordinator.groups.schemas import (
-    JOIN_EPOCH,
-    LEAVE_EPOCH,
     CommitOffsetsRequest,
-    HeartbeatRequest,
-    HeartbeatResponse,
 )
 from coordinator.kafka import guard
 from coordinator.kafka.connection import Client
@@ -100,21 +92,6 @@ def encode_subscription(topics: list[str]) -> bytes:
     out.seek(2)
     entity_writer(subscription_v0.ConsumerProtocolSubscription)(out, entity)
     return out.getvalue()
-
-
-async def _beat(
-    client: Client, group_id: str, body: HeartbeatRequest, assignor: str | None
-) -> HeartbeatResponse:
-    return await membership.heartbeat(
-        client.db,
-        client.settings,
-        group_id,
-        body,
-        client.client_id[:255] or "kafka",
-        client.client_host[:255],
-        protocol=CLASSIC,
-        assignor=assignor,
-    )
 
 
 def _failed_join(member_id: str) -> dict[str, Any]:
@@ -191,53 +168,15 @@ async def join_group(client: Client, request: Request) -> Any:
 async def _join_consumer_group(
     client: Client, request: Request, joining: classic.JoinRequest, owned: list[tuple[str, int]]
 ) -> Any:
-    """A classic member of a consumer group that has members: the coordinator assigns it (as
-    Kafka 4's consumer groups take classic members during an upgrade), so nobody leads and
-    SyncGroup hands it its share; partitions move by the domain's rule, given up when the member
-    joins again without them. The generation is its member epoch."""
-    reply = request.reply
-    member_id = joining.member_id or f"{joining.client_id}-{uuid.uuid4()}"[:255]
-    if not joining.member_id and joining.require_known_member_id:
-        return reply.body(error_code=ErrorCode.member_id_required, **_failed_join(member_id))
-    protocol = joining.protocols[0].name
-    common = {
-        "member_id": member_id,
-        "subscribed_topics": joining.subscribed_topics,
-        "session_timeout_ms": joining.session_timeout_ms,
-        "rebalance_timeout_ms": joining.rebalance_timeout_ms,
-    }
-    known = await membership.member_of(client.db, joining.group_id, member_id)
-    answer = None
-    if known is not None and known.member_epoch > 0:
-        try:
-            answer = await _beat(
-                client,
-                joining.group_id,
-                HeartbeatRequest.model_validate(
-                    {
-                        **common,
-                        "member_epoch": known.member_epoch,
-                        "owned_partitions": [{"topic": t, "partition": p} for t, p in owned],
-                    }
-                ),
-                protocol,
-            )
-        except (UnknownMemberId, FencedMemberEpoch):
-            answer = None
-    if answer is None:
-        answer = await _beat(
-            client,
-            joining.group_id,
-            HeartbeatRequest.model_validate({**common, "member_epoch": JOIN_EPOCH}),
-            protocol,
-        )
-    return reply.body(
+    """A classic member of a consumer group that has members (`groups.classic_members`)."""
+    joined = await classic_members.join(client.db, client.settings, joining, owned)
+    return request.reply.body(
         error_code=ErrorCode.none,
-        generation_id=answer.member_epoch,
+        generation_id=joined.generation,
         protocol_type=CONSUMER_PROTOCOL,
-        protocol_name=protocol,
+        protocol_name=joined.protocol_name,
         leader="",
-        member_id=member_id,
+        member_id=joined.member_id,
         skip_assignment=False,
         members=(),
     )
@@ -291,17 +230,14 @@ async def sync_group(client: Client, request: Request) -> Any:
 
 async def _sync_consumer_group(client: Client, request: Request) -> Any:
     body = request.body
-    extra = {"protocol_type": CONSUMER_PROTOCOL, "protocol_name": None}
-    member = await membership.member_of(client.db, body.group_id, body.member_id)
-    if member is None:
-        return request.reply.body(error_code=ErrorCode.unknown_member_id, assignment=b"", **extra)
-    if member.member_epoch != body.generation_id:
-        return request.reply.body(error_code=ErrorCode.illegal_generation, assignment=b"", **extra)
+    assignor, assigned = await classic_members.sync(
+        client.db, body.group_id, body.member_id, body.generation_id
+    )
     return request.reply.body(
         error_code=ErrorCode.none,
-        assignment=encode_assignment(member.assigned),
+        assignment=encode_assignment(assigned),
         protocol_type=CONSUMER_PROTOCOL,
-        protocol_name=member.assignor,
+        protocol_name=assignor,
     )
 
 
@@ -328,24 +264,15 @@ async def heartbeat(client: Client, request: Request) -> Any:
 
 async def _heartbeat_consumer_group(client: Client, request: Request) -> Any:
     body = request.body
-    member = await membership.member_of(client.db, body.group_id, body.member_id)
-    # `owned_partitions` unset: a heartbeat never gives a partition up (the member may still
-    # be using everything it was given); joining again does.
-    answer = await _beat(
-        client,
+    await classic_members.heartbeat(
+        client.db,
+        client.settings,
         body.group_id,
-        HeartbeatRequest.model_validate(
-            {
-                "member_id": body.member_id,
-                "member_epoch": body.generation_id,
-                "session_timeout_ms": member.session_timeout_ms if member else None,
-                "rebalance_timeout_ms": member.rebalance_timeout_ms if member else 300_000,
-            }
-        ),
-        member.assignor if member else None,
+        body.member_id,
+        body.generation_id,
+        client.client_id[:255] or "kafka",
+        client.client_host[:255],
     )
-    if answer.member_epoch != body.generation_id:
-        return request.reply.body(error_code=ErrorCode.rebalance_in_progress)
     return request.reply.body(error_code=ErrorCode.none)
 
 
@@ -382,11 +309,13 @@ async def leave_group(client: Client, request: Request) -> Any:
 
 async def _leave_consumer_group(client: Client, group_id: str, member_id: str) -> ErrorCode:
     try:
-        await _beat(
-            client,
+        await classic_members.leave(
+            client.db,
+            client.settings,
             group_id,
-            HeartbeatRequest(member_id=member_id, member_epoch=LEAVE_EPOCH),
-            None,
+            member_id,
+            client.client_id[:255] or "kafka",
+            client.client_host[:255],
         )
     except FAILURES as failure:
         return error_code(failure)
