@@ -25,6 +25,8 @@ listen_addresses = '127.0.0.1'
 port = 5432
 # Each test module's services and pools, and the fault workload's processes, at once.
 max_connections = 300
+# Loopback only: no TLS handshake on each of the tests' many connections.
+ssl = off
 CONF
 # Trust on loopback, first so it wins over the package's scram lines. Written once.
 marker="# coordinator tests: trust on loopback"
@@ -41,7 +43,8 @@ status=$(pg_lsclusters -h | awk -v v="$version" '$1 == v && $2 == "main" {print 
 if [ "$status" = online ]; then
     # Running: pick up a changed pg_hba.conf (a changed max_connections needs a restart).
     pg_ctlcluster "$version" main reload
-    if [ "$(psql -h 127.0.0.1 -U postgres -Atc 'show max_connections' 2>/dev/null)" != 300 ]; then
+    if [ "$(psql -h 127.0.0.1 -U postgres -Atc 'show max_connections' 2>/dev/null)" != 300 ] \
+        || [ "$(psql -h 127.0.0.1 -U postgres -Atc 'show ssl' 2>/dev/null)" != off ]; then
         pg_ctlcluster --skip-systemctl-redirect "$version" main restart
     fi
 else

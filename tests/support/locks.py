@@ -15,7 +15,9 @@ from sqlalchemy import text
 
 async def waiting_for_a_lock(app: Any) -> None:
     """Until a session of the app's database waits for a row lock: the test's request, when it is
-    the only one that can."""
+    the only one that can. Each look is a transaction of its own: Postgres keeps one snapshot of
+    pg_stat_activity per transaction (stats_fetch_consistency), so looking again in the same one
+    would never see a wait that began after the first look."""
     async with app.state.db.engine.connect() as connection:
         for _ in range(500):
             waiting = await connection.scalar(
@@ -24,6 +26,7 @@ async def waiting_for_a_lock(app: Any) -> None:
                     "AND datname = current_database()"
                 )
             )
+            await connection.rollback()
             if waiting:
                 return
             await asyncio.sleep(0.01)
