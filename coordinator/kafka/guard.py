@@ -171,6 +171,21 @@ def _tagged_fields(buf: bytes, pos: int, end: int) -> int:
     return pos
 
 
+def _nullable_struct(struct_step: Step, name: str) -> Step:
+    """A nullable struct (KIP-893: DescribeTopicPartitions' cursor): an int8 marker, -1 for null
+    and 1 for a struct that follows; any other marker is refused."""
+
+    def step(buf: bytes, pos: int, end: int) -> int:
+        marker = struct.unpack_from(">b", buf, pos)[0]
+        if marker == -1:
+            return pos + 1
+        if marker != 1:
+            raise Malformed(f"{name}: a nullable struct's marker is {marker}, not -1 or 1")
+        return struct_step(buf, pos + 1, end)
+
+    return step
+
+
 def _nullable(annotation: object) -> bool:
     return typing.get_origin(annotation) in (types.UnionType, typing.Union) and type(
         None
@@ -208,7 +223,8 @@ def _plan(entity: type) -> Step:
         if isinstance(shape, EntityTupleField):
             steps.append(_array(_plan(shape.type_), flexible, nullable, field.name))
         elif isinstance(shape, EntityField):
-            steps.append(_plan(shape.type_))
+            inner = _plan(shape.type_)
+            steps.append(_nullable_struct(inner, field.name) if nullable else inner)
         elif isinstance(shape, PrimitiveTupleField):
             element_nullable = _nullable(_element_annotation(annotation))
             element = _primitive(kind, flexible, element_nullable, field.name)

@@ -71,6 +71,7 @@ SUPPORTED: Mapping[int, tuple[int, int]] = {
     66: (0, 1),  # ListTransactions
     68: (0, 1),  # ConsumerGroupHeartbeat (KIP-848)
     69: (0, 0),  # ConsumerGroupDescribe (KIP-848)
+    75: (0, 0),  # DescribeTopicPartitions (KIP-966)
 }
 
 API_VERSIONS = 18

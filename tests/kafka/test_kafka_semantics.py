@@ -786,3 +786,42 @@ async def test_a_classic_member_of_a_consumer_group_is_assigned_by_the_coordinat
     )
     assert (left.error_code, left.members[0].error_code) == (ErrorCode.none, ErrorCode.none)
     assert await membership.member_of(listener.db, "mix-g", joined.member_id) is None
+
+
+async def test_describe_topic_partitions_pages_by_its_cursor(listener: KafkaListener) -> None:
+    """KIP-966, as Kafka 4's AdminClient and `kafka-topics --describe` ask it: topics by name,
+    at most the limit of partitions in all, a cursor at the first one left out."""
+    module: Any = __import__("kio.schema.describe_topic_partitions.v0.request", fromlist=["x"])
+    await log_topics.create_topic(
+        listener.db, CreateTopic(name="dtp-a", partitions=3), replication_factor=2
+    )
+    await log_topics.create_topic(listener.db, CreateTopic(name="dtp-b", partitions=2))
+    connection = await connect(listener)
+
+    async def describe(names: tuple[str, ...], cursor: Any = None) -> Any:
+        return await connection.call(
+            75,
+            0,
+            topics=tuple(module.TopicRequest(name=n) for n in names),
+            response_partition_limit=4,
+            cursor=cursor,
+        )
+
+    first = await describe(("dtp-b", "dtp-a", "dtp-none"))
+    shown = [(t.name, [p.partition_index for p in t.partitions]) for t in first.topics]
+    assert shown == [("dtp-a", [0, 1, 2]), ("dtp-b", [0])]
+    assert first.topics[0].partitions[0].replica_nodes == (0, 0)
+    assert (first.next_cursor.topic_name, first.next_cursor.partition_index) == ("dtp-b", 1)
+    rest = await describe(
+        ("dtp-b", "dtp-a", "dtp-none"), module.Cursor(topic_name="dtp-b", partition_index=1)
+    )
+    assert [(t.name, t.error_code) for t in rest.topics] == [
+        ("dtp-b", ErrorCode.none),
+        ("dtp-none", ErrorCode.unknown_topic_or_partition),
+    ]
+    assert [p.partition_index for p in rest.topics[0].partitions] == [1]
+    assert rest.next_cursor is None
+    refused = await describe(("dtp-a",), module.Cursor(topic_name="dtp-b", partition_index=0))
+    assert [(t.name, t.error_code) for t in refused.topics] == [
+        ("dtp-a", ErrorCode.invalid_request)
+    ]

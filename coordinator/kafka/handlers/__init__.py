@@ -53,4 +53,5 @@ HANDLERS: dict[int, Handler] = {
     66: transactions.list_transactions,
     68: consumer_groups.consumer_group_heartbeat,
     69: consumer_groups.consumer_group_describe,
+    75: cluster.describe_topic_partitions,
 }

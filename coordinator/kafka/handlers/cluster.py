@@ -289,3 +289,88 @@ async def delete_acls(client: Client, request: Request) -> Any:
             for _ in request.body.filters
         )
     )
+
+
+async def describe_topic_partitions(client: Client, request: Request) -> Any:
+    """KIP-966's DescribeTopicPartitions (what Kafka 4's AdminClient and `kafka-topics
+    --describe` ask instead of Metadata): the topics asked for (every visible one when none is),
+    by name, from the cursor on, at most `response_partition_limit` partitions in all, with a
+    cursor at the first partition left out. As Metadata answers them: one broker, leader of
+    every partition, as many replicas as the topic's stated factor."""
+    reply, body = request.reply, request.body
+    assert client.access is not None
+    listed = {t.name: t for t in (await log_topics.list_topics(client.db)).topics}
+    asked = sorted({t.name for t in body.topics}) if body.topics else None
+    names = (
+        asked if asked is not None else sorted(n for n in listed if client.access.visible_topic(n))
+    )
+    cursor = body.cursor
+    if cursor is not None and asked is not None and cursor.topic_name not in asked:
+        # As Kafka refuses it: every topic asked for answered INVALID_REQUEST.
+        return reply.body(
+            topics=tuple(_topic_refused(reply, n, ErrorCode.invalid_request) for n in asked),
+            next_cursor=None,
+        )
+    if cursor is not None:
+        names = [n for n in names if n >= cursor.topic_name]
+    budget = max(1, body.response_partition_limit)
+    topics: list[Any] = []
+    next_cursor = None
+    for name in names:
+        if name not in listed or not client.access.visible_topic(name):
+            code = (
+                ErrorCode.topic_authorization_failed
+                if name in listed
+                else ErrorCode.unknown_topic_or_partition
+            )
+            topics.append(_topic_refused(reply, name, code))
+            continue
+        topic = listed[name]
+        first = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
+        if budget == 0:
+            next_cursor = reply("Cursor", topic_name=name, partition_index=first)
+            break
+        shown = range(first, min(topic.partitions, first + budget))
+        budget -= len(shown)
+        replicas = (NODE_ID,) * topic.replication_factor
+        topics.append(
+            reply(
+                "DescribeTopicPartitionsResponseTopic",
+                error_code=ErrorCode.none,
+                name=name,
+                topic_id=topic.topic_id or _NO_TOPIC_ID,
+                is_internal=False,
+                partitions=tuple(
+                    reply(
+                        "DescribeTopicPartitionsResponsePartition",
+                        error_code=ErrorCode.none,
+                        partition_index=i,
+                        leader_id=NODE_ID,
+                        leader_epoch=-1,
+                        replica_nodes=replicas,
+                        isr_nodes=replicas,
+                        eligible_leader_replicas=(),
+                        last_known_elr=(),
+                        offline_replicas=(),
+                    )
+                    for i in shown
+                ),
+                topic_authorized_operations=client.access.topic_operations(name),
+            )
+        )
+        if shown.stop < topic.partitions:
+            next_cursor = reply("Cursor", topic_name=name, partition_index=shown.stop)
+            break
+    return reply.body(topics=tuple(topics), next_cursor=next_cursor)
+
+
+def _topic_refused(reply: Any, name: str, code: ErrorCode) -> Any:
+    return reply(
+        "DescribeTopicPartitionsResponseTopic",
+        error_code=code,
+        name=name,
+        topic_id=_NO_TOPIC_ID,
+        is_internal=False,
+        partitions=(),
+        topic_authorized_operations=NOT_ASKED,
+    )

@@ -231,9 +231,14 @@ public final class Scenarios {
             check(cluster.clusterId().get() != null, "no cluster id");
             check(cluster.controller().get() != null, "no controller");
             check(admin.listTopics().names().get().contains(topic), "not listed");
-            admin.deleteTopics(List.of(topic)).all().get();
+            // Tools ask for 3 replicas: kept as the topic's stated factor (DescribeTopicPartitions).
+            String three = unique("java-admin-rf3");
+            admin.createTopics(List.of(new NewTopic(three, 1, (short) 3))).all().get();
+            TopicDescription rf3 = admin.describeTopics(List.of(three)).allTopicNames().get().get(three);
+            check(rf3.partitions().get(0).replicas().size() == 3, "replicas " + rf3.partitions().get(0).replicas());
+            admin.deleteTopics(List.of(topic, three)).all().get();
             check(!admin.listTopics().names().get().contains(topic), "listed after its deletion");
-            return "created, described, altered, grown to 4, deleted; cluster " + cluster.clusterId().get()
+            return "created, described, altered, grown to 4, a factor of 3 kept, deleted; cluster " + cluster.clusterId().get()
                 + " with " + cluster.nodes().get().size() + " node(s)";
         }
     }
