@@ -54,3 +54,40 @@ def test_nothing_links_outside_the_repository() -> None:
         if "../shared" in page.read_text()
     ]
     assert (outside, mentions) == ([], [])
+
+
+def _api_names() -> dict[int, str]:
+    """Every API key Kafka's schemas (kio's) define, with its name."""
+    import importlib
+    import pkgutil
+
+    import kio.schema
+
+    names: dict[int, str] = {}
+    for found in pkgutil.iter_modules(kio.schema.__path__):
+        if not found.ispkg:
+            continue
+        package = importlib.import_module(f"kio.schema.{found.name}")
+        for version in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+            try:
+                module = importlib.import_module(f"kio.schema.{found.name}.{version.name}.request")
+            except ImportError:
+                continue
+            for name, entity in vars(module).items():
+                kind = getattr(getattr(entity, "__type__", None), "name", None)
+                if name.endswith("Request") and kind == "request":
+                    names[int(entity.__api_key__)] = name.removesuffix("Request")
+            break
+    return names
+
+
+def test_the_kafka_page_names_every_api_key_not_served() -> None:
+    from coordinator.kafka.wire import SUPPORTED
+
+    page = (DOCS / "pages" / "kafka.md").read_text()
+    section = page[page.index("## The API keys not served") :]
+    section = section[: section.index("\n## ", 1)]
+    names = _api_names()
+    assert f"define {len(names)} API keys; the listener serves {len(SUPPORTED)}" in section
+    missing = [n for key, n in sorted(names.items()) if key not in SUPPORTED and n not in section]
+    assert missing == []

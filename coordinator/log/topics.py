@@ -17,7 +17,7 @@ from coordinator.core.database import Database, pairs_in
 from coordinator.core.errors import InvalidRequest
 from coordinator.core.settings import Settings
 from coordinator.log import configs
-from coordinator.log.bounds import all_bounds
+from coordinator.log.bounds import all_bounds, bytes_kept
 from coordinator.log.errors import (
     InvalidConfig,
     InvalidPartitions,
@@ -267,3 +267,9 @@ async def require_partitions(session: AsyncSession, keys: list[tuple[str, int]])
     for topic, partition in keys:
         if (topic, partition) not in found:
             raise UnknownTopicOrPartition(f"{topic}-{partition} does not exist")
+
+
+async def partition_sizes(db: Database) -> dict[tuple[str, int], int]:
+    """Bytes of the record batches each partition keeps (Kafka's DescribeLogDirs)."""
+    async with db.read() as session:
+        return await bytes_kept(session)

@@ -825,3 +825,68 @@ async def test_describe_topic_partitions_pages_by_its_cursor(listener: KafkaList
     assert [(t.name, t.error_code) for t in refused.topics] == [
         ("dtp-a", ErrorCode.invalid_request)
     ]
+
+
+async def test_replica_calls_answer_as_a_one_broker_cluster(listener: KafkaListener) -> None:
+    """ElectLeaders: every leader is already the preferred one; ListPartitionReassignments: none
+    in progress; DescribeLogDirs: one directory, the store, with each partition's bytes."""
+    await log_topics.create_topic(listener.db, CreateTopic(name="dirs", partitions=2))
+    await produce.produce_batch(
+        listener.db, listener.settings, "dirs", 1, recordbatch.build([(0, b"k", b"v", [])]), None
+    )
+    connection = await connect(listener)
+    elect: Any = __import__("kio.schema.elect_leaders.v2.request", fromlist=["x"])
+    elected = await connection.call(
+        43,
+        2,
+        election_type=0,
+        topic_partitions=(
+            elect.TopicPartitions(topic="dirs", partitions=(0, 1, 5)),
+            elect.TopicPartitions(topic="nowhere", partitions=(0,)),
+        ),
+        timeout=datetime.timedelta(seconds=5),
+    )
+    assert elected.error_code == ErrorCode.none
+    assert [
+        (r.topic, [(p.partition_id, p.error_code) for p in r.partition_result])
+        for r in elected.replica_election_results
+    ] == [
+        (
+            "dirs",
+            [
+                (0, ErrorCode.election_not_needed),
+                (1, ErrorCode.election_not_needed),
+                (5, ErrorCode.unknown_topic_or_partition),
+            ],
+        ),
+        ("nowhere", [(0, ErrorCode.unknown_topic_or_partition)]),
+    ]
+    every = await connection.call(
+        43, 2, election_type=1, topic_partitions=None, timeout=datetime.timedelta(seconds=5)
+    )
+    assert (every.error_code, every.replica_election_results) == (ErrorCode.none, ())
+    odd = await connection.call(
+        43, 2, election_type=7, topic_partitions=None, timeout=datetime.timedelta(seconds=5)
+    )
+    assert odd.error_code == ErrorCode.invalid_request
+    reassigning = await connection.call(46, 0, timeout=datetime.timedelta(seconds=5), topics=None)
+    assert (reassigning.error_code, reassigning.topics) == (ErrorCode.none, ())
+    dirs: Any = __import__("kio.schema.describe_log_dirs.v4.request", fromlist=["x"])
+    described = await connection.call(35, 4, topics=None)
+    [result] = described.results
+    assert (described.error_code, result.error_code, result.log_dir) == (
+        ErrorCode.none,
+        ErrorCode.none,
+        "store",
+    )
+    sizes = {
+        (t.name, p.partition_index): p.partition_size for t in result.topics for p in t.partitions
+    }
+    assert sizes[("dirs", 0)] == 0 and sizes[("dirs", 1)] > 0
+    asked = await connection.call(
+        35, 4, topics=(dirs.DescribableLogDirTopic(topic="dirs", partitions=(1, 9)),)
+    )
+    [only] = asked.results
+    assert [(t.name, [p.partition_index for p in t.partitions]) for t in only.topics] == [
+        ("dirs", [1])
+    ]
