@@ -42,8 +42,9 @@ SCENARIOS = [
 ]
 
 
-def java_command(*args: str) -> list[str]:
-    """The JVM that runs the scenarios, on the jars `mvn package` left in target/."""
+def java_command(*args: str, main: str = "coordinator.clients.Scenarios") -> list[str]:
+    """A JVM running `main` (the scenarios, or Kafka's tools) on the jars `mvn package` left in
+    target/."""
     java = shutil.which("java")
     classes, lib = JAVA / "target" / "classes", JAVA / "target" / "lib"
     if java is None or not (classes / "coordinator" / "clients" / "Scenarios.class").exists():
@@ -56,7 +57,7 @@ def java_command(*args: str) -> list[str]:
         "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
         "-cp",
         f"{classes}:{lib}/*",
-        "coordinator.clients.Scenarios",
+        main,
         *args,
     ]
 

@@ -1,0 +1,120 @@
+package coordinator.clients;
+
+import java.io.BufferedReader;
+import java.io.ByteArrayOutputStream;
+import java.io.InputStreamReader;
+import java.io.PrintStream;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Method;
+import java.nio.charset.StandardCharsets;
+import java.util.Map;
+
+import org.apache.kafka.common.utils.internals.Exit;
+
+/**
+ * Kafka's command-line tools, unchanged, in one JVM: each line of standard input is a command,
+ * its words separated by tabs, the first one the tool's name (kafka-topics, kafka-configs,
+ * kafka-consumer-groups, kafka-transactions, kafka-producer-perf-test). Each runs as its script
+ * would run it (the tool's main class) with Kafka's Exit kept from ending the JVM: a zero exit
+ * is noted and the tool goes on (the tools exit 0 last, in a finally), another code ends the
+ * tool by an exception. Each prints one line of JSON:
+ * {"command": N, "code": EXIT, "out": TEXT, "err": TEXT}.
+ */
+public final class Tools {
+    private static final Map<String, String> MAIN_CLASSES = Map.of(
+        "kafka-topics", "org.apache.kafka.tools.TopicCommand",
+        "kafka-configs", "org.apache.kafka.tools.ConfigCommand",
+        "kafka-consumer-groups", "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+        "kafka-transactions", "org.apache.kafka.tools.TransactionsCommand",
+        "kafka-producer-perf-test", "org.apache.kafka.tools.ProducerPerformance");
+
+    private static final class Exited extends RuntimeException {
+        final int code;
+
+        Exited(int code) {
+            super("exit " + code);
+            this.code = code;
+        }
+    }
+
+    private static void exit(int code, String message) {
+        if (code != 0) {
+            throw new Exited(code);
+        }
+    }
+
+    public static void main(String[] args) throws Exception {
+        PrintStream report = System.out;
+        Exit.setExitProcedure(Tools::exit);
+        Exit.setHaltProcedure(Tools::exit);
+        BufferedReader commands = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        String line;
+        int n = 0;
+        while ((line = commands.readLine()) != null) {
+            if (line.isBlank()) {
+                continue;
+            }
+            String[] words = line.split("\t");
+            ByteArrayOutputStream out = new ByteArrayOutputStream();
+            ByteArrayOutputStream err = new ByteArrayOutputStream();
+            PrintStream savedOut = System.out;
+            PrintStream savedErr = System.err;
+            int code = 0;
+            System.setOut(new PrintStream(out, true, StandardCharsets.UTF_8));
+            System.setErr(new PrintStream(err, true, StandardCharsets.UTF_8));
+            try {
+                String main = MAIN_CLASSES.get(words[0]);
+                if (main == null) {
+                    throw new IllegalArgumentException("no such tool: " + words[0]);
+                }
+                String[] rest = java.util.Arrays.copyOfRange(words, 1, words.length);
+                Method method = Class.forName(main).getMethod("main", String[].class);
+                method.invoke(null, (Object) rest);
+            } catch (InvocationTargetException e) {
+                Throwable cause = e.getCause();
+                if (cause instanceof Exited exited) {
+                    code = exited.code;
+                } else {
+                    code = -1;
+                    cause.printStackTrace();
+                }
+            } catch (Exited exited) {
+                code = exited.code;
+            } catch (Exception e) {
+                code = -1;
+                e.printStackTrace();
+            } finally {
+                System.out.flush();
+                System.err.flush();
+                System.setOut(savedOut);
+                System.setErr(savedErr);
+            }
+            report.println("{\"command\": " + n + ", \"code\": " + code + ", \"out\": "
+                + quote(out.toString(StandardCharsets.UTF_8)) + ", \"err\": " + quote(err.toString(StandardCharsets.UTF_8)) + "}");
+            report.flush();
+            n++;
+        }
+        System.exit(0);
+    }
+
+    private static String quote(String text) {
+        StringBuilder b = new StringBuilder("\"");
+        for (char c : text.toCharArray()) {
+            switch (c) {
+                case '"' -> b.append("\\\"");
+                case '\\' -> b.append("\\\\");
+                case '\n' -> b.append("\\n");
+                case '\r' -> b.append("\\r");
+                case '\t' -> b.append("\\t");
+                default -> {
+                    if (c < 0x20) {
+                        b.append(String.format("\\u%04x", (int) c));
+                    } else {
+                        b.append(c);
+                    }
+                }
+            }
+        }
+        return b.append('"').toString();
+    }
+}

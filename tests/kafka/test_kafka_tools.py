@@ -1,0 +1,193 @@
+"""Kafka's command-line tools (the `kafka-tools` jar's main classes, pinned in
+tests/clients/java/pom.xml), unchanged, against `coordinator serve`'s Kafka listener on SQLite and
+on Postgres: kafka-topics (create with a replication factor of 3, describe, alter partitions),
+kafka-configs, kafka-consumer-groups (list, describe, reset offsets with execute, delete),
+kafka-transactions (list, describe, describe-producers, find-hanging) and
+kafka-producer-perf-test with a transactional id.
+
+One JVM per store runs every command as its script would (`Tools.java`), in order; each command
+is a test here, checked on what the tool printed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.kafka.test_java_client import java_command
+from tests.kafka.test_kafka_clients import Broker, broker
+
+__all__ = ["broker"]
+
+pytestmark = pytest.mark.slow
+
+
+@dataclass(frozen=True)
+class Names:
+    topic: str  # made by kafka-topics
+    perf: str  # made by kafka-topics, written by kafka-producer-perf-test
+    group: str  # offsets committed over HTTP, on `offsets`
+    offsets: str
+    transactional_id: str
+
+
+def _commands(bootstrap: str, n: Names) -> dict[str, list[str]]:
+    b = ["--bootstrap-server", bootstrap]
+    topics, configs = ["kafka-topics", *b], ["kafka-configs", *b]
+    groups, transactions = ["kafka-consumer-groups", *b], ["kafka-transactions", *b]
+    entity = ["--entity-type", "topics", "--entity-name", n.topic]
+    return {
+        "topics_create": [
+            *topics,
+            "--create",
+            "--topic",
+            n.topic,
+            "--partitions",
+            "2",
+            "--replication-factor",
+            "3",
+            "--config",
+            "retention.ms=600000",
+        ],
+        "topics_describe": [*topics, "--describe", "--topic", n.topic],
+        "topics_alter_partitions": [*topics, "--alter", "--topic", n.topic, "--partitions", "4"],
+        "topics_describe_grown": [*topics, "--describe", "--topic", n.topic],
+        "configs_alter": [*configs, *entity, "--alter", "--add-config", "retention.ms=1200000"],
+        "configs_describe": [*configs, *entity, "--describe"],
+        "topics_create_perf": [*topics, "--create", "--topic", n.perf, "--partitions", "1"],
+        "producer_perf_test": [
+            "kafka-producer-perf-test",
+            "--topic",
+            n.perf,
+            "--num-records",
+            "200",
+            "--record-size",
+            "100",
+            "--throughput",
+            "-1",
+            "--command-property",
+            f"bootstrap.servers={bootstrap}",
+            "--transactional-id",
+            n.transactional_id,
+            "--transaction-duration-ms",
+            "100",
+        ],
+        "transactions_list": [*transactions, "list"],
+        "transactions_describe": [
+            *transactions,
+            "describe",
+            "--transactional-id",
+            n.transactional_id,
+        ],
+        "transactions_describe_producers": [
+            *transactions,
+            "describe-producers",
+            "--topic",
+            n.perf,
+            "--partition",
+            "0",
+        ],
+        "transactions_find_hanging": [*transactions, "find-hanging", "--broker-id", "0"],
+        "groups_list": [*groups, "--list"],
+        "groups_describe": [*groups, "--describe", "--group", n.group],
+        "groups_reset_offsets": [
+            *groups,
+            "--reset-offsets",
+            "--group",
+            n.group,
+            "--topic",
+            n.offsets,
+            "--to-earliest",
+            "--execute",
+        ],
+        "groups_delete": [*groups, "--delete", "--group", n.group],
+        "groups_list_after": [*groups, "--list"],
+    }
+
+
+@pytest.fixture(scope="module")
+def ran(broker: Broker) -> tuple[Names, dict[str, dict[str, Any]]]:
+    tag = uuid.uuid4().hex[:8]
+    names = Names(f"tools-{tag}", f"perf-{tag}", f"g-{tag}", f"off-{tag}", f"tx-{tag}")
+    created = httpx.post(f"{broker.url}/v1/topics", json={"name": names.offsets, "partitions": 2})
+    assert created.status_code == 201
+    committed = httpx.post(
+        f"{broker.url}/v1/groups/{names.group}/offsets",
+        json={"offsets": [{"topic": names.offsets, "partition": p, "offset": 0} for p in (0, 1)]},
+    )
+    assert committed.status_code == 200
+    commands = _commands(broker.bootstrap, names)
+    done = subprocess.run(
+        java_command(main="coordinator.clients.Tools"),
+        input="".join("\t".join(c) + "\n" for c in commands.values()),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == len(commands), done.stdout + done.stderr[-4000:]
+    return names, dict(zip(commands, lines, strict=True))
+
+
+def _ok(ran: tuple[Names, dict[str, dict[str, Any]]], name: str) -> str:
+    outcome = ran[1][name]
+    assert outcome["code"] == 0, outcome["out"] + outcome["err"]
+    return str(outcome["out"])
+
+
+def test_kafka_topics_creates_describes_and_grows(ran: Any) -> None:
+    names = ran[0]
+    assert f"Created topic {names.topic}." in _ok(ran, "topics_create")
+    described = _ok(ran, "topics_describe")
+    assert "PartitionCount: 2" in described and "ReplicationFactor: 3" in described
+    assert "retention.ms=600000" in described and "Replicas: 0,0,0" in described
+    _ok(ran, "topics_alter_partitions")
+    assert "PartitionCount: 4" in _ok(ran, "topics_describe_grown")
+
+
+def test_kafka_configs_alters_and_describes(ran: Any) -> None:
+    assert f"Completed updating config for topic {ran[0].topic}." in _ok(ran, "configs_alter")
+    assert "retention.ms=1200000" in _ok(ran, "configs_describe")
+
+
+def test_kafka_producer_perf_test_writes_transactionally(ran: Any) -> None:
+    _ok(ran, "topics_create_perf")
+    assert "200 records sent" in _ok(ran, "producer_perf_test")
+
+
+def _rows(text: str) -> list[list[str]]:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return [[cell.strip() for cell in line.split("\t")] for line in lines[1:]]
+
+
+def test_kafka_transactions_lists_describes_and_finds_nothing_hanging(ran: Any) -> None:
+    tid = ran[0].transactional_id
+    listed = {row[0]: row for row in _rows(_ok(ran, "transactions_list"))}
+    assert listed[tid][3] == "CompleteCommit"
+    [described] = _rows(_ok(ran, "transactions_describe"))
+    assert described[1] == tid and described[4] == "CompleteCommit"
+    [producer] = _rows(_ok(ran, "transactions_describe_producers"))
+    assert producer[0] == listed[tid][2]  # the transactional producer's id
+    assert _rows(_ok(ran, "transactions_find_hanging")) == []
+
+
+def test_kafka_consumer_groups_describes_resets_and_deletes(ran: Any) -> None:
+    names = ran[0]
+    assert names.group in _ok(ran, "groups_list").split()
+    described = _ok(ran, "groups_describe")
+    assert names.offsets in described
+    reset = _ok(ran, "groups_reset_offsets")
+    rows = [line.split() for line in reset.splitlines() if line.startswith(names.group)]
+    assert sorted((r[1], r[2], r[3]) for r in rows) == [
+        (names.offsets, "0", "0"),
+        (names.offsets, "1", "0"),
+    ]
+    assert "was successful" in _ok(ran, "groups_delete")
+    assert names.group not in _ok(ran, "groups_list_after").split()
