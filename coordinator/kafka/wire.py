@@ -54,6 +54,7 @@ SUPPORTED: Mapping[int, tuple[int, int]] = {
     24: (0, 5),  # AddPartitionsToTxn (4 on: batched, verify_only)
     25: (0, 4),  # AddOffsetsToTxn
     26: (0, 5),  # EndTxn (5: the epoch raised at every end, KIP-890)
+    27: (1, 1),  # WriteTxnMarkers (an abort marker: the operator's abort)
     28: (0, 5),  # TxnOffsetCommit (5: no AddOffsetsToTxn first)
     29: (1, 3),  # DescribeAcls
     30: (1, 3),  # CreateAcls

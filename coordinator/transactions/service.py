@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import flag_modified, set_committed_value
 
 from coordinator.core.clock import now_ms, rfc3339
-from coordinator.core.database import Database, insert_ignore, upsert
+from coordinator.core.database import Database, insert_ignore, pairs_in, upsert
 from coordinator.core.errors import CoordinatorError, InvalidRequest
 from coordinator.core.metrics import record_end
 from coordinator.core.schemas import EPOCH_MAX
@@ -799,6 +799,39 @@ async def abort_by_coordinator(
         state = await _finish(session, locked, op, reason, now, raise_epoch=True)
         producer_id, epoch = locked.txn.producer_id, locked.epoch
     return EndTxnResponse(state=state, producer_id=producer_id, producer_epoch=epoch)
+
+
+async def abort_by_marker(
+    db: Database, producer_id: int, producer_epoch: int, keys: list[tuple[str, int]]
+) -> bool:
+    """Kafka's WriteTxnMarkers abort, as `kafka-transactions abort` sends it to a partition's
+    leader: the operator's abort (and fence) of the open transaction of `producer_id` that
+    includes one of `keys`. Here a transaction's markers are written in one unit of work with
+    its state, so the transaction is aborted whole, never one partition of it. An epoch older
+    than the producer's is refused as the leader refuses it; True when something was aborted,
+    False when the producer has no open transaction there (nothing is pending to abort)."""
+    async with db.read() as session:
+        tid = await session.scalar(
+            select(TransactionPartition.transactional_id)
+            .where(
+                TransactionPartition.producer_id == producer_id,
+                pairs_in(TransactionPartition.topic, TransactionPartition.partition, keys),
+            )
+            .limit(1)
+        )
+    if tid is None:
+        return False
+    async with db.write() as session:
+        locked = await _lock_existing(session, tid)
+        if locked.txn.producer_id != producer_id or locked.txn.state not in OPEN:
+            return False
+        if producer_epoch < locked.epoch:
+            raise InvalidProducerEpoch(
+                f"epoch {producer_epoch} of producer {producer_id} is older than its epoch "
+                f"{locked.epoch}"
+            )
+        await _finish(session, locked, Op.ADMIN_ABORT, BY_ADMIN, now_ms(), raise_epoch=True)
+    return True
 
 
 async def lock_including(session: AsyncSession, topic: str) -> list[Locked]:

@@ -2,7 +2,7 @@
 tests/clients/java/pom.xml), unchanged, against `coordinator serve`'s Kafka listener on SQLite and
 on Postgres: kafka-topics (create with a replication factor of 3, describe, alter partitions),
 kafka-configs, kafka-consumer-groups (list, describe, reset offsets with execute, delete),
-kafka-transactions (list, describe, describe-producers, find-hanging) and
+kafka-transactions (list, describe, describe-producers, find-hanging, abort) and
 kafka-producer-perf-test with a transactional id.
 
 One JVM per store runs every command as its script would (`Tools.java`), in order; each command
@@ -35,6 +35,7 @@ class Names:
     group: str  # offsets committed over HTTP, on `offsets`
     offsets: str
     transactional_id: str
+    hanging: str  # a topic where an open transaction (over HTTP) waits to be aborted
 
 
 def _commands(bootstrap: str, n: Names) -> dict[str, list[str]]:
@@ -94,6 +95,25 @@ def _commands(bootstrap: str, n: Names) -> dict[str, list[str]]:
             "0",
         ],
         "transactions_find_hanging": [*transactions, "find-hanging", "--broker-id", "0"],
+        "hanging_producers": [
+            *transactions,
+            "describe-producers",
+            "--topic",
+            n.hanging,
+            "--partition",
+            "0",
+        ],
+        "transactions_abort": [
+            *transactions,
+            "abort",
+            "--topic",
+            n.hanging,
+            "--partition",
+            "0",
+            "--start-offset",
+            "0",
+        ],
+        "hanging_describe": [*transactions, "describe", "--transactional-id", n.hanging],
         "groups_list": [*groups, "--list"],
         "groups_describe": [*groups, "--describe", "--group", n.group],
         "groups_reset_offsets": [
@@ -114,9 +134,26 @@ def _commands(bootstrap: str, n: Names) -> dict[str, list[str]]:
 @pytest.fixture(scope="module")
 def ran(broker: Broker) -> tuple[Names, dict[str, dict[str, Any]]]:
     tag = uuid.uuid4().hex[:8]
-    names = Names(f"tools-{tag}", f"perf-{tag}", f"g-{tag}", f"off-{tag}", f"tx-{tag}")
-    created = httpx.post(f"{broker.url}/v1/topics", json={"name": names.offsets, "partitions": 2})
-    assert created.status_code == 201
+    names = Names(
+        f"tools-{tag}", f"perf-{tag}", f"g-{tag}", f"off-{tag}", f"tx-{tag}", f"hang-{tag}"
+    )
+    for topic, partitions in ((names.offsets, 2), (names.hanging, 1)):
+        created = httpx.post(
+            f"{broker.url}/v1/topics", json={"name": topic, "partitions": partitions}
+        )
+        assert created.status_code == 201
+    # An open transaction on `hanging`, its transactional id the topic's name.
+    pid = httpx.post(f"{broker.url}/v1/init-pid", json={"transactional_id": names.hanging}).json()
+    batch = {
+        **pid,
+        "base_sequence": 0,
+        "transactional_id": names.hanging,
+        "records": [{"value": "x"}],
+    }
+    produced = httpx.post(
+        f"{broker.url}/v1/topics/{names.hanging}/partitions/0/records", json=batch
+    )
+    assert produced.status_code == 200, produced.text
     committed = httpx.post(
         f"{broker.url}/v1/groups/{names.group}/offsets",
         json={"offsets": [{"topic": names.offsets, "partition": p, "offset": 0} for p in (0, 1)]},
@@ -176,6 +213,16 @@ def test_kafka_transactions_lists_describes_and_finds_nothing_hanging(ran: Any) 
     [producer] = _rows(_ok(ran, "transactions_describe_producers"))
     assert producer[0] == listed[tid][2]  # the transactional producer's id
     assert _rows(_ok(ran, "transactions_find_hanging")) == []
+
+
+def test_kafka_transactions_aborts_an_open_transaction_at_its_start_offset(ran: Any) -> None:
+    """The tool finds the producer whose transaction starts there and sends WriteTxnMarkers: the
+    operator's abort, which fences the producer (its epoch raised)."""
+    [producer] = _rows(_ok(ran, "hanging_producers"))
+    assert producer[5] == "0"  # CurrentTransactionStartOffset
+    _ok(ran, "transactions_abort")
+    [described] = _rows(_ok(ran, "hanging_describe"))
+    assert described[4] == "CompleteAbort" and int(described[3]) == int(producer[1]) + 1
 
 
 def test_kafka_consumer_groups_describes_resets_and_deletes(ran: Any) -> None:

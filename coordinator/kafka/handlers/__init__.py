@@ -37,6 +37,7 @@ HANDLERS: dict[int, Handler] = {
     24: transactions.add_partitions_to_txn,
     25: transactions.add_offsets_to_txn,
     26: transactions.end_txn,
+    27: transactions.write_txn_markers,
     28: transactions.txn_offset_commit,
     29: cluster.describe_acls,
     30: cluster.create_acls,

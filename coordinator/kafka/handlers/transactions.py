@@ -346,3 +346,48 @@ async def list_transactions(client: Client, request: Request) -> Any:
             if (not wanted or t.state in wanted) and (not pids or t.producer_id in pids)
         ),
     )
+
+
+async def write_txn_markers(client: Client, request: Request) -> Any:
+    """WriteTxnMarkers, which Kafka's brokers send each other and `kafka-transactions abort` sends
+    a partition's leader to abort a hanging transaction: here an abort marker is the operator's
+    abort of the producer's open transaction (`transactions.service.abort_by_marker`), and a
+    commit marker is refused, since only the coordinator commits. The cluster's rights."""
+    reply, body = request.reply, request.body
+    assert client.access is not None
+    results = []
+    for marker in body.markers:
+        keys = [(t.name, p) for t in marker.topics for p in t.partition_indexes]
+        code = ErrorCode.none
+        try:
+            client.access.cluster()
+            if marker.transaction_result:
+                code = ErrorCode.invalid_txn_state  # only the coordinator writes commit markers
+            else:
+                await transactions.abort_by_marker(
+                    client.db, marker.producer_id, marker.producer_epoch, keys
+                )
+        except FAILURES as failure:
+            code = error_code(failure)
+        results.append(
+            reply(
+                "WritableTxnMarkerResult",
+                producer_id=marker.producer_id,
+                topics=tuple(
+                    reply(
+                        "WritableTxnMarkerTopicResult",
+                        name=t.name,
+                        partitions=tuple(
+                            reply(
+                                "WritableTxnMarkerPartitionResult",
+                                partition_index=p,
+                                error_code=code,
+                            )
+                            for p in t.partition_indexes
+                        ),
+                    )
+                    for t in marker.topics
+                ),
+            )
+        )
+    return reply.body(markers=tuple(results))
