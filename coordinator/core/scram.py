@@ -28,6 +28,8 @@ _HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 # Kafka's minimum is 4096 iterations; its tool's default is 4096 too.
 DEFAULT_ITERATIONS = 4096
 MIN_ITERATIONS = 4096
+# And its maximum (ScramMechanism's), which its tools and AlterUserScramCredentials enforce.
+MAX_ITERATIONS = 16384
 
 
 class ScramCredential(Base):
@@ -51,8 +53,8 @@ class Listed:
 def _check(mechanism: str, iterations: int) -> None:
     if mechanism not in MECHANISMS:
         raise ValueError(f"mechanism {mechanism!r}: one of {', '.join(MECHANISMS)}")
-    if iterations < MIN_ITERATIONS:
-        raise ValueError(f"iterations {iterations}: at least {MIN_ITERATIONS}")
+    if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
+        raise ValueError(f"iterations {iterations}: {MIN_ITERATIONS} to {MAX_ITERATIONS}")
 
 
 async def set_credential(
@@ -64,7 +66,35 @@ async def set_credential(
         raise ValueError("a principal and a password are needed")
     salt = os.urandom(32)
     stored_key, server_key = derive(mechanism, password, salt, iterations)
-    count = iterations
+    await _store(db, principal, mechanism, salt, stored_key, server_key, iterations)
+
+
+async def set_salted(
+    db: Database,
+    principal: str,
+    mechanism: str,
+    salt: bytes,
+    salted_password: bytes,
+    iterations: int,
+) -> None:
+    """Store (or replace) a credential given as Kafka's AlterUserScramCredentials gives it: the
+    salt and the SaltedPassword the client derived (the password never travels)."""
+    _check(mechanism, iterations)
+    if not principal or not salt or not salted_password:
+        raise ValueError("a principal, a salt and a salted password are needed")
+    stored_key, server_key = keys_of(mechanism, salted_password)
+    await _store(db, principal, mechanism, salt, stored_key, server_key, iterations)
+
+
+async def _store(
+    db: Database,
+    principal: str,
+    mechanism: str,
+    salt: bytes,
+    stored_key: bytes,
+    server_key: bytes,
+    count: int,
+) -> None:
     async with db.write() as session:
         await session.execute(
             delete(ScramCredential).where(
@@ -118,8 +148,14 @@ def derive(mechanism: str, password: str, salt: bytes, iterations: int) -> tuple
     """StoredKey and ServerKey (RFC 5802) of a password, from its UTF-8 bytes as Kafka does."""
     name = _HASHES[mechanism]
     salted = hashlib.pbkdf2_hmac(name, password.encode("utf-8"), salt, iterations)
-    client_key = hmac.digest(salted, b"Client Key", name)
-    return hashlib.new(name, client_key).digest(), hmac.digest(salted, b"Server Key", name)
+    return keys_of(mechanism, salted)
+
+
+def keys_of(mechanism: str, salted_password: bytes) -> tuple[bytes, bytes]:
+    """StoredKey and ServerKey (RFC 5802) of a SaltedPassword."""
+    name = _HASHES[mechanism]
+    client_key = hmac.digest(salted_password, b"Client Key", name)
+    return hashlib.new(name, client_key).digest(), hmac.digest(salted_password, b"Server Key", name)
 
 
 class ScramFailed(Exception):

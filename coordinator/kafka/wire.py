@@ -69,6 +69,9 @@ SUPPORTED: Mapping[int, tuple[int, int]] = {
     44: (0, 1),  # IncrementalAlterConfigs
     46: (0, 0),  # ListPartitionReassignments
     47: (0, 0),  # OffsetDelete
+    48: (0, 1),  # DescribeClientQuotas
+    50: (0, 0),  # DescribeUserScramCredentials
+    51: (0, 0),  # AlterUserScramCredentials
     60: (0, 1),  # DescribeCluster
     61: (0, 0),  # DescribeProducers
     65: (0, 0),  # DescribeTransactions

@@ -890,3 +890,90 @@ async def test_replica_calls_answer_as_a_one_broker_cluster(listener: KafkaListe
     assert [(t.name, [p.partition_index for p in t.partitions]) for t in only.topics] == [
         ("dirs", [1])
     ]
+
+
+async def test_scram_credentials_set_over_the_protocol_verify_as_their_password(
+    listener: KafkaListener,
+) -> None:
+    """AlterUserScramCredentials carries the salt and the salted password (never the password):
+    the keys stored are the password's; Describe names mechanisms and iterations only."""
+    import hashlib
+
+    from coordinator.core import scram
+
+    alter: Any = __import__("kio.schema.alter_user_scram_credentials.v0.request", fromlist=["x"])
+    describe: Any = __import__(
+        "kio.schema.describe_user_scram_credentials.v0.request", fromlist=["x"]
+    )
+    salt = b"0123456789abcdef"
+    salted = hashlib.pbkdf2_hmac("sha256", b"alice-secret", salt, 8192)
+    connection = await connect(listener)
+
+    async def upsert(user: str, mechanism: int, iterations: int) -> Any:
+        answer = await connection.call(
+            51,
+            0,
+            deletions=(),
+            upsertions=(
+                alter.ScramCredentialUpsertion(
+                    name=user,
+                    mechanism=mechanism,
+                    iterations=iterations,
+                    salt=salt,
+                    salted_password=salted,
+                ),
+            ),
+        )
+        return answer.results[0].error_code
+
+    assert await upsert("alice", 1, 8192) == ErrorCode.none
+    assert await scram.lookup(listener.db, "alice", "SCRAM-SHA-256") == (
+        salt,
+        *scram.derive("SCRAM-SHA-256", "alice-secret", salt, 8192),
+        8192,
+    )
+    assert await upsert("bob", 1, 100) == ErrorCode.unacceptable_credential
+    assert await upsert("bob", 9, 8192) == ErrorCode.unsupported_sasl_mechanism
+    described = await connection.call(
+        50, 0, users=(describe.UserName(name="alice"), describe.UserName(name="bob"))
+    )
+    by_user = {r.user: r for r in described.results}
+    assert [(c.mechanism, c.iterations) for c in by_user["alice"].credential_infos] == [(1, 8192)]
+    assert by_user["bob"].error_code == ErrorCode.resource_not_found
+    deleted = await connection.call(
+        51, 0, deletions=(alter.ScramCredentialDeletion(name="alice", mechanism=1),), upsertions=()
+    )
+    assert deleted.results[0].error_code == ErrorCode.none
+    assert await scram.lookup(listener.db, "alice", "SCRAM-SHA-256") is None
+    again = await connection.call(
+        51, 0, deletions=(alter.ScramCredentialDeletion(name="alice", mechanism=1),), upsertions=()
+    )
+    assert again.results[0].error_code == ErrorCode.resource_not_found
+
+
+async def test_client_quotas_show_the_mutation_rate_as_the_default_users(
+    listener: KafkaListener,
+) -> None:
+    module: Any = __import__("kio.schema.describe_client_quotas.v1.request", fromlist=["x"])
+    connection = await connect(listener)
+
+    async def describe(strict: bool, *components: tuple[str, int, str | None]) -> Any:
+        return await connection.call(
+            48,
+            1,
+            components=tuple(
+                module.ComponentData(entity_type=t, match_type=m, match=n) for t, m, n in components
+            ),
+            strict=strict,
+        )
+
+    every = await describe(False)
+    [entry] = every.entries
+    assert [(e.entity_type, e.entity_name) for e in entry.entity] == [("user", None)]
+    assert [(v.key, v.value) for v in entry.values] == [
+        ("controller_mutation_rate", listener.settings.controller_mutation_rate)
+    ]
+    assert len((await describe(True, ("user", 1, None))).entries) == 1
+    assert (await describe(True, ("user", 0, "alice"))).entries == ()
+    assert (await describe(False, ("client-id", 2, None))).entries == ()
+    assert (await describe(False, ("nonsense", 0, "x"))).error_code == ErrorCode.invalid_request

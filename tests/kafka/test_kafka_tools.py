@@ -1,9 +1,9 @@
 """Kafka's command-line tools (the `kafka-tools` jar's main classes, pinned in
 tests/clients/java/pom.xml), unchanged, against `coordinator serve`'s Kafka listener on SQLite and
 on Postgres: kafka-topics (create with a replication factor of 3, describe, alter partitions),
-kafka-configs, kafka-consumer-groups (list, describe, reset offsets with execute, delete),
-kafka-transactions (list, describe, describe-producers, find-hanging, abort) and
-kafka-producer-perf-test with a transactional id.
+kafka-configs (a topic's configs, a user's SCRAM credential), kafka-consumer-groups (list,
+describe, reset offsets with execute, delete), kafka-transactions (list, describe,
+describe-producers, find-hanging, abort) and kafka-producer-perf-test with a transactional id.
 
 One JVM per store runs every command as its script would (`Tools.java`), in order; each command
 is a test here, checked on what the tool printed.
@@ -28,6 +28,9 @@ __all__ = ["broker"]
 pytestmark = pytest.mark.slow
 
 
+SCRAM = "SCRAM-SHA-256=[iterations=8192,password=alice-secret]"
+
+
 @dataclass(frozen=True)
 class Names:
     topic: str  # made by kafka-topics
@@ -36,6 +39,7 @@ class Names:
     offsets: str
     transactional_id: str
     hanging: str  # a topic where an open transaction (over HTTP) waits to be aborted
+    user: str  # a SCRAM user kafka-configs sets
 
 
 def _commands(bootstrap: str, n: Names) -> dict[str, list[str]]:
@@ -43,6 +47,7 @@ def _commands(bootstrap: str, n: Names) -> dict[str, list[str]]:
     topics, configs = ["kafka-topics", *b], ["kafka-configs", *b]
     groups, transactions = ["kafka-consumer-groups", *b], ["kafka-transactions", *b]
     entity = ["--entity-type", "topics", "--entity-name", n.topic]
+    user = ["--entity-type", "users", "--entity-name", n.user]
     return {
         "topics_create": [
             *topics,
@@ -61,6 +66,8 @@ def _commands(bootstrap: str, n: Names) -> dict[str, list[str]]:
         "topics_describe_grown": [*topics, "--describe", "--topic", n.topic],
         "configs_alter": [*configs, *entity, "--alter", "--add-config", "retention.ms=1200000"],
         "configs_describe": [*configs, *entity, "--describe"],
+        "configs_scram_alter": [*configs, *user, "--alter", "--add-config", SCRAM],
+        "configs_scram_describe": [*configs, *user, "--describe"],
         "topics_create_perf": [*topics, "--create", "--topic", n.perf, "--partitions", "1"],
         "producer_perf_test": [
             "kafka-producer-perf-test",
@@ -135,7 +142,13 @@ def _commands(bootstrap: str, n: Names) -> dict[str, list[str]]:
 def ran(broker: Broker) -> tuple[Names, dict[str, dict[str, Any]]]:
     tag = uuid.uuid4().hex[:8]
     names = Names(
-        f"tools-{tag}", f"perf-{tag}", f"g-{tag}", f"off-{tag}", f"tx-{tag}", f"hang-{tag}"
+        f"tools-{tag}",
+        f"perf-{tag}",
+        f"g-{tag}",
+        f"off-{tag}",
+        f"tx-{tag}",
+        f"hang-{tag}",
+        f"user-{tag}",
     )
     for topic, partitions in ((names.offsets, 2), (names.hanging, 1)):
         created = httpx.post(
@@ -192,6 +205,11 @@ def test_kafka_topics_creates_describes_and_grows(ran: Any) -> None:
 def test_kafka_configs_alters_and_describes(ran: Any) -> None:
     assert f"Completed updating config for topic {ran[0].topic}." in _ok(ran, "configs_alter")
     assert "retention.ms=1200000" in _ok(ran, "configs_describe")
+
+
+def test_kafka_configs_sets_and_describes_a_scram_credential(ran: Any) -> None:
+    assert f"Completed updating config for user {ran[0].user}." in _ok(ran, "configs_scram_alter")
+    assert "SCRAM-SHA-256=iterations=8192" in _ok(ran, "configs_scram_describe")
 
 
 def test_kafka_producer_perf_test_writes_transactionally(ran: Any) -> None:

@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 from coordinator.core import scram
 from coordinator.core.auth import Access
 from coordinator.kafka.connection import Client
+from coordinator.kafka.errors import FAILURES, error_code
 from coordinator.kafka.wire import BadRequest, Request
 
 PLAIN = "PLAIN"
@@ -134,3 +135,113 @@ async def authenticate_raw(client: Client, frame: bytes) -> bytes:
         client.raw_sasl = False
         client.sasl = None
     return struct.pack(">i", len(challenge)) + challenge
+
+
+# AlterUserScramCredentials and DescribeUserScramCredentials name mechanisms by number.
+_MECHANISM_NUMBERS = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
+_NUMBERS = {name: number for number, name in _MECHANISM_NUMBERS.items()}
+
+
+async def describe_user_scram_credentials(client: Client, request: Request) -> Any:
+    """`kafka-configs --describe --entity-type users`: each user's mechanisms and iterations
+    (never a key), every user with one when none is named; the cluster's rights."""
+    reply, body = request.reply, request.body
+    assert client.access is not None
+    try:
+        client.access.cluster()
+        listed = await scram.list_credentials(client.db)
+    except FAILURES as failure:
+        code = error_code(failure)
+        return reply.body(error_code=code, error_message=str(failure), results=())
+    by_user: dict[str, list[scram.Listed]] = {}
+    for credential in listed:
+        by_user.setdefault(credential.principal, []).append(credential)
+    names = [u.name for u in body.users] if body.users is not None else sorted(by_user)
+    results = []
+    for name in dict.fromkeys(names):
+        if names.count(name) > 1:
+            code, message, infos = ErrorCode.duplicate_resource, "named more than once", ()
+        elif name not in by_user:
+            code, message, infos = ErrorCode.resource_not_found, "no credentials", ()
+        else:
+            code, message = ErrorCode.none, None
+            infos = tuple(
+                reply("CredentialInfo", mechanism=_NUMBERS[c.mechanism], iterations=c.iterations)
+                for c in by_user[name]
+            )
+        results.append(
+            reply(
+                "DescribeUserScramCredentialsResult",
+                user=name,
+                error_code=code,
+                error_message=message,
+                credential_infos=infos,
+            )
+        )
+    return reply.body(error_code=ErrorCode.none, error_message=None, results=tuple(results))
+
+
+async def alter_user_scram_credentials(client: Client, request: Request) -> Any:
+    """`kafka-configs --alter --entity-type users --add-config 'SCRAM-SHA-256=[...]'` (and
+    --delete-config): upsertions carry the salt and the salted password the tool derived, so the
+    password never travels; one result per user, as Kafka answers them; the cluster's rights."""
+    reply, body = request.reply, request.body
+    assert client.access is not None
+    changes: dict[str, list[Any]] = {}
+    for change in (*body.deletions, *body.upsertions):
+        changes.setdefault(change.name, []).append(change)
+    results = []
+    for user, asked in changes.items():
+        code, message = ErrorCode.none, None
+        try:
+            client.access.cluster()
+            mechanisms = [_MECHANISM_NUMBERS.get(c.mechanism) for c in asked]
+            if not user:
+                code, message = ErrorCode.unacceptable_credential, "a user needs a name"
+            elif None in mechanisms:
+                code, message = ErrorCode.unsupported_sasl_mechanism, "SCRAM-SHA-256 or -512"
+            elif len(set(mechanisms)) != len(mechanisms):
+                code, message = ErrorCode.duplicate_resource, "a mechanism changed twice"
+            else:
+                code, message = await _apply(client, user, asked)
+        except FAILURES as failure:
+            code, message = error_code(failure), str(failure)
+        results.append(
+            reply(
+                "AlterUserScramCredentialsResult",
+                user=user,
+                error_code=code,
+                error_message=message,
+            )
+        )
+    return reply.body(results=tuple(results))
+
+
+async def _apply(client: Client, user: str, asked: list[Any]) -> tuple[ErrorCode, str | None]:
+    """Every change of the user checked first, then all made: none is made when one is refused."""
+    existing = {(c.principal, c.mechanism) for c in await scram.list_credentials(client.db)}
+    for change in asked:
+        mechanism = _MECHANISM_NUMBERS[change.mechanism]
+        if not hasattr(change, "salted_password"):
+            if (user, mechanism) not in existing:
+                return ErrorCode.resource_not_found, f"no {mechanism} credential of {user!r}"
+        elif not scram.MIN_ITERATIONS <= change.iterations <= scram.MAX_ITERATIONS:
+            return ErrorCode.unacceptable_credential, (
+                f"iterations {change.iterations}: {scram.MIN_ITERATIONS} to {scram.MAX_ITERATIONS}"
+            )
+        elif not change.salt or not change.salted_password:
+            return ErrorCode.unacceptable_credential, "a salt and a salted password are needed"
+    for change in asked:
+        mechanism = _MECHANISM_NUMBERS[change.mechanism]
+        if hasattr(change, "salted_password"):
+            await scram.set_salted(
+                client.db,
+                user,
+                mechanism,
+                bytes(change.salt),
+                bytes(change.salted_password),
+                change.iterations,
+            )
+        else:
+            await scram.delete_credential(client.db, user, mechanism)
+    return ErrorCode.none, None
