@@ -28,6 +28,29 @@ from tests.support.services import (
     make_settings,
 )
 
+# The files that take longest (a minute or more each, `--durations` says which) run first:
+# `pytest -n 2 --dist loadfile` hands out whole files in collection order, so a long file left
+# for last would keep one worker busy while the other waits.
+FIRST = (
+    "tests/fault/",
+    "tests/spark/",
+    "tests/jobs/",
+    "tests/service/transactions/test_transactions_model.py",
+    "tests/kafka/test_java_client.py",
+    "tests/service/test_schema.py",
+    "tests/sdk/test_sdk_install.py",
+    "tests/kafka/test_kafka_matrix.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid.split("::")[0]
+        return next((i for i, first in enumerate(FIRST) if path.startswith(first)), len(FIRST))
+
+    items.sort(key=rank)  # stable: within a rank, files and tests keep their order
+
+
 BACKENDS = ["sqlite", "postgres"]
 
 
