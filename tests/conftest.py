@@ -29,8 +29,9 @@ from tests.support.services import (
 )
 
 # The files that take longest (a minute or more each, `--durations` says which) run first:
-# `pytest -n 2 --dist loadfile` hands out whole files in collection order, so a long file left
-# for last would keep one worker busy while the other waits.
+# `pytest -n 2 --dist loadfile --no-loadscope-reorder` hands out whole files in collection order
+# (xdist would otherwise order them by their number of tests, leaving the long files of few
+# tests for last), so a long file left for last would keep one worker busy while the other waits.
 FIRST = (
     "tests/fault/",
     "tests/spark/",
