@@ -810,7 +810,7 @@ async def abort_by_marker(
     its state, so the transaction is aborted whole, never one partition of it. An epoch older
     than the producer's is refused as the leader refuses it; True when something was aborted,
     False when the producer has no open transaction there (nothing is pending to abort)."""
-    async with db.read() as session:
+    async with db.write() as session:
         tid = await session.scalar(
             select(TransactionPartition.transactional_id)
             .where(
@@ -819,9 +819,8 @@ async def abort_by_marker(
             )
             .limit(1)
         )
-    if tid is None:
-        return False
-    async with db.write() as session:
+        if tid is None:
+            return False
         locked = await _lock_existing(session, tid)
         if locked.txn.producer_id != producer_id or locked.txn.state not in OPEN:
             return False

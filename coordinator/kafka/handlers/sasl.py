@@ -219,11 +219,10 @@ async def alter_user_scram_credentials(client: Client, request: Request) -> Any:
 
 async def _apply(client: Client, user: str, asked: list[Any]) -> tuple[ErrorCode, str | None]:
     """Every change of the user checked first, then all made: none is made when one is refused."""
-    existing = {(c.principal, c.mechanism) for c in await scram.list_credentials(client.db)}
     for change in asked:
         mechanism = _MECHANISM_NUMBERS[change.mechanism]
         if not hasattr(change, "salted_password"):
-            if (user, mechanism) not in existing:
+            if await scram.lookup(client.db, user, mechanism) is None:
                 return ErrorCode.resource_not_found, f"no {mechanism} credential of {user!r}"
         elif not scram.MIN_ITERATIONS <= change.iterations <= scram.MAX_ITERATIONS:
             return ErrorCode.unacceptable_credential, (

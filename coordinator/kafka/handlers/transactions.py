@@ -373,20 +373,11 @@ async def write_txn_markers(client: Client, request: Request) -> Any:
             reply(
                 "WritableTxnMarkerResult",
                 producer_id=marker.producer_id,
-                topics=tuple(
-                    reply(
-                        "WritableTxnMarkerTopicResult",
-                        name=t.name,
-                        partitions=tuple(
-                            reply(
-                                "WritableTxnMarkerPartitionResult",
-                                partition_index=p,
-                                error_code=code,
-                            )
-                            for p in t.partition_indexes
-                        ),
-                    )
-                    for t in marker.topics
+                topics=reply.same_code(
+                    ((t.name, t.partition_indexes) for t in marker.topics),
+                    code,
+                    "WritableTxnMarkerTopicResult",
+                    "WritableTxnMarkerPartitionResult",
                 ),
             )
         )

@@ -113,27 +113,8 @@ public final class Scenarios {
     }
 
     private static void report(String name, boolean ok, String detail) {
-        System.out.println("{\"scenario\": " + quote(name) + ", \"ok\": " + ok + ", \"detail\": " + quote(detail) + "}");
+        System.out.println("{\"scenario\": " + Json.quote(name) + ", \"ok\": " + ok + ", \"detail\": " + Json.quote(detail) + "}");
         System.out.flush();
-    }
-
-    private static String quote(String text) {
-        StringBuilder out = new StringBuilder("\"");
-        for (char c : String.valueOf(text).toCharArray()) {
-            switch (c) {
-                case '"' -> out.append("\\\"");
-                case '\\' -> out.append("\\\\");
-                case '\n' -> out.append("\\n");
-                default -> {
-                    if (c < 0x20) {
-                        out.append(String.format("\\u%04x", (int) c));
-                    } else {
-                        out.append(c);
-                    }
-                }
-            }
-        }
-        return out.append('"').toString();
     }
 
     static void check(boolean condition, String what) {

@@ -90,31 +90,10 @@ public final class Tools {
                 System.setErr(savedErr);
             }
             report.println("{\"command\": " + n + ", \"code\": " + code + ", \"out\": "
-                + quote(out.toString(StandardCharsets.UTF_8)) + ", \"err\": " + quote(err.toString(StandardCharsets.UTF_8)) + "}");
+                + Json.quote(out.toString(StandardCharsets.UTF_8)) + ", \"err\": " + Json.quote(err.toString(StandardCharsets.UTF_8)) + "}");
             report.flush();
             n++;
         }
         System.exit(0);
-    }
-
-    private static String quote(String text) {
-        StringBuilder b = new StringBuilder("\"");
-        for (char c : text.toCharArray()) {
-            switch (c) {
-                case '"' -> b.append("\\\"");
-                case '\\' -> b.append("\\\\");
-                case '\n' -> b.append("\\n");
-                case '\r' -> b.append("\\r");
-                case '\t' -> b.append("\\t");
-                default -> {
-                    if (c < 0x20) {
-                        b.append(String.format("\\u%04x", (int) c));
-                    } else {
-                        b.append(c);
-                    }
-                }
-            }
-        }
-        return b.append('"').toString();
     }
 }
