@@ -39,7 +39,7 @@ try:
     from coordinator.admin.groups_cli import add_groups_parser
     from coordinator.admin.scram_cli import add_scram_parser
     from coordinator.admin.topics_cli import add_topics_parser
-    from coordinator.core.settings import Settings
+    from coordinator.core.settings import ConfigurationError, Settings, load_settings
 except ModuleNotFoundError as missing:  # the SDK's install alone: no server to run
     raise SystemExit(
         f"coordinator: the server is not installed ({missing.name} is missing); install it with "
@@ -52,8 +52,8 @@ COMMANDS = "coordinator.commands"
 
 def _settings(args: argparse.Namespace) -> Settings:
     if getattr(args, "database_url", None):
-        return Settings(database_url=args.database_url)
-    return Settings()
+        return load_settings(database_url=args.database_url)
+    return load_settings()
 
 
 def _migrate(args: argparse.Namespace) -> int:
@@ -249,7 +249,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
-    result: int = args.run(args)
+    try:
+        result: int = args.run(args)
+    except ConfigurationError as exc:
+        print(f"coordinator: configuration error: {exc}", file=sys.stderr)
+        return 2
     return result
 
 

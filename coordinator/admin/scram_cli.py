@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from coordinator.core import scram
-from coordinator.core.settings import Settings
+from coordinator.core.settings import load_settings
 
 
 def add_scram_parser(commands: Any) -> None:
@@ -58,7 +58,9 @@ def _database(args: argparse.Namespace) -> Any:
     from coordinator.core.database import Database
     from coordinator.core.migrate import upgrade_to_head
 
-    settings = Settings(database_url=args.database_url) if args.database_url else Settings()
+    settings = (
+        load_settings(database_url=args.database_url) if args.database_url else load_settings()
+    )
     upgrade_to_head(settings.database_url)
     return Database(settings)
 

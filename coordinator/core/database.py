@@ -116,12 +116,32 @@ def _unstorable(value: str) -> None:
 
 
 def _is_outage(exc: BaseException) -> bool:
-    """A connection that was refused, lost, or closed under a statement (not a statement the
-    store refused: those are the caller's)."""
-    if isinstance(exc, OSError):
+    """A connection that was refused, lost, or closed under a statement, or a server going away
+    (not a statement the store refused: those are the caller's)."""
+    if isinstance(exc, DBAPIError):
+        return (
+            bool(exc.connection_invalidated)
+            or isinstance(exc, OperationalError | InterfaceError)
+            or _server_gone(exc.orig)
+        )
+    return _server_gone(exc)
+
+
+# SQLSTATEs of a server going away or serving no writes now, not of a statement it refused:
+# connection exceptions (08), operator intervention (57P01 shutdown, as a primary's fast stop
+# or pg_terminate_backend sends; 57P02 crash; 57P03 not accepting connections yet), a standby's
+# read-only transaction (25006, a primary demoted under us), too many connections (53300).
+_GONE_STATES = ("08", "57P", "25006", "53300")
+
+
+def _server_gone(exc: BaseException | None) -> bool:
+    """The store's server cut the connection or cannot serve it, or the driver lost track of
+    it (asyncpg's InternalClientError: a protocol left mid-operation by a cut): whatever ran on
+    that connection cannot go on, and a retry on another may succeed."""
+    if isinstance(exc, OSError | asyncpg.InterfaceError | asyncpg.InternalClientError):
         return True
-    assert isinstance(exc, DBAPIError)
-    return bool(exc.connection_invalidated) or isinstance(exc, OperationalError | InterfaceError)
+    state = getattr(exc, "sqlstate", None)
+    return isinstance(state, str) and state.startswith(_GONE_STATES)
 
 
 def _brief(exc: BaseException) -> str:
@@ -172,7 +192,7 @@ class Database:
         mid-operation."""
         try:
             yield
-        except (DBAPIError, OSError) as exc:
+        except (DBAPIError, OSError, asyncpg.InternalClientError) as exc:
             if not _is_outage(exc):
                 raise
             if not self._outage:
@@ -224,10 +244,6 @@ class Database:
             await self.read_engine.dispose()
 
 
-# A connection the store cut, or a driver that lost it: whatever ran on it cannot go on.
-_LOST = (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError)
-
-
 async def on_driver(connection: AsyncConnection, sql: str, *args: Any) -> list[Any]:
     """Run `sql` as an asyncpg prepared statement (cached by the driver) on the connection under
     `connection`, inside whatever transaction SQLAlchemy began on it; its rows (none for a
@@ -240,9 +256,11 @@ async def on_driver(connection: AsyncConnection, sql: str, *args: Any) -> list[A
         raw = await connection.get_raw_connection()
         driver: asyncpg.Connection = raw.driver_connection
         return list(await driver.fetch(sql, *args))
-    except _LOST as exc:
-        await connection.invalidate(exc if isinstance(exc, Exception) else None)
-        raise ConnectionError(f"the store connection was lost: {exc}") from exc
+    except Exception as exc:
+        if not _server_gone(exc):
+            raise
+        await connection.invalidate(exc)
+        raise ConnectionError(f"the store connection was lost: {_brief(exc)}") from exc
 
 
 # Rows per statement of a multi-row write: within both stores' bound-parameter limits (32766)

@@ -6,27 +6,84 @@ Read through the cached `get_settings()`; tests build `Settings(...)` directly a
 
 from __future__ import annotations
 
+import re
 import ssl
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
 
 DEFAULT_SQLITE_FILE = "coordinator.db"
 
 
+class ConfigurationError(ValueError):
+    """A setting the service cannot start with; its text names the variable and what is wrong."""
+
+
 def normalise_database_url(url: str) -> str:
-    """Pick the async driver for a plain URL: postgresql:// -> asyncpg, sqlite:// -> aiosqlite."""
+    """Pick the async driver for a plain URL (postgresql:// -> asyncpg, sqlite:// -> aiosqlite)
+    and check that the URL can be used. A Postgres URL may name several servers, in libpq's form
+    (`postgresql://user@a:5432,b:5432/db?target_session_attrs=read-write`) or SQLAlchemy's
+    (`postgresql://user@/db?host=a:5432&host=b:5432&...`); the first is rewritten to the second,
+    which the driver tries in order (docs/pages/high-availability.md)."""
     scheme, sep, rest = url.partition("://")
     if not sep:
-        raise ValueError(f"not a database URL: {url!r}")
+        raise ValueError(f"not a database URL: {_redacted(url)!r}")
     base = scheme.split("+", 1)[0]
-    if base in ("postgresql", "postgres"):
-        return f"postgresql+asyncpg://{rest}"
     if base == "sqlite":
         return f"sqlite+aiosqlite://{rest}"
-    raise ValueError(f"unsupported database {scheme!r}: use postgresql:// or sqlite://")
+    if base not in ("postgresql", "postgres"):
+        raise ValueError(f"unsupported database {scheme!r}: use postgresql:// or sqlite://")
+    parsed = _parse_postgres(f"postgresql+asyncpg://{_libpq_hosts_to_query(rest)}", url)
+    return parsed.render_as_string(hide_password=False)
+
+
+def _libpq_hosts_to_query(rest: str) -> str:
+    """`user@a:1,b:2/db?x=y` -> `user@/db?host=a:1&host=b:2&x=y`; one host is left as it is."""
+    end = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+    authority, tail = rest[:end], rest[end:]
+    userinfo, at, hosts = authority.rpartition("@")
+    if "," not in hosts:
+        return rest
+    path, _, query = tail.partition("?")
+    pairs = [f"host={host}" for host in hosts.split(",")]
+    if any(not host for host in hosts.split(",")):
+        raise ValueError("a host of the URL's list is empty")
+    return f"{userinfo}{at}{path or '/'}?{'&'.join(pairs + ([query] if query else []))}"
+
+
+def _parse_postgres(url: str, given: str) -> URL:
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError) as exc:
+        raise ValueError(f"not a usable Postgres URL ({_why(exc)}): {_redacted(given)!r}") from None
+    hosts = parsed.query.get("host", ())
+    for host in (hosts,) if isinstance(hosts, str) else hosts:
+        name, colon, port = host.rpartition(":") if not host.endswith("]") else (host, "", "")
+        if colon and not (port.isdigit() and 0 < int(port) < 65536):
+            raise ValueError(f"host {host!r} of the URL: the port must be a number from 1 to 65535")
+        if colon and not name:
+            raise ValueError(f"host {host!r} of the URL has no name")
+    if parsed.port is not None and not 0 < parsed.port < 65536:
+        raise ValueError(f"port {parsed.port} of the URL: a number from 1 to 65535")
+    if parsed.host and hosts:
+        raise ValueError("the URL names a host both before its path and as host=: give one")
+    return parsed
+
+
+def _why(exc: Exception) -> str:
+    text = str(exc)
+    if "invalid literal for int()" in text:
+        return "its port is not a number"
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _redacted(url: str) -> str:
+    """The URL with any password masked, for messages."""
+    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
 
 
 class Settings(BaseSettings):
@@ -151,6 +208,21 @@ class Settings(BaseSettings):
         return self.database_url.startswith("sqlite")
 
 
+def load_settings(**values: object) -> Settings:
+    """`Settings(**values)` over the environment, a bad value raised as `ConfigurationError`
+    naming its variable (the commands print it, with no traceback)."""
+    try:
+        return Settings(**values)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise ConfigurationError(
+            "; ".join(
+                f"COORDINATOR_{'_'.join(str(part) for part in error['loc']).upper()}: "
+                f"{error['msg'].removeprefix('Value error, ')}"
+                for error in exc.errors()
+            )
+        ) from None
+
+
 @lru_cache
 def get_settings() -> Settings:
-    return Settings()
+    return load_settings()

@@ -30,6 +30,7 @@ from tests.support.services import (
     create_postgres_database,
     drop_postgres_database,
     free_port,
+    terminate_backends,
 )
 
 pytestmark = pytest.mark.slow
@@ -154,3 +155,34 @@ def _through_an_outage(service: ServiceProcess, proxy: TcpProxy, kafka: KafkaSoc
         assert time.monotonic() < deadline, "the service did not recover"
     assert _init_pid(kafka) == ErrorCode.none
     assert httpx.get(f"{service.url}/v1/topics/t").json()["partitions"][0]["high_watermark"] >= 2
+
+
+def test_connections_the_server_terminates_are_an_outage_not_a_bug(
+    cut_off: tuple[ServiceProcess, TcpProxy, int],
+) -> None:
+    """What a primary going down sends its clients (`pg_terminate_backend`: SQLSTATE 57P01,
+    "terminating connection due to administrator command", as a fast shutdown does) meets
+    requests of both doors mid-statement: each answer is a success or retriable, never a 500."""
+    service, _, kafka_port = cut_off
+    assert httpx.post(f"{service.url}/v1/topics", json={"name": "t"}).status_code == 201
+    database = service.database_url.rpartition("/")[2]
+    kafka = KafkaSocket(kafka_port)
+    answers: list[int] = []
+    codes: list[ErrorCode] = []
+    try:
+        with httpx.Client(base_url=service.url, timeout=DEADLINE_S) as client:
+            for _ in range(8):
+                for _ in range(5):
+                    produced = client.post(
+                        "/v1/topics/t/partitions/0/records", json={"records": [{"value": "v"}]}
+                    )
+                    answers.append(produced.status_code)
+                    assert produced.status_code in (200, 503), produced.text
+                    codes.append(_produce(kafka, "t"))
+                terminate_backends(database)
+    finally:
+        kafka.sock.close()
+    assert set(codes) <= {ErrorCode.none, ErrorCode.kafka_storage_error}
+    assert 503 in answers  # the pool's connections were cut under the service
+    assert answers.count(200) > len(answers) // 2 and codes.count(ErrorCode.none) > len(codes) // 2
+    assert "Traceback" not in service.log.read_text(errors="replace")

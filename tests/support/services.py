@@ -62,6 +62,18 @@ def drop_postgres_database(url: str) -> None:
     asyncio.run(_admin(base, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
+def terminate_backends(database: str) -> None:
+    """End every server process of the test server's `database` but ours, as a primary's fast
+    shutdown does (its clients read SQLSTATE 57P01)."""
+    asyncio.run(
+        _admin(
+            postgres_base_url(),
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            f"WHERE datname = '{database}' AND pid <> pg_backend_pid()",
+        )
+    )
+
+
 class ServiceProcess(Launched):
     """`coordinator serve` in a child process, as an operator would run it (the project's one
     launcher, `coordinator.launcher`), with `env` over the tests' environment."""
