@@ -234,6 +234,13 @@ def mini_cluster(
             shutil.rmtree(root, ignore_errors=True)
 
 
+def kafka_connector_package() -> str:
+    """Spark's Kafka connector at this pyspark's version, as `spark.jars.packages` names it."""
+    import pyspark
+
+    return f"org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark.__version__}"
+
+
 def session(
     app_name: str,
     master: str | None = None,

@@ -377,17 +377,19 @@ def payout_faults(straggler_seconds: float) -> tuple[dict[str, list[float]], lis
 
 @contextlib.contextmanager
 def embedded_coordinator(
-    workdir: Path, database_url: str | None = None
+    workdir: Path, database_url: str | None = None, kafka_listener: str | None = None
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """`coordinator serve` on a free loopback port, on an SQLite file in `workdir` (or on
-    `database_url`), its log in `workdir`; stopped on the way out. Yields its URL and process."""
+    `database_url`), its log in `workdir`, with a Kafka listener on `kafka_listener`
+    (HOST:PORT) when given; stopped on the way out. Yields its URL and process."""
     from coordinator.launcher import Launched
 
     database = database_url or f"sqlite:///{workdir / 'coordinator.db'}"
+    listener = ["--kafka-listener", kafka_listener] if kafka_listener else []
     served = Launched(
         workdir,
         database_url=database,
-        args=["--log-level", "warning"],
+        args=["--log-level", "warning", *listener],
         log=workdir / "coordinator.log",
     )
     with served:

@@ -17,6 +17,11 @@ commits once (a batch replayed from the checkpoint after a crash is recognised, 
     python -m jobs.mirror --coordinator-url http://127.0.0.1:8080 --source payments \\
         --target payments-copy --mode stream --checkpoint /tmp/mirror-checkpoint
     spark-submit jobs/mirror.py --coordinator-url http://127.0.0.1:8080 --source a --target b
+    # A Kafka team's shape: Spark's own Kafka source (read_committed) from the coordinator's
+    # Kafka listener, the txlog streaming sink into the coordinator, exactly once per batch.
+    python -m jobs.mirror --coordinator-url http://127.0.0.1:8080 --source payments \
+        --target payments-copy --mode stream --checkpoint /tmp/ck \
+        --kafka-bootstrap-servers 127.0.0.1:9092
 """
 
 from __future__ import annotations
@@ -90,9 +95,34 @@ class Route:
     job_id: str = "mirror"
     group: str = "mirror"
     token: str | None = None
+    # Read the source with Spark's own Kafka source (`format("kafka")`, read_committed) from
+    # these bootstrap servers, e.g. the coordinator's Kafka listener, instead of `txlog`.
+    bootstrap: str | None = None
 
     def auth(self) -> dict[str, str]:
         return {"coordinator.token": self.token} if self.token else {}
+
+    def stream_source(self, spark: SparkSession, starting_offsets: str) -> DataFrame:
+        """The source as a stream: `txlog`, or Spark's Kafka source with `bootstrap`. Both read
+        committed records only and give the same columns (headers included)."""
+        if self.bootstrap is None:
+            return (
+                spark.readStream.format("txlog")
+                .option("coordinator.url", self.url)
+                .option("subscribe", self.source)
+                .option("startingOffsets", starting_offsets)
+                .options(**self.auth())
+                .load()
+            )
+        return (
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", self.bootstrap)
+            .option("subscribe", self.source)
+            .option("startingOffsets", starting_offsets)
+            .option("kafka.isolation.level", "read_committed")
+            .option("includeHeaders", "true")
+            .load()
+        )
 
 
 def run_batch(
@@ -146,21 +176,17 @@ def run_stream(
     *,
     processing_time: str | None = None,
     run_seconds: int | None = None,
+    writer_options: Mapping[str, str] | None = None,
 ) -> None:
-    """Copy as a stream into the txlog streaming sink (each micro-batch one commit). Without
-    `processing_time`, copies what is there and stops (Trigger.AvailableNow). A first start,
-    without a checkpoint, begins at the group's committed offsets (those of a batch mirror)."""
+    """Copy as a stream into the txlog streaming sink (each micro-batch one commit, the batch
+    id with it, so a batch replayed from the checkpoint after a crash is not written twice).
+    Without `processing_time`, copies what is there and stops (Trigger.AvailableNow). A first
+    start, without a checkpoint, begins at the group's committed offsets (those of a batch
+    mirror); after that the checkpoint says where the stream is."""
     from sdk.spark import committed_offsets, offsets_json
 
     start = committed_offsets(route.url, route.group, [route.source], token=route.token)
-    stream = (
-        spark.readStream.format("txlog")
-        .option("coordinator.url", route.url)
-        .option("subscribe", route.source)
-        .option("startingOffsets", offsets_json(start))
-        .options(**route.auth())
-        .load()
-    )
+    stream = route.stream_source(spark, offsets_json(start))
     writer = (
         mirrored(stream, transform)
         .writeStream.format("txlog")
@@ -169,6 +195,7 @@ def run_stream(
         .option("jobId", route.job_id)
         .option("checkpointLocation", checkpoint)
         .options(**route.auth())
+        .options(**dict(writer_options or {}))
     )
     run_query(writer, processing_time, run_seconds, "mirror")
 
@@ -186,6 +213,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--source", required=True, help="topic to copy from")
     parser.add_argument("--target", required=True, help="topic to copy into (must exist)")
     parser.add_argument("--mode", choices=["batch", "stream"], default="batch", help="(batch)")
+    parser.add_argument(
+        "--kafka-bootstrap-servers",
+        metavar="HOST:PORT",
+        help="stream mode: read the source with Spark's own Kafka source (format kafka, "
+        "read_committed) from these servers, e.g. the coordinator's Kafka listener; needs the "
+        "connector on the session (spark.jars.packages="
+        "org.apache.spark:spark-sql-kafka-0-10_2.13:SPARK_VERSION)",
+    )
     parser.add_argument(
         "--job-id",
         help="stable name of the job across reruns (default: mirror-SOURCE-TARGET, with "
@@ -214,16 +249,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.mode == "stream" and not args.checkpoint:
         print("--mode stream needs --checkpoint", file=sys.stderr)
         return 2
-    from jobs.cluster import session
+    if args.kafka_bootstrap_servers and args.mode != "stream":
+        print("--kafka-bootstrap-servers reads a stream: add --mode stream", file=sys.stderr)
+        return 2
+    from jobs.cluster import kafka_connector_package, session
     from sdk.spark import register
 
     suffix = "-stream" if args.mode == "stream" else ""
     job_id = args.job_id or f"mirror-{args.source}-{args.target}{suffix}"
     route = Route(
-        args.coordinator_url, args.source, args.target, job_id, args.group or job_id, args.token
+        args.coordinator_url,
+        args.source,
+        args.target,
+        job_id,
+        args.group or job_id,
+        args.token,
+        args.kafka_bootstrap_servers,
     )
     transform = Transform(args.value_expr, args.key_expr, args.where, args.preserve_partitions)
-    spark = session(f"mirror-{args.mode}", args.master)
+    conf = {}
+    if args.kafka_bootstrap_servers and args.master:
+        conf["spark.jars.packages"] = kafka_connector_package()
+    spark = session(f"mirror-{args.mode}", args.master, conf=conf)
     try:
         register(spark)
         if args.mode == "batch":

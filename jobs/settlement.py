@@ -273,8 +273,21 @@ class Source:
     # Settlements into this SQL database (any SQLAlchemy URL) through txsql, not the topic.
     sql_url: str | None = None
     sql_table: str = "settlements"
+    # Read the payments with Spark's own Kafka source (`format("kafka")`, read_committed) from
+    # these bootstrap servers, the coordinator's Kafka listener, instead of with txlog.
+    bootstrap: str | None = None
+
+    @property
+    def reader_format(self) -> str:
+        return "txlog" if self.bootstrap is None else "kafka"
 
     def reader_options(self) -> dict[str, str]:
+        if self.bootstrap is not None:
+            return {
+                "kafka.bootstrap.servers": self.bootstrap,
+                "subscribe": self.input_topic,
+                "kafka.isolation.level": "read_committed",
+            }
         options = {"coordinator.url": self.url, "subscribe": self.input_topic}
         if self.token:
             options["coordinator.token"] = self.token
@@ -366,7 +379,7 @@ def run_batch(
     if run.offsets == 0:
         return run
     payments = (
-        spark.read.format("txlog")
+        spark.read.format(source.reader_format)
         .options(**source.reader_options())
         .option("startingOffsets", offsets_json(start))
         .option("endingOffsets", offsets_json(end))
@@ -420,7 +433,7 @@ def run_stream(
 
     start = source.committed(latest_offsets(source.url, [source.input_topic], token=source.token))
     stream = (
-        spark.readStream.format("txlog")
+        spark.readStream.format(source.reader_format)
         .options(**source.reader_options())
         .option("startingOffsets", offsets_json(start))
         .load()

@@ -50,7 +50,7 @@ def java_command(*args: str, main: str = "coordinator.clients.Scenarios") -> lis
     if java is None or not (classes / "coordinator" / "clients" / "Scenarios.class").exists():
         pytest.fail(
             "the Java client is not built: run the README's test command "
-            "(mvn -f tests/clients/java/pom.xml package, with Java 17 and Maven)"
+            "(mvn -f tests/clients/pom.xml package, with Java 17 and Maven)"
         )
     return [
         java,

@@ -5,7 +5,7 @@ same functions, so it is the same job.
 
 Spec: `{"master": ..., "speculation": false, "conf": {...}, "job": "batch", "stream" or "steps",
 ...}` with, for "batch", `rows`, `partitions` and `options` (the txlog writer's), for "stream",
-`source`, `checkpoint` and `options`, and for "steps" a list of `steps`, run in order, each a
+`source`, `checkpoint` and `options`, for "mirror" those of `run_mirror`, and for "steps" a list of `steps`, run in order, each a
 write into a SQL table (`format` "txsql" or "jdbc", `options`, `rows`, `partitions`, `fault`:
 see `ledger_rows`) or `format` "effects" (see `pay_each`).
 """
@@ -168,6 +168,21 @@ def run_steps(spark: SparkSession, steps: list[dict[str, Any]]) -> None:
         print(f"step done: {step.get('description', step['format'])}", flush=True)
 
 
+def run_mirror(spark: SparkSession, spec: dict[str, Any]) -> None:
+    """`jobs.mirror`'s stream: `route` (Route's fields), `checkpoint`, `processing_time`,
+    `writer_options`; the value upper-cased on the way."""
+    from jobs.mirror import Route, Transform, run_stream
+
+    run_stream(
+        spark,
+        Route(**spec["route"]),
+        Transform(value="upper(value)"),
+        spec["checkpoint"],
+        processing_time=spec.get("processing_time"),
+        writer_options=spec.get("writer_options"),
+    )
+
+
 def main(spec: dict[str, Any]) -> None:
     from jobs.cluster import session
     from sdk.spark import register
@@ -184,6 +199,8 @@ def main(spec: dict[str, Any]) -> None:
             write_batch(numbers(spark, spec["rows"], spec["partitions"]), spec["options"])
         elif spec["job"] == "steps":
             run_steps(spark, spec["steps"])
+        elif spec["job"] == "mirror":
+            run_mirror(spark, spec)
         else:
             query = start_stream(spark, spec["source"], spec["checkpoint"], spec["options"])
             query.awaitTermination()

@@ -33,10 +33,15 @@ LOCAL_MASTER = "local[2,3]"
 # Spark's own JDBC writer, the txsql tests' baseline, with Debian's drivers (the README's test
 # command installs libpostgresql-jdbc-java and libxerial-sqlite-jdbc-java).
 JDBC_JARS = ("/usr/share/java/postgresql.jar", "/usr/share/java/sqlite-jdbc.jar")
+# Spark's own Kafka connector (`format("kafka")`) and what it needs beyond pyspark's jars, which
+# the README's test command resolves with Maven (tests/clients/spark/pom.xml). A user loads the
+# same with spark.jars.packages=org.apache.spark:spark-sql-kafka-0-10_2.13:<Spark's version>.
+KAFKA_CONNECTOR_LIB = PROJECT_ROOT / "tests" / "clients" / "spark" / "target" / "lib"
+KAFKA_CONNECTOR_JARS = tuple(sorted(str(jar) for jar in KAFKA_CONNECTOR_LIB.glob("*.jar")))
 SPARK_CONF = {
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
-    "spark.jars": ",".join(JDBC_JARS),
+    "spark.jars": ",".join(JDBC_JARS + KAFKA_CONNECTOR_JARS),
 }
 
 
@@ -45,6 +50,14 @@ def require_jdbc_jars() -> None:
     missing = [jar for jar in JDBC_JARS if not Path(jar).is_file()]
     assert not missing, (
         f"{missing} missing: apt-get install -y libpostgresql-jdbc-java libxerial-sqlite-jdbc-java"
+    )
+
+
+def require_kafka_connector() -> None:
+    """Fail, never skip, without Spark's Kafka connector."""
+    assert any("spark-sql-kafka" in jar for jar in KAFKA_CONNECTOR_JARS), (
+        f"Spark's Kafka connector is not in {KAFKA_CONNECTOR_LIB}: run the README's test command "
+        "(mvn -f tests/clients/pom.xml package)"
     )
 
 
