@@ -3,11 +3,12 @@
 it, or its SparkContext must not meet the test session's). A rerun in the test process calls the
 same functions, so it is the same job.
 
-Spec: `{"master": ..., "speculation": false, "conf": {...}, "job": "batch", "stream" or "steps",
-...}` with, for "batch", `rows`, `partitions` and `options` (the txlog writer's), for "stream",
-`source`, `checkpoint` and `options`, for "mirror" those of `run_mirror`, and for "steps" a list of `steps`, run in order, each a
-write into a SQL table (`format` "txsql" or "jdbc", `options`, `rows`, `partitions`, `fault`:
-see `ledger_rows`) or `format` "effects" (see `pay_each`).
+Spec: `{"master": ..., "speculation": false, "conf": {...}, "job": "batch", "stream", "mirror"
+or "steps", ...}` with, for "batch", `rows`, `partitions` and `options` (the txlog writer's), for
+"stream", `source`, `checkpoint` and `options`, for "mirror" those of `run_mirror`, and for
+"steps" a list of `steps`, run in order, each a write into a SQL table (`format` "txsql" or
+"jdbc", `options`, `rows`, `partitions`, `fault`: see `ledger_rows`) or `format` "effects" (see
+`pay_each`).
 """
 
 from __future__ import annotations
