@@ -32,8 +32,12 @@ duplicates, lost commits, aborted or uncommitted reads, torn transactions, reord
 disagreeing readers and group offsets ahead of their data.
 
 Profiles: short (1 minute; no Postgres restart: it is what the test suite runs, and other tests
-share the server), long (10 minutes, every fault kind, Postgres restarts included: it restarts
-the local cluster with pg_ctlcluster, so run it only where nothing else uses that server).
+share the server), long (10 minutes, every fault kind but failover, Postgres restarts included: it
+restarts the local cluster with pg_ctlcluster, so run it only where nothing else uses that
+server), failover (1 minute: the run builds its own Postgres primary and standby from the
+machine's binaries, on free ports in a temporary folder, and fails over again and again: SIGKILL
+of every primary process, promotion of the standby, a new standby built from it; the suite runs
+it; --minutes 10 for the long run, --replication async for what an asynchronous standby loses).
 """
 
 EPILOG = """\
@@ -76,6 +80,12 @@ def main(argv: list[str] | None = None) -> int:
         "(confluent-kafka transactional producers through the services' Kafka listener, "
         "sending their input offsets in every transaction; the readers stay on HTTP)",
     )
+    parser.add_argument(
+        "--replication",
+        choices=("sync", "async"),
+        help="the failover profile's standby: sync (default; a commit waits for the standby) or "
+        "async (it does not: a failover may lose acknowledged writes, which the checker counts)",
+    )
     restarts = parser.add_mutually_exclusive_group()
     restarts.add_argument(
         "--restart-postgres",
@@ -99,6 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.restart_postgres is not None:
         profile = with_postgres_restarts(profile, args.restart_postgres)
     profile = replace(profile, door=args.door)
+    if args.replication is not None:
+        if profile.replication is None:
+            parser.error("--replication goes with --profile failover")
+        profile = replace(profile, replication=args.replication)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     out = args.out or Path(tempfile.mkdtemp(prefix=f"fault-{profile.name}-{seed}-"))
     out.mkdir(parents=True, exist_ok=True)

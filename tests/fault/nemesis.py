@@ -6,6 +6,8 @@ injects the network-level ones). One fault at a time, each recorded as a `fault`
   coordinator aborts its open transaction, then SIGCONT it: a zombie that must find out.
 - `second-instance`: a short process that takes over a live producer's transactional id.
 - `restart-postgres`: restart the Postgres server under everything (`pg_ctlcluster`).
+- `failover`: SIGKILL the run's own Postgres primary (every process of it), promote its
+  standby, and build a new standby from the promoted one (`postgres_pair.PostgresPair`).
 """
 
 from __future__ import annotations
@@ -25,11 +27,18 @@ from pathlib import Path
 import orjson
 
 from tests.fault.history import Fault, Recorder
+from tests.fault.postgres_pair import PostgresPair
 from tests.fault.proxy import FaultProxy
 from tests.fault.workers import history_path, tid_of
 from tests.support.services import ServiceProcess, free_port
 
-NEMESIS_KINDS = ("kill-service", "pause-producer", "second-instance", "restart-postgres")
+NEMESIS_KINDS = (
+    "kill-service",
+    "pause-producer",
+    "second-instance",
+    "restart-postgres",
+    "failover",
+)
 SECOND_INSTANCE_WAIT_S = 30.0  # a second instance gives up after 15 s; then it is killed
 RESTART_ATTEMPTS = 5
 IN_TXN_WAIT_S = 2.0  # how long the nemesis waits for a producer to be inside a transaction
@@ -59,6 +68,7 @@ class Targets:
     history: Path  # the directory of the history files
     txn_timeout_s: float
     sweep_interval_s: float
+    pair: PostgresPair | None = None  # the run's own primary and standby, for `failover`
 
 
 def postgres_cluster() -> tuple[str, str]:
@@ -123,6 +133,7 @@ class Nemesis(threading.Thread):
             "pause-producer": self._pause_producer,
             "second-instance": self._second_instance,
             "restart-postgres": self._restart_postgres,
+            "failover": self._failover,
         }[kind]()
         self.injected[kind] += 1
 
@@ -195,6 +206,12 @@ class Nemesis(threading.Thread):
         )
         took = time.monotonic() - started
         self._record("restart-postgres", mode=mode, seconds=round(took, 3))
+
+    def _failover(self) -> None:
+        if self.targets.pair is None:
+            raise RuntimeError("the failover nemesis needs the run's own Postgres pair")
+        took = self.targets.pair.failover()
+        self._record("failover", **took)
 
 
 def _last_kind(path: Path) -> str | None:

@@ -81,14 +81,14 @@ class PostgresPair:
         self.failovers = 0
         self._generation = 0
 
-    # -- what the services see ------------------------------------------------------------------
+    # -- what the services see -----------------------------------------------------------------
 
     @property
     def url(self) -> str:
         hosts = ",".join(f"127.0.0.1:{port}" for port in self.ports)
         return f"postgresql://{OS_USER}@{hosts}/{DATABASE}?target_session_attrs=read-write"
 
-    # -- building ---------------------------------------------------------------------------------
+    # -- building ------------------------------------------------------------------------------
 
     def start(self) -> PostgresPair:
         self._run(
@@ -109,6 +109,7 @@ class PostgresPair:
                 "unix_socket_directories = ''\n"
                 "wal_level = replica\n"
                 "max_wal_senders = 10\n"
+                "wal_retrieve_retry_interval = '100ms'\n"
                 "wal_keep_size = '256MB'\n"
                 "hot_standby = on\n"
                 "fsync = off\n"
@@ -208,7 +209,7 @@ class PostgresPair:
                     raise RuntimeError(f"no {wanted} standby streaming after {READY_S:g} s: {rows}")
                 time.sleep(0.05)
 
-    # -- the fault ----------------------------------------------------------------------------------
+    # -- the fault -----------------------------------------------------------------------------
 
     def failover(self) -> dict[str, float | int]:
         """Kill the primary, promote the standby, build a new standby on the old primary's port.
@@ -242,7 +243,7 @@ class PostgresPair:
             self._kill(server)
         shutil.rmtree(self.root, ignore_errors=True)
 
-    # -- as the postgres user ---------------------------------------------------------------------
+    # -- as the postgres user ------------------------------------------------------------------
 
     def _as_postgres(self) -> dict[str, object]:
         if os.geteuid() != 0:

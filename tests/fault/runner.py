@@ -35,6 +35,7 @@ from tests.fault.history import (
     load,
 )
 from tests.fault.nemesis import NEMESIS_KINDS, Nemesis, NemesisTiming, Targets, restart
+from tests.fault.postgres_pair import PostgresPair
 from tests.fault.proxy import FAULT_KINDS, FaultProxy, ProxyFaults
 from tests.fault.workers import INPUT_TOPIC, TOPIC, group_of, history_path, plans_path
 from tests.support.services import (
@@ -69,6 +70,10 @@ class Profile:
     # Which door the producers use: "http" (the SDK, through the fault proxy) or "kafka"
     # (confluent-kafka to the services' Kafka listeners; the readers stay on HTTP).
     door: str = "http"
+    # With the `failover` nemesis: the run's own Postgres primary and standby, replicating
+    # "sync" (synchronous_standby_names '*') or "async", in place of a database on the shared
+    # server.
+    replication: str | None = None
 
     @property
     def fault_kinds(self) -> tuple[str, ...]:
@@ -90,6 +95,16 @@ PROFILES = {
         proxy=_PROXY_FAULTS,
         timing=NemesisTiming(gap=(1.0, 3.0)),
         min_committed=150,
+    ),
+    "failover": Profile(
+        name="failover",
+        minutes=1.0,
+        # The primary SIGKILLed, the standby promoted, a new standby built: again and again.
+        nemesis=("failover",),
+        proxy=_PROXY_FAULTS,
+        timing=NemesisTiming(gap=(2.0, 5.0)),
+        min_committed=60,
+        replication="sync",
     ),
     "long": Profile(
         name="long",
@@ -113,6 +128,8 @@ class RunResult:
             "profile": self.profile.name,
             "seed": self.seed,
             "minutes": self.profile.minutes,
+            "door": self.profile.door,
+            **({"replication": self.profile.replication} if self.profile.replication else {}),
             "history": str(self.out),
             **self.report.summary(),
         }
@@ -149,6 +166,7 @@ class _Run:
         for d in (self.history, self.plans, self.logs):
             d.mkdir(parents=True, exist_ok=True)
         self.database: str | None = None
+        self.pair: PostgresPair | None = None
         self.services: list[ServiceProcess] = []
         self.proxy: FaultProxy | None = None
         self.nemesis: Nemesis | None = None
@@ -198,6 +216,7 @@ class _Run:
                 history=self.history,
                 txn_timeout_s=p.txn_timeout_ms / 1000,
                 sweep_interval_s=SWEEP_INTERVAL_MS / 1000,
+                pair=self.pair,
             ),
             Recorder(self.history / "nemesis.jsonl", "nemesis", origin=self.t0),
             random.Random(self.rng.getrandbits(32)),
@@ -210,8 +229,13 @@ class _Run:
         return self.verdict()
 
     def start_services(self) -> None:
-        self.database = create_postgres_database()
-        self.say(f"database {self.database.rpartition('/')[2]}")
+        if self.profile.replication is not None:
+            self.pair = PostgresPair(synchronous=self.profile.replication == "sync").start()
+            url = self.pair.url
+            self.say(f"Postgres pair ({self.profile.replication} replication): {url}")
+        else:
+            url = self.database = create_postgres_database()
+            self.say(f"database {self.database.rpartition('/')[2]}")
         env = {
             "COORDINATOR_TIMEOUT_CHECK_INTERVAL_MS": str(SWEEP_INTERVAL_MS),
             "COORDINATOR_POOL_SIZE": "5",
@@ -222,7 +246,7 @@ class _Run:
             # service's connections go to the other when they reconnect.
             env["COORDINATOR_KAFKA_LISTENER"] = f"127.0.0.1:{free_port()}"
         for _ in range(2):  # one after the other: the first `serve` migrates the database
-            service = ServiceProcess(self.database, self.logs, **env)
+            service = ServiceProcess(url, self.logs, **env)
             self.services.append(service)
             service.start()
         with httpx.Client(base_url=self.services[0].url, timeout=HTTP) as http:
@@ -488,6 +512,9 @@ class _Run:
             if self.database is not None:
                 drop_postgres_database(self.database)
                 self.database = None
+            if self.pair is not None:
+                self.pair.stop()
+                self.pair = None
 
 
 _OPEN_STATES = {"Ongoing", "Prepared"}
