@@ -163,6 +163,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._idle_s = settings.connections_max_idle_ms / 1000
         self._header_bytes = 0
         self._headers_too_large = False
+        # Bytes received since the current request began, while its headers are not complete.
+        self._head_received = 0
+        self._in_head = True
         self._address = ""
         self._idle: asyncio.TimerHandle | None = None
 
@@ -196,6 +199,17 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         self._arm_idle()
+        if self._in_head:
+            # httptools holds a header name or value whole before `on_header` can count it, so
+            # a peer sending one endless header would be held until it stops. Refused instead
+            # once the bytes received before the headers end pass the cap (checked before this
+            # read is added: a read that completes the headers may carry body bytes too), so
+            # what is held is the cap plus one read.
+            if self._head_received > self._max_header_bytes:
+                self._headers_too_large = True
+                self.send_400_response("header block too large")
+                return
+            self._head_received += len(data)
         super().data_received(data)
 
     def _arm_idle(self) -> None:
@@ -213,6 +227,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._header_bytes = 0
+        self._head_received = 0
+        self._in_head = True
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        super().on_headers_complete()
 
     def on_url(self, url: bytes) -> None:
         self._count(len(url))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import select
 import socket
 import struct
 from collections.abc import Iterator
@@ -120,6 +121,33 @@ def test_a_header_block_over_the_cap_is_431_and_the_service_serves_on(
     assert status_line == b"HTTP/1.1 431 Request Header Fields Too Large", answer[:200]
     problem = json.loads(rest.partition(b"\r\n\r\n")[2])
     assert problem["status"] == 431 and problem["code"] == "INVALID_REQUEST"
+    assert httpx.get(f"{service.url}/healthz").status_code == 200
+
+
+def test_an_endless_header_is_refused_at_the_cap_not_when_the_peer_stops(
+    service: ServiceProcess,
+) -> None:
+    """A peer that keeps sending one header value, never ending it (issue 37, item 3): the
+    service answers 431 and closes once about the cap arrived, instead of holding what the peer
+    sends until it stops (the parser keeps a header whole before it can be counted)."""
+    sent = 0
+    answer = b""
+    with socket.create_connection(("127.0.0.1", service.port), timeout=30) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\nx-endless: ")
+        chunk = b"a" * 4096
+        with contextlib.suppress(ConnectionError):
+            while sent < 32 * 1024 * 1024:
+                sock.sendall(chunk)
+                sent += len(chunk)
+                ready, _, _ = select.select([sock], [], [], 0)
+                if ready:
+                    break
+        with contextlib.suppress(ConnectionError):
+            while data := sock.recv(65536):
+                answer += data
+    assert answer.startswith(b"HTTP/1.1 431 Request Header Fields Too Large"), answer[:200]
+    # The cap, one read of the service and what the sockets' buffers hold, not 32 MiB.
+    assert sent < 4 * 1024 * 1024, sent
     assert httpx.get(f"{service.url}/healthz").status_code == 200
 
 
