@@ -16,6 +16,7 @@ import coordinator
 from coordinator.admin.dashboard import router as dashboard_router
 from coordinator.admin.metrics import router as metrics_router
 from coordinator.admin.routes import router as admin_router
+from coordinator.core import memory
 from coordinator.core.auth import Authenticator
 from coordinator.core.database import Database
 from coordinator.core.errors import install_error_handlers
@@ -59,6 +60,7 @@ def wire_domains() -> None:
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     wire_domains()
+    memory.configure(settings.queued_max_request_bytes, settings.queued_max_request_wait_ms / 1000)
     level = os.environ.get("COORDINATOR_LOG_LEVEL")
     if level:  # a worker of `serve --workers N --log-level ...`
         logging.getLogger("coordinator").setLevel(level.upper())

@@ -237,7 +237,7 @@ def _check_header(data: bytes | bytearray | memoryview, pos: int, header: Header
 
 def _records_section(
     data: bytes | bytearray | memoryview, pos: int, header: Header, max_uncompressed: int
-) -> bytes | memoryview:
+) -> bytes | bytearray | memoryview:
     start, end = pos + HEADER_SIZE, pos + header.size
     codec = header.compression
     view = memoryview(data)[start:end]
@@ -253,24 +253,24 @@ def _records_section(
         ) from None
 
 
-def _decompress(codec: int, data: memoryview, limit: int) -> bytes:
+def _decompress(codec: int, data: memoryview, limit: int) -> bytes | bytearray:
     if codec == COMPRESSION_GZIP:
         # In steps of a bounded size, so a bomb is refused having held at most `limit` bytes
         # (one call with the limit as its bound holds the output twice while it grows).
+        # Into one growing buffer, not a list of parts joined at the end: a join holds the
+        # records twice at its peak.
         inflater = zlib.decompressobj(47)  # gzip or zlib header, detected
-        parts: list[bytes] = []
-        total = 0
+        out = bytearray()
         pending: bytes | memoryview = data
         while not inflater.eof:
             part = inflater.decompress(pending, _INFLATE_STEP)
-            total += len(part)
-            if total > limit:
+            if len(out) + len(part) > limit:
                 raise InflatesTooFar(f"the records inflate past {limit} bytes")
-            parts.append(part)
+            out += part
             pending = inflater.unconsumed_tail
             if not part and not pending:
                 raise CorruptBatch("the gzip stream is truncated")
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        return out
     if codec == COMPRESSION_SNAPPY:
         if bytes(data[:8]) == _XERIAL_MAGIC:
             return _xerial(data, limit)
@@ -323,7 +323,7 @@ def _xerial(data: memoryview, limit: int) -> bytes:
     return b"".join(parts)
 
 
-def _varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+def _varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
     """A zigzag varint (up to 64 bits) at `pos`: (value, position after it)."""
     raw = 0
     shift = 0
@@ -338,7 +338,7 @@ def _varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
             raise CorruptBatch("a varint is longer than 10 bytes")
 
 
-def _walk(body: bytes | memoryview, count: int) -> tuple[int, bool]:
+def _walk(body: bytes | bytearray | memoryview, count: int) -> tuple[int, bool]:
     """Check the records section holds exactly `count` well-formed records with offset deltas
     0..count-1; returns (largest timestamp delta, whether any key is null). Single-byte varints
     (nearly all of them) are decoded inline: this loop is on every produce."""
@@ -419,7 +419,7 @@ def _walk(body: bytes | memoryview, count: int) -> tuple[int, bool]:
     return (0 if max_delta is None else max_delta), has_null_key
 
 
-def _skip_headers(body: bytes | memoryview, pos: int, count: int, index: int) -> int:
+def _skip_headers(body: bytes | bytearray | memoryview, pos: int, count: int, index: int) -> int:
     if count < 0:
         raise CorruptBatch(f"record {index}: header count {count}")
     for _ in range(count):
@@ -467,8 +467,8 @@ def records(
     if header is None:
         header = read_header(data, pos)
     body = _records_section(data, pos, header, max_uncompressed)
-    if isinstance(body, memoryview):
-        body = bytes(body)
+    if not isinstance(body, bytes):
+        body = bytes(body)  # each record's key and value: bytes of their own
     base_offset = header.base_offset
     base_ts = header.base_timestamp
     append_time = header.max_timestamp if header.log_append_time else None

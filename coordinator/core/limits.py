@@ -27,6 +27,7 @@ from coordinator.core.errors import (
     RequestTooLarge,
     problem_response,
 )
+from coordinator.core.memory import Overloaded, request_memory
 from coordinator.core.metrics import record_refusal, set_error_code
 
 _PRODUCE_PATH = re.compile(r"^/v1/topics/[^/]+/partitions/[^/]+/records/?$")
@@ -60,6 +61,19 @@ class BodySizeLimit:
         if declared is not None and declared > self.max_bytes:
             await problem_response(self._refusal(scope))(scope, receive, send)
             return
+        # The body is held from its first byte until the request is answered: reserved first
+        # (all of the cap for a chunked body, whose length is not told), so the bodies of many
+        # concurrent requests wait for the process's request memory instead of growing it.
+        if declared is None:
+            declared = self.max_bytes if _is_chunked(scope) else 0
+        try:
+            async with request_memory().reserve(declared):
+                await self._buffered(scope, receive, send)
+        except Overloaded as exc:
+            set_error_code(scope, exc.code)
+            await problem_response(exc)(scope, receive, send)
+
+    async def _buffered(self, scope: Scope, receive: Receive, send: Send) -> None:
         chunks: list[bytes] = []
         total = 0
         while True:
@@ -98,6 +112,10 @@ def _framing_refusal(scope: Scope) -> CoordinatorError | None:
             shown = part[:200].decode("ascii", "backslashreplace")
             return NotUtf8(f"the {what} {shown} is not UTF-8 once percent-decoded")
     return None
+
+
+def _is_chunked(scope: Scope) -> bool:
+    return any(name == b"transfer-encoding" for name, _ in scope["headers"])
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -149,6 +149,11 @@ class Settings(BaseSettings):
     max_header_bytes: int = Field(default=64 * 1024, ge=1024)
     # Largest request body accepted, in bytes; a produce over it is 413 RECORD_LIST_TOO_LARGE.
     max_request_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    # One budget for what requests hold in a process (Kafka's queued.max.request.bytes): bodies
+    # being buffered, Kafka frames until answered, batches inflated to be checked. Past it a
+    # request waits its turn, and after the wait below is refused as retriable.
+    queued_max_request_bytes: int = Field(default=256 * 1024 * 1024, ge=1024 * 1024)
+    queued_max_request_wait_ms: int = Field(default=30_000, ge=1)
     # A compressed batch may inflate to at most this many bytes, and to at most
     # max_compression_ratio times its own size (1 MiB is always allowed); past either it is
     # refused as RECORD_LIST_TOO_LARGE with nothing written (a decompression bomb).

@@ -19,6 +19,7 @@ import time
 from coordinator.core.auth import Access, Authenticator
 from coordinator.core.database import Database
 from coordinator.core.errors import StoreUnavailable
+from coordinator.core.memory import Overloaded, request_memory
 from coordinator.core.metrics import record_refusal
 from coordinator.core.quotas import MutationQuota
 from coordinator.core.settings import Settings
@@ -136,9 +137,13 @@ class KafkaListener:
                 async with asyncio.timeout(idle_s):
                     prefix = await reader.readexactly(4)
                 size = wire.read_frame_size(prefix, limit)
-                async with asyncio.timeout(idle_s):
-                    frame = await reader.readexactly(size)
-                answer = await self._answer(client, frame)
+                # The frame is held until it is answered: reserved from the process's request
+                # memory before it is read (Kafka's queued.max.request.bytes), so concurrent
+                # large requests are read in turn; its bytes wait in the socket meanwhile.
+                async with request_memory().reserve(size):
+                    async with asyncio.timeout(idle_s):
+                        frame = await reader.readexactly(size)
+                    answer = await self._answer(client, frame)
                 if client.failed_authentication:
                     # Kafka's connection.failed.authentication.delay.ms: the failure is told
                     # late, then the connection closes, so guessing credentials is slow.
@@ -168,6 +173,11 @@ class KafkaListener:
                 delay = self.settings.connection_failed_authentication_delay_ms / 1000
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.sleep(delay)
+        except Overloaded as exc:
+            # Waited as long as a request may for the request memory: the client reconnects
+            # and sends it again.
+            record_refusal("kafka", "overloaded")
+            log.info("closing the Kafka connection of %s: %s", client.client_host, exc)
         except StoreUnavailable as exc:
             # A call with no per-item error to carry it (an all-topics Metadata): the client
             # reconnects and retries; the outage itself is logged once by the store.

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import threading
 import weakref
 from collections import deque
 from collections.abc import Callable, Collection, Sequence
@@ -39,6 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from coordinator.core.clock import now_ms
 from coordinator.core.database import Database
 from coordinator.core.errors import CoordinatorError, InvalidRequest, StoreUnavailable
+from coordinator.core.memory import request_memory
 from coordinator.core.schemas import INT32_MAX
 from coordinator.core.settings import Settings
 from coordinator.log import appends, configs
@@ -186,17 +186,6 @@ _CHECK_OFF_LOOP_BYTES = 16 * 1024
 _INFLATION_FLOOR_BYTES = 1024 * 1024
 
 
-# At most this many large batches are inflated at once per process, so concurrent bombs hold at
-# most this many times COORDINATOR_MAX_UNCOMPRESSED_BATCH_BYTES (the others wait their turn on
-# their worker thread, not on the event loop).
-_INFLATION_SLOTS = threading.BoundedSemaphore(2)
-
-
-def _check_inflating(data: bytes, limit: int) -> recordbatch.Checked:
-    with _INFLATION_SLOTS:
-        return recordbatch.check(data, limit)
-
-
 def inflation_limit(settings: Settings, size: int) -> int:
     """How far a compressed batch of `size` bytes may inflate: the absolute cap, and the ratio
     cap above a floor."""
@@ -213,7 +202,10 @@ async def check_batch(
     limit = inflation_limit(settings, len(data))
     try:
         if len(data) >= _CHECK_OFF_LOOP_BYTES and recordbatch.read_header(data).compression:
-            checked = await asyncio.to_thread(_check_inflating, data, limit)
+            # Inflated on a worker thread, holding up to `limit` bytes: reserved first from the
+            # process's request memory, so concurrent bombs inflate in turn, within the budget.
+            async with request_memory().reserve(limit):
+                checked = await asyncio.to_thread(recordbatch.check, data, limit)
         else:
             checked = recordbatch.check(data, limit)
     except recordbatch.InflatesTooFar as exc:
