@@ -8,6 +8,7 @@ On SQLite only: the budget stands in front of the store, and what it bounds neve
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import threading
 import time
@@ -18,11 +19,10 @@ from typing import Any
 import httpx
 import pytest
 
+from coordinator.core.memory import Overloaded, RequestMemory
 from sdk import recordbatch
 from tests.service.test_store_outage import KafkaSocket
 from tests.support.services import ServiceProcess, free_port
-
-pytestmark = pytest.mark.slow
 
 MiB = 1024 * 1024
 BUDGET = 40 * MiB
@@ -72,6 +72,7 @@ def kafka_produce(kafka: KafkaSocket, topic: str, batch: bytes) -> Any:
     )
 
 
+@pytest.mark.slow
 def test_concurrent_bombs_through_both_doors_stay_within_the_budget(
     service: ServiceProcess,
 ) -> None:
@@ -147,3 +148,49 @@ def test_concurrent_bombs_through_both_doors_stay_within_the_budget(
     assert fine and set(fine) == {200}
     growth = peak - baseline
     assert growth <= BUDGET + SLACK, f"grew {growth / MiB:.0f} MiB (budget {BUDGET / MiB:.0f})"
+
+
+async def test_reservations_past_the_budget_wait_their_turn_in_order() -> None:
+    memory = RequestMemory(100, wait_s=5)
+    order: list[str] = []
+    first = memory.reserve(80)
+    await first.__aenter__()
+
+    async def take(name: str, size: int) -> None:
+        async with memory.reserve(size):
+            order.append(name)
+            await asyncio.sleep(0)
+
+    big, small = asyncio.create_task(take("big", 60)), asyncio.create_task(take("small", 10))
+    await asyncio.sleep(0.01)
+    # "small" would fit beside the 80 held, but waits behind "big": first come, first served.
+    assert order == [] and memory.used == 80
+    await first.__aexit__(None, None, None)
+    await asyncio.gather(big, small)
+    assert order == ["big", "small"] and memory.used == 0
+
+
+async def test_a_reservation_waits_at_most_the_wait_then_is_overloaded() -> None:
+    memory = RequestMemory(100, wait_s=0.05)
+    async with memory.reserve(100):
+        with pytest.raises(Overloaded, match="COORDINATOR_QUEUED_MAX_REQUEST_BYTES"):
+            async with memory.reserve(1):
+                pass
+        assert memory.used == 100
+    assert memory.used == 0
+    # More than the whole budget is cut to it: it runs alone, never waits forever.
+    async with memory.reserve(10_000):
+        assert memory.used == 100
+
+
+async def test_a_cancelled_wait_leaves_nothing_held_and_lets_the_next_in() -> None:
+    memory = RequestMemory(100, wait_s=5)
+    async with memory.reserve(90):
+        waiting = asyncio.create_task(memory.reserve(50).__aenter__())
+        await asyncio.sleep(0.01)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        async with memory.reserve(10):  # behind nothing now
+            assert memory.used == 100
+    assert memory.used == 0
