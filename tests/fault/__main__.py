@@ -86,6 +86,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the failover profile's standby: sync (default; a commit waits for the standby) or "
         "async (it does not: a failover may lose acknowledged writes, which the checker counts)",
     )
+    parser.add_argument(
+        "--link-delay-ms",
+        type=int,
+        help="the failover profile's replication link delays every byte this long each way, as "
+        "a standby in another zone (default 0: loopback)",
+    )
     restarts = parser.add_mutually_exclusive_group()
     restarts.add_argument(
         "--restart-postgres",
@@ -113,6 +119,10 @@ def main(argv: list[str] | None = None) -> int:
         if profile.replication is None:
             parser.error("--replication goes with --profile failover")
         profile = replace(profile, replication=args.replication)
+    if args.link_delay_ms is not None:
+        if profile.replication is None or args.link_delay_ms < 0:
+            parser.error("--link-delay-ms (>= 0) goes with --profile failover")
+        profile = replace(profile, link_delay_ms=args.link_delay_ms)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     out = args.out or Path(tempfile.mkdtemp(prefix=f"fault-{profile.name}-{seed}-"))
     out.mkdir(parents=True, exist_ok=True)

@@ -9,8 +9,10 @@ stays true through every failover: whichever port holds the primary, the driver 
 
 Replication is synchronous (`synchronous_standby_names = '*'`: a commit returns once the standby
 has it) or asynchronous (the primary does not wait, and a failover can lose what the standby had
-not received). `fsync` is off: the faults are process kills, which the kernel's page cache
-survives, and what is measured is replication, not disks.
+not received). `link_delay_ms` puts the standby behind a link that delays every byte each way
+(`TcpProxy`), as a standby in another zone is: on loopback an asynchronous standby is never far
+enough behind to lose anything. `fsync` is off: the faults are process kills, which the
+kernel's page cache survives, and what is measured is replication, not disks.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from pathlib import Path
 
 import psycopg
 
-from tests.support.services import free_port
+from tests.support.services import TcpProxy, free_port
 
 log = logging.getLogger("fault.postgres")
 
@@ -70,8 +72,10 @@ class Server:
 
 
 class PostgresPair:
-    def __init__(self, synchronous: bool = True) -> None:
+    def __init__(self, synchronous: bool = True, link_delay_ms: int = 0) -> None:
         self.synchronous = synchronous
+        self.link_delay_s = link_delay_ms / 1000
+        self._link: TcpProxy | None = None
         self.bin = postgres_bin()
         self.root = Path(tempfile.mkdtemp(prefix="fault-postgres-"))
         self._chown(self.root)
@@ -134,7 +138,8 @@ class PostgresPair:
         return self
 
     def _build_standby(self, standby: Server, primary: Server) -> None:
-        """A copy of `primary` streaming from it, on `standby`'s port."""
+        """A copy of `primary` streaming from it (through the delayed link, if any), on
+        `standby`'s port."""
         self._generation += 1
         standby.data = self.root / f"d{self._generation}"
         self._run(
@@ -158,6 +163,14 @@ class PostgresPair:
             if self.synchronous:
                 # Idle while it is a standby; the rule it follows from the moment it is promoted.
                 conf.write("synchronous_standby_names = '*'\n")
+        if self.link_delay_s > 0:
+            if self._link is not None:
+                self._link.stop()
+            self._link = TcpProxy("127.0.0.1", primary.port, self.link_delay_s).start()
+            with (standby.data / "postgresql.auto.conf").open("a") as conf:  # overrides -R's
+                conf.write(
+                    f"primary_conninfo = 'host=127.0.0.1 port={self._link.port} user={OS_USER}'\n"
+                )
         self._launch(standby)
         self._await_streaming(primary, "sync" if self._sync_configured(primary) else "async")
 
@@ -241,6 +254,9 @@ class PostgresPair:
     def stop(self) -> None:
         for server in (self.primary, self.standby):
             self._kill(server)
+        if self._link is not None:
+            self._link.stop()
+            self._link = None
         shutil.rmtree(self.root, ignore_errors=True)
 
     # -- as the postgres user ------------------------------------------------------------------

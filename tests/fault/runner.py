@@ -74,6 +74,8 @@ class Profile:
     # "sync" (synchronous_standby_names '*') or "async", in place of a database on the shared
     # server.
     replication: str | None = None
+    # The standby's replication link delays every byte this long each way (another zone).
+    link_delay_ms: int = 0
 
     @property
     def fault_kinds(self) -> tuple[str, ...]:
@@ -129,7 +131,14 @@ class RunResult:
             "seed": self.seed,
             "minutes": self.profile.minutes,
             "door": self.profile.door,
-            **({"replication": self.profile.replication} if self.profile.replication else {}),
+            **(
+                {
+                    "replication": self.profile.replication,
+                    "link_delay_ms": self.profile.link_delay_ms,
+                }
+                if self.profile.replication
+                else {}
+            ),
             "history": str(self.out),
             **self.report.summary(),
         }
@@ -230,9 +239,15 @@ class _Run:
 
     def start_services(self) -> None:
         if self.profile.replication is not None:
-            self.pair = PostgresPair(synchronous=self.profile.replication == "sync").start()
+            self.pair = PostgresPair(
+                synchronous=self.profile.replication == "sync",
+                link_delay_ms=self.profile.link_delay_ms,
+            ).start()
             url = self.pair.url
-            self.say(f"Postgres pair ({self.profile.replication} replication): {url}")
+            self.say(
+                f"Postgres pair ({self.profile.replication} replication, link delay "
+                f"{self.profile.link_delay_ms} ms): {url}"
+            )
         else:
             url = self.database = create_postgres_database()
             self.say(f"database {self.database.rpartition('/')[2]}")

@@ -136,12 +136,14 @@ def serve_on_fresh_store(
 class TcpProxy:
     """A TCP forwarder in a thread of its own, between a service and its store, that a test
     can cut (every connection closed, new ones refused) and restore: a store outage without
-    restarting the store the other tests share."""
+    restarting the store the other tests share. With `delay_s`, every byte arrives that much
+    later in each direction, in order (a link to another zone: a standby's replication)."""
 
-    def __init__(self, upstream_host: str, upstream_port: int) -> None:
+    def __init__(self, upstream_host: str, upstream_port: int, delay_s: float = 0.0) -> None:
         import threading
 
         self.upstream = (upstream_host, upstream_port)
+        self.delay_s = delay_s
         self.port = free_port()
         self._up = True
         self._loop = asyncio.new_event_loop()
@@ -231,7 +233,36 @@ class TcpProxy:
                 with contextlib.suppress(ConnectionError, OSError):
                     await sink.wait_closed()
 
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        async def delayed(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            """As `pipe`, each chunk written `delay_s` after it was read."""
+            loop = asyncio.get_running_loop()
+            queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+
+            async def read() -> None:
+                with contextlib.suppress(ConnectionError, OSError):
+                    while data := await source.read(65536):
+                        queue.put_nowait((loop.time() + self.delay_s, data))
+                queue.put_nowait((loop.time() + self.delay_s, b""))
+
+            reading = asyncio.create_task(read())
+            try:
+                while True:
+                    due, data = await queue.get()
+                    await asyncio.sleep(max(0.0, due - loop.time()))
+                    if not data:
+                        break
+                    sink.write(data)
+                    await sink.drain()
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                reading.cancel()
+                sink.close()
+                with contextlib.suppress(ConnectionError, OSError):
+                    await sink.wait_closed()
+
+        forward = delayed if self.delay_s > 0 else pipe
+        await asyncio.gather(forward(reader, up_writer), forward(up_reader, writer))
         self._writers -= {writer, up_writer}
 
 
