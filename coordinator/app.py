@@ -25,6 +25,7 @@ from coordinator.core.limits import BodySizeLimit
 from coordinator.core.metrics import MetricsMiddleware
 from coordinator.core.openapi import install_openapi
 from coordinator.core.quotas import MutationQuota
+from coordinator.core.replicas import watch_replicas
 from coordinator.core.settings import Settings, get_settings
 from coordinator.deletion import router as deletion_router
 from coordinator.effects.routes import router as effects_router
@@ -79,6 +80,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             asyncio.create_task(run_expiry(db, settings), name="coordinator-effect-expiry"),
             asyncio.create_task(run_cleaner(db, settings), name="coordinator-log-cleaner"),
         ]
+        if db.replicas is not None:
+            background.append(
+                asyncio.create_task(watch_replicas(db, settings), name="replica-watch")
+            )
         listener = None
         if settings.kafka_listener is not None:
             listener = KafkaListener(db, settings, app.state.authenticator, app.state.quota)

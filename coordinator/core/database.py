@@ -29,6 +29,7 @@ from sqlalchemy.orm import DeclarativeBase
 from sqlalchemy.types import TypeDecorator
 
 from coordinator.core.errors import StoreUnavailable, UnstorableText
+from coordinator.core.replicas import Replicas
 from coordinator.core.settings import Settings
 
 log = logging.getLogger("coordinator.store")
@@ -163,6 +164,11 @@ class Database:
                 self.url, pool_size=settings.pool_size, max_overflow=settings.pool_size
             )
             self.read_engine = self.engine
+        self.replicas = (
+            Replicas.of(settings.read_replica_urls, settings.pool_size, settings.replica_max_lag_ms)
+            if settings.read_replica_urls and not self.is_sqlite
+            else None
+        )
         # SQLite's busy handler retries a locked database by sleeping, which lets one writer
         # starve; writers of this process queue here instead, first come first served. Other
         # processes still meet SQLite's own lock, which is what keeps the data correct.
@@ -239,6 +245,8 @@ class Database:
             await autocommit.exec_driver_sql(f"VACUUM (SKIP_LOCKED) {', '.join(tables)}")
 
     async def dispose(self) -> None:
+        if self.replicas is not None:
+            await self.replicas.dispose()
         await self.engine.dispose()
         if self.read_engine is not self.engine:
             await self.read_engine.dispose()

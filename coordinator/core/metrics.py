@@ -84,6 +84,15 @@ CONNECTION_REFUSALS = Counter(
 )
 
 
+FETCH_SOURCES = Counter(
+    "coordinator_fetches",
+    "Fetches (both doors) by where they were read: primary, or replica (a hot standby within "
+    "COORDINATOR_REPLICA_MAX_LAG_MS).",
+    ["source"],
+    registry=PROCESS,
+)
+
+
 LIMIT_REFUSALS = Counter(
     "coordinator_limit_refusals",
     "Requests refused by a limit of the domain, through either door: group_max_size, "

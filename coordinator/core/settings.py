@@ -163,6 +163,11 @@ class Settings(BaseSettings):
     fetch_max_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     # Connections per service process (Postgres).
     pool_size: int = Field(default=10, ge=1)
+    # Hot standbys of the Postgres primary that may serve fetches (KIP-392's follower fetching),
+    # as a JSON list of URLs; one is used only while it replays within the lag bound.
+    read_replica_urls: list[str] = Field(default_factory=list)
+    replica_max_lag_ms: int = Field(default=1_000, ge=0)
+    replica_check_interval_ms: int = Field(default=200, ge=10)
     # Append groups one process writes at once (Postgres; SQLite writes one at a time): appends
     # arriving while this many units of work are writing wait and go together in the next.
     append_groups_in_flight: int = Field(default=2, ge=1)
@@ -186,6 +191,14 @@ class Settings(BaseSettings):
     @classmethod
     def _async_driver(cls, value: str) -> str:
         return normalise_database_url(value)
+
+    @field_validator("read_replica_urls")
+    @classmethod
+    def _replica_drivers(cls, value: list[str]) -> list[str]:
+        urls = [normalise_database_url(url) for url in value]
+        if any(not url.startswith("postgresql") for url in urls):
+            raise ValueError("read replicas are Postgres hot standbys: postgresql:// URLs")
+        return urls
 
     @field_validator("kafka_listener")
     @classmethod

@@ -16,10 +16,12 @@ from dataclasses import astuple, dataclass, field
 from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, func, select
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.core.database import Database, on_driver
 from coordinator.core.errors import InvalidRequest
+from coordinator.core.replicas import count_fetch
 from coordinator.log.bounds import Bounds, partition_bounds
 from coordinator.log.errors import (
     OffsetOutOfRange,
@@ -310,14 +312,33 @@ class _Asked:
     aborted_list: bool
 
 
-async def _fetch_postgres(db: Database, topic: str, partition: int, asked: _Asked) -> Fetched:
+async def _fetch_postgres(
+    db: Database, topic: str, partition: int, asked: _Asked, from_replica: bool = True
+) -> Fetched:
     offset, max_bytes, read_committed = asked.offset, asked.max_bytes, asked.read_committed
-    async with db.autocommit() as connection:
-        found = await on_driver(
-            connection, _FETCH_POSTGRES, topic, partition, offset, read_committed,
-            asked.include_control, asked.include_aborted, FETCH_CHUNK, max_bytes,
-            asked.aborted_list,
-        )  # fmt: skip
+    arguments = (
+        topic, partition, offset, read_committed, asked.include_control, asked.include_aborted,
+        FETCH_CHUNK, max_bytes, asked.aborted_list,
+    )  # fmt: skip
+    replica = db.replicas.pick() if db.replicas is not None and from_replica else None
+    found: list[Any] | None = None
+    if replica is not None:
+        assert db.replicas is not None
+        try:
+            async with db.replicas.connection(replica) as connection:
+                found = await on_driver(connection, _FETCH_POSTGRES, *arguments)
+        except (ConnectionError, OSError, DBAPIError):
+            found = None  # the standby went away: the primary answers
+        head = next((row for row in found or () if row[0] == 0), None)
+        if head is None or offset > head[2]:
+            # Not on the standby yet (a new partition; an offset a consumer just fetched from
+            # the primary): the primary answers, never an out-of-range the primary would not.
+            found = None
+    if found is None:
+        replica = None
+        async with db.autocommit() as connection:
+            found = await on_driver(connection, _FETCH_POSTGRES, *arguments)
+    count_fetch("primary" if replica is None else "replica")
     head = next((row for row in found if row[0] == 0), None)
     bounds = None if head is None else Bounds(head[1], head[2], head[3])
     fetched, upper = _begin(bounds, topic, partition, offset, read_committed)
@@ -333,11 +354,21 @@ async def _fetch_postgres(db: Database, topic: str, partition: int, asked: _Aske
     if limit:
         # More than a chunk's batches within the budget: the rest in chunks (the snapshot is
         # another, but what lies below `upper` is written already).
+        # From the same server: a standby's later snapshot holds all of an earlier one.
         params = {"topic": topic, "partition": partition, "upper": upper, "cursor": rows[-1][0] + 1}
         chunks = (asked.include_control, asked.include_aborted)
-        async with db.read() as session:
-            connection = await session.connection()
-            await _read_chunks(connection, filling, chunks, params, limit, first=False)
+        if replica is not None:
+            assert db.replicas is not None
+            try:
+                async with db.replicas.connection(replica) as connection:
+                    await _read_chunks(connection, filling, chunks, params, limit, first=False)
+            except (ConnectionError, OSError, DBAPIError):
+                # The standby went away halfway: the whole fetch again, from the primary.
+                return await _fetch_postgres(db, topic, partition, asked, from_replica=False)
+        else:
+            async with db.read() as session:
+                connection = await session.connection()
+                await _read_chunks(connection, filling, chunks, params, limit, first=False)
     if fetched.batches:
         fetched.aborted = sorted(
             (r[1], r[2]) for r in found if r[0] == 2 and r[2] < fetched.next_offset
