@@ -25,6 +25,19 @@ read_uncommitted MB/s (goal >= 0.9). Figures are noisy when other work runs on t
 
     python bench/fetch.py --seconds 10
 
+With `--replica` it measures reads from a hot standby instead (issue 37; Kafka's follower
+fetching): a primary and a synchronous standby of its own on this machine (built as the fault
+run builds them, `tests/fault/postgres_pair.py`), filled as above. Then, each for `--seconds`:
+read_committed consumers on a service reading from the primary alone, and on a service with the
+standby in `COORDINATOR_READ_REPLICA_URLS`; and the same two again while `--producers`
+idempotent producers append record batches to another topic, whose throughput is what heavy
+reads leave the primary. `replica_read_ratio` = reads with the standby over reads from the
+primary alone; `produce_left_ratio` = produce under reads served by the standby over produce
+under reads served by the primary. On one 2-core machine both servers share the CPUs; a standby
+on a machine of its own adds its CPUs.
+
+    python bench/fetch.py --replica --seconds 10
+
 The last stdout line is one JSON object with the figures; progress goes to stderr.
 """
 
@@ -43,6 +56,7 @@ import asyncpg
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is not a package
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # the project: tests.fault's pair
 from _support import (
     BATCH_HEADERS,
     MB,
@@ -262,6 +276,131 @@ async def bench(args: argparse.Namespace) -> None:
     )
 
 
+PRODUCE_TOPIC = "bench-fetch-produce"
+
+
+async def producer(client: Client, partition: int, args: argparse.Namespace, window: Window) -> int:
+    """Idempotent appends of prebuilt batches for the window; bytes answered inside it."""
+    values = random_values(args.batch_records, args.record_bytes, seed=100 + partition)
+    template = BatchTemplate([v.encode() for v in values])
+    path = f"/v1/topics/{PRODUCE_TOPIC}/partitions/{partition}/records"
+    sent = 0
+    clock = time.perf_counter
+    while clock() < window.end:
+        body = template.at(-1, -1, -1)
+        response = await client.post(path, content=body, headers=BATCH_HEADERS)
+        if response.status_code != 200:
+            raise BenchFailure(f"produce {partition}: {response.status_code}")
+        if window.counts(clock()):
+            sent += len(body)
+    return sent
+
+
+async def reads_and_produce(
+    service: Service, args: argparse.Namespace, with_producers: bool
+) -> tuple[float, float]:
+    """(read_committed MB/s, produce MB/s) in one window, producers only if asked."""
+    readers = make_clients(service.url, args.consumers)
+    writers = make_clients(service.url, args.producers if with_producers else 0)
+    try:
+        window = Window.after(args.warmup, args.seconds)
+        read = asyncio.gather(
+            *(reader(c, i, "read_committed", args.max_bytes, window) for i, c in enumerate(readers))
+        )
+        write = asyncio.gather(*(producer(c, i, args, window) for i, c in enumerate(writers)))
+        read_results, written = await asyncio.gather(read, write)
+    finally:
+        await close_all([*readers, *writers])
+    return (
+        sum(r[0] for r in read_results) / MB / window.seconds,
+        sum(written) / MB / window.seconds,
+    )
+
+
+async def bench_replica(args: argparse.Namespace) -> None:
+    from tests.fault.postgres_pair import DATABASE, PostgresPair
+
+    cancel_on_sigterm()
+    pair = await asyncio.to_thread(PostgresPair(synchronous=True).start)
+    figures: dict[str, float] = {}
+    try:
+        primary_url = pair.primary.dsn(DATABASE)
+        os.environ.pop("COORDINATOR_READ_REPLICA_URLS", None)
+        async with serving(primary_url, "bench-fetch-", SERVE, SERVE_OPTIONS) as service:
+            async with httpx.AsyncClient(base_url=service.url, timeout=60.0) as client:
+                await call(client, "/v1/topics", {"name": TOPIC, "partitions": args.consumers})
+                await call(
+                    client, "/v1/topics", {"name": PRODUCE_TOPIC, "partitions": args.producers}
+                )
+                log(f"filling {args.consumers} partitions x {args.batches} batches")
+                await asyncio.gather(*(fill(client, p, args) for p in range(args.consumers)))
+            for with_producers in (False, True):
+                log(f"primary alone, producers {with_producers}: {args.seconds:g} s")
+                read, written = await reads_and_produce(service, args, with_producers)
+                key = "under_produce" if with_producers else "alone"
+                figures[f"primary_read_mb_per_s_{key}"] = read
+                if with_producers:
+                    figures["produce_mb_per_s_reads_on_primary"] = written
+        os.environ["COORDINATOR_READ_REPLICA_URLS"] = json.dumps([pair.standby.dsn(DATABASE)])
+        try:
+            async with serving(primary_url, "bench-fetch-", SERVE, SERVE_OPTIONS) as service:
+                await asyncio.sleep(1.0)  # the first checks of the standby's lag
+                for with_producers in (False, True):
+                    log(f"with the standby, producers {with_producers}: {args.seconds:g} s")
+                    read, written = await reads_and_produce(service, args, with_producers)
+                    key = "under_produce" if with_producers else "alone"
+                    figures[f"replica_read_mb_per_s_{key}"] = read
+                    if with_producers:
+                        figures["produce_mb_per_s_reads_on_replica"] = written
+                sources = (await asyncio.to_thread(httpx.get, f"{service.url}/metrics")).text
+        finally:
+            del os.environ["COORDINATOR_READ_REPLICA_URLS"]
+    finally:
+        await asyncio.to_thread(pair.stop)
+    served = {
+        source: sum(
+            float(line.split()[-1])
+            for line in sources.splitlines()
+            if line.startswith(f'coordinator_fetches_total{{source="{source}"}}')
+        )
+        for source in ("primary", "replica")
+    }
+    figures["replica_read_ratio"] = (
+        figures["replica_read_mb_per_s_alone"] / figures["primary_read_mb_per_s_alone"]
+    )
+    figures["produce_left_ratio"] = (
+        figures["produce_mb_per_s_reads_on_replica"] / figures["produce_mb_per_s_reads_on_primary"]
+    )
+    print()
+    print(
+        f"fetch from a standby: {args.consumers} read_committed consumers, {args.producers} "
+        f"producers, {args.seconds:g} s each"
+    )
+    print(f"{'':<34}{'reads MB/s':>12}{'produce MB/s':>14}")
+    print(f"{'primary alone, reads only':<34}{figures['primary_read_mb_per_s_alone']:>12.2f}")
+    print(f"{'with the standby, reads only':<34}{figures['replica_read_mb_per_s_alone']:>12.2f}")
+    print(
+        f"{'primary alone, with produce':<34}"
+        f"{figures['primary_read_mb_per_s_under_produce']:>12.2f}"
+        f"{figures['produce_mb_per_s_reads_on_primary']:>14.2f}"
+    )
+    print(
+        f"{'with the standby, with produce':<34}"
+        f"{figures['replica_read_mb_per_s_under_produce']:>12.2f}"
+        f"{figures['produce_mb_per_s_reads_on_replica']:>14.2f}"
+    )
+    print(f"replica_read_ratio: {figures['replica_read_ratio']:.3f}")
+    print(f"produce_left_ratio: {figures['produce_left_ratio']:.3f}")
+    print(f"fetches served with the standby configured: {served}")
+    print(
+        json.dumps(
+            {k: round(v, 3) for k, v in figures.items()}
+            | {"fetches_served": served, "consumers": args.consumers, "producers": args.producers},
+        ),
+        flush=True,
+    )
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Binary fetch throughput of the coordinator on Postgres (read_committed and "
@@ -278,6 +417,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-bytes", type=positive_int, default=1_048_576, help="per fetch")
     parser.add_argument("--seconds", type=float, default=10.0, help="measured seconds per phase")
     parser.add_argument("--warmup", type=float, default=2.0, help="warm-up seconds per phase")
+    parser.add_argument(
+        "--replica",
+        action="store_true",
+        help="measure reads from a hot standby of a primary of its own, and the produce "
+        "throughput heavy reads leave the primary (see above)",
+    )
+    parser.add_argument(
+        "--producers", type=positive_int, default=2, help="with --replica: producers"
+    )
     args = parser.parse_args(argv)
     if args.seconds <= 0 or args.warmup < 0:
         parser.error("--seconds must be positive and --warmup not negative")
@@ -285,7 +433,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_bench(bench(parse_args(argv)))
+    args = parse_args(argv)
+    return run_bench(bench_replica(args) if args.replica else bench(args))
 
 
 if __name__ == "__main__":
