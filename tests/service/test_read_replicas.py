@@ -20,6 +20,7 @@ import psycopg
 import pytest
 
 from tests.fault.postgres_pair import DATABASE, PostgresPair
+from tests.support.kafka_transactions import transaction, transactional
 from tests.support.services import ServiceProcess, free_port
 
 pytestmark = pytest.mark.slow
@@ -83,25 +84,6 @@ def served_by(
         time.sleep(0.05)
 
 
-def transactional(service: ServiceProcess) -> ck.Producer:
-    producer = ck.Producer(
-        {
-            "bootstrap.servers": service.env["COORDINATOR_KAFKA_LISTENER"],
-            "transactional.id": f"replica-{uuid.uuid4().hex[:8]}",
-        }
-    )
-    producer.init_transactions(30)
-    return producer
-
-
-def transaction(producer: ck.Producer, topic: str, values: list[str], commit: bool) -> None:
-    producer.begin_transaction()
-    for value in values:
-        producer.produce(topic, value=value.encode(), partition=0)
-    producer.flush(30)
-    (producer.commit_transaction if commit else producer.abort_transaction)(30)
-
-
 def test_a_replica_fetch_is_exact_under_read_committed_through_both_doors(
     service: ServiceProcess,
 ) -> None:
@@ -109,7 +91,7 @@ def test_a_replica_fetch_is_exact_under_read_committed_through_both_doors(
     marker, 8 a transaction still open."""
     topic = f"r{uuid.uuid4().hex[:8]}"
     assert httpx.post(f"{service.url}/v1/topics", json={"name": topic}).status_code == 201
-    producer = transactional(service)
+    producer = transactional(service.env["COORDINATOR_KAFKA_LISTENER"])
     transaction(producer, topic, ["c0", "c1"], commit=True)
     transaction(producer, topic, ["a0", "a1"], commit=False)
     transaction(producer, topic, ["c2"], commit=True)

@@ -28,6 +28,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 from tests.kafka.test_kafka_clients import Broker, broker, create_topic
+from tests.support.kafka_transactions import transaction, transactional
 from tests.support.spark_support import (
     LOCAL_MASTER,
     SPARK_CONF,
@@ -63,29 +64,6 @@ def produce(
     assert response.status_code == 200, response.text
     answer: dict[str, Any] = response.json()
     return answer
-
-
-def transactional(broker: Broker) -> ck.Producer:
-    producer = ck.Producer(
-        {
-            "bootstrap.servers": broker.bootstrap,
-            "transactional.id": f"spark-{uuid.uuid4().hex[:8]}",
-            "linger.ms": 0,
-        }
-    )
-    producer.init_transactions(30)
-    return producer
-
-
-def transaction(producer: ck.Producer, topic: str, values: list[str], commit: bool) -> None:
-    producer.begin_transaction()
-    for value in values:
-        producer.produce(topic, value=value.encode(), partition=0)
-    producer.flush(30)
-    if commit:
-        producer.commit_transaction(30)
-    else:
-        producer.abort_transaction(30)
 
 
 def kafka_read(spark: SparkSession, broker: Broker, **options: str) -> DataFrame:
@@ -147,7 +125,7 @@ def test_read_committed_hides_aborted_records_and_markers_with_exact_offsets(
     rows are exactly offsets 0, 1, 2, 7, 8, and read_uncommitted adds the aborted and the open
     ones, never a marker."""
     topic = create_topic(broker)
-    producer = transactional(broker)
+    producer = transactional(broker.bootstrap)
     transaction(producer, topic, ["c0", "c1", "c2"], commit=True)
     transaction(producer, topic, ["a0", "a1"], commit=False)
     transaction(producer, topic, ["c3", "c4"], commit=True)
@@ -390,7 +368,7 @@ class TransactionsInTheBackground:
     read_committed reader must see."""
 
     def __init__(self, broker: Broker, topic: str) -> None:
-        self.producer = transactional(broker)
+        self.producer = transactional(broker.bootstrap)
         self.topic = topic
         self.committed: list[str] = []
         self.rounds = 0
