@@ -41,13 +41,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import confluent_kafka as ck
 import httpx
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is not a package
+from _confluent import producers_in_processes, transactional_round
 from _support import (
     MB,
     BatchTemplate,
@@ -57,7 +57,6 @@ from _support import (
     cancel_on_sigterm,
     checkpoint,
     cpu_in_window,
-    in_processes,
     log,
     plain_url,
     positive_float,
@@ -82,60 +81,6 @@ from coordinator.kafka.wire import payload_type
 from coordinator.launcher import free_port
 
 TOPIC = "bench-kafka"
-
-
-def kafka_producer(
-    bootstrap: str,
-    partition: int,
-    payload: Payload,
-    start: float,
-    end: float,
-    topic: str = TOPIC,
-    **extra: Any,
-) -> Tally:
-    """Produce to one partition of `topic` until `end`; counts what is acknowledged between
-    start and end."""
-    tally = Tally()
-    failures: list[Any] = []
-    config = {
-        "bootstrap.servers": bootstrap,
-        "enable.idempotence": True,
-        "acks": "all",
-        "linger.ms": 5,
-        "batch.num.messages": len(payload.values),
-        "queue.buffering.max.messages": 20 * len(payload.values),
-        "log_level": 3,
-        **extra,
-    }
-    producer = ck.Producer(config)
-    size = len(payload.values[0])
-    clock = time.perf_counter
-
-    def delivered(error: Any, _: Any) -> None:
-        if error is not None:
-            failures.append(error)
-        elif start <= clock() <= end:
-            tally.records += 1
-            tally.value_bytes += size
-
-    i = 0
-    while clock() < end:
-        try:
-            producer.produce(
-                topic,
-                payload.values[i % len(payload.values)],
-                partition=partition,
-                on_delivery=delivered,
-            )
-            i += 1
-        except BufferError:
-            producer.poll(0.005)
-        producer.poll(0)
-    producer.flush(30)
-    if failures:
-        raise RuntimeError(f"{len(failures)} deliveries failed, e.g. {failures[0]}")
-    tally.batches = tally.records // len(payload.values)
-    return tally
 
 
 # -- prebuilt Produce requests: the door, not the client ----------------------------------------
@@ -241,67 +186,9 @@ def run_kafka(
 ) -> tuple[Tally, float]:
     """Each producer in a process of its own, so the load generator (librdkafka's Python
     produce() per record) is not one interpreter's GIL."""
-    tallies = in_processes(
-        [
-            (kafka_producer, (bootstrap, i % args.partitions, payload, window.start, window.end))
-            for i in range(args.producers)
-        ]
-    )
-    return merged(tallies), args.seconds
-
-
-def transactional_round(
-    bootstrap: str, payload: Payload, seconds: float, commit_ms: float, transactional: bool, n: int
-) -> float:
-    """MB/s of one producer for `seconds`: idempotent, or committing every `commit_ms`."""
-    config: dict[str, Any] = {
-        "bootstrap.servers": bootstrap,
-        "enable.idempotence": True,
-        "acks": "all",
-        "linger.ms": 5,
-        "batch.num.messages": len(payload.values),
-        "log_level": 3,
-    }
-    if transactional:
-        config["transactional.id"] = f"bench-txn-{n}"
-    producer = ck.Producer(config)
-    if transactional:
-        producer.init_transactions(30)
-    size = len(payload.values[0])
-    acknowledged = 0
-
-    def delivered(error: Any, _: Any) -> None:
-        nonlocal acknowledged
-        if error is not None:
-            raise RuntimeError(str(error))
-        acknowledged += size
-
-    clock = time.perf_counter
-    began = clock()
-    end = began + seconds
-    i = 0
-    while clock() < end:
-        if transactional:
-            producer.begin_transaction()
-        round_end = min(end, clock() + commit_ms / 1000)
-        while clock() < round_end:
-            try:
-                producer.produce(
-                    TOPIC,
-                    payload.values[i % len(payload.values)],
-                    partition=0,
-                    on_delivery=delivered,
-                )
-                i += 1
-            except BufferError:
-                producer.poll(0.005)
-            producer.poll(0)
-        if transactional:
-            producer.commit_transaction(30)
-        else:
-            producer.flush(30)
-    producer.flush(30)
-    return acknowledged / MB / (clock() - began)
+    return producers_in_processes(
+        bootstrap, TOPIC, args.producers, args.partitions, payload, window
+    ), args.seconds
 
 
 async def bench(args: argparse.Namespace) -> None:
@@ -354,6 +241,7 @@ async def bench(args: argparse.Namespace) -> None:
                     args.commit_ms,
                     txn,
                     n,
+                    TOPIC,
                 )
                 (transactional if txn else idempotent).append(mb_s)
     async with scratch_database(server_url, "bench_") as (_, database_url):

@@ -1,0 +1,148 @@
+"""confluent-kafka (librdkafka) producers as the benchmarks run them, against any Kafka
+listener: the coordinator's (bench/kafka.py) or Apache Kafka's (bench/side_by_side.py)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import confluent_kafka as ck
+from _support import MB, Window, in_processes
+from produce import Payload, Tally, merged
+
+
+def kafka_producer(
+    bootstrap: str,
+    partition: int,
+    payload: Payload,
+    start: float,
+    end: float,
+    topic: str,
+    **extra: Any,
+) -> Tally:
+    """Produce to one partition of `topic` until `end`; counts what is acknowledged between
+    start and end."""
+    tally = Tally()
+    failures: list[Any] = []
+    config = {
+        "bootstrap.servers": bootstrap,
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 5,
+        "batch.num.messages": len(payload.values),
+        "queue.buffering.max.messages": 20 * len(payload.values),
+        "log_level": 3,
+        **extra,
+    }
+    producer = ck.Producer(config)
+    size = len(payload.values[0])
+    clock = time.perf_counter
+
+    def delivered(error: Any, _: Any) -> None:
+        if error is not None:
+            failures.append(error)
+        elif start <= clock() <= end:
+            tally.records += 1
+            tally.value_bytes += size
+
+    i = 0
+    while clock() < end:
+        try:
+            producer.produce(
+                topic,
+                payload.values[i % len(payload.values)],
+                partition=partition,
+                on_delivery=delivered,
+            )
+            i += 1
+        except BufferError:
+            producer.poll(0.005)
+        producer.poll(0)
+    producer.flush(30)
+    if failures:
+        raise RuntimeError(f"{len(failures)} deliveries failed, e.g. {failures[0]}")
+    tally.batches = tally.records // len(payload.values)
+    return tally
+
+
+def producers_in_processes(
+    bootstrap: str, topic: str, producers: int, partitions: int, payload: Payload, window: Window
+) -> Tally:
+    """`producers` of `kafka_producer`, each in a process of its own (so the load generator,
+    librdkafka's Python produce() per record, is not one interpreter's GIL), on partitions in
+    turn; their tallies merged."""
+    tallies = in_processes(
+        [
+            (
+                kafka_producer,
+                (bootstrap, i % partitions, payload, window.start, window.end, topic),
+            )
+            for i in range(producers)
+        ]
+    )
+    return merged(tallies)
+
+
+def transactional_round(
+    bootstrap: str,
+    payload: Payload,
+    seconds: float,
+    commit_ms: float,
+    transactional: bool,
+    n: int,
+    topic: str,
+    commits: list[float] | None = None,
+) -> float:
+    """MB/s of one producer for `seconds`: idempotent, or committing every `commit_ms` (each
+    commit's milliseconds appended to `commits`, EndTxn's latency as the client sees it)."""
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 5,
+        "batch.num.messages": len(payload.values),
+        "log_level": 3,
+    }
+    if transactional:
+        config["transactional.id"] = f"bench-txn-{n}"
+    producer = ck.Producer(config)
+    if transactional:
+        producer.init_transactions(30)
+    size = len(payload.values[0])
+    acknowledged = 0
+
+    def delivered(error: Any, _: Any) -> None:
+        nonlocal acknowledged
+        if error is not None:
+            raise RuntimeError(str(error))
+        acknowledged += size
+
+    clock = time.perf_counter
+    began = clock()
+    end = began + seconds
+    i = 0
+    while clock() < end:
+        if transactional:
+            producer.begin_transaction()
+        round_end = min(end, clock() + commit_ms / 1000)
+        while clock() < round_end:
+            try:
+                producer.produce(
+                    topic,
+                    payload.values[i % len(payload.values)],
+                    partition=0,
+                    on_delivery=delivered,
+                )
+                i += 1
+            except BufferError:
+                producer.poll(0.005)
+            producer.poll(0)
+        if transactional:
+            committing = clock()
+            producer.commit_transaction(30)
+            if commits is not None:
+                commits.append(1000 * (clock() - committing))
+        else:
+            producer.flush(30)
+    producer.flush(30)
+    return acknowledged / MB / (clock() - began)
