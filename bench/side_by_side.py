@@ -1,0 +1,238 @@
+"""Apache Kafka and the coordinator side by side, the same workloads in one run (issue 38).
+
+The brokers:
+- `kafka`: Apache Kafka itself (bench/reference_broker.py: KRaft, one node, on loopback; its
+  settings printed with the figures). It acknowledges from the page cache: `acks=all` on one
+  node is written, not flushed.
+- `coordinator`: `coordinator serve --kafka-listener` on a fresh Postgres database: a write is
+  acknowledged after Postgres's commit reached its disk (synchronous_commit on).
+- `coordinator_async_commit`: the same with the database's `synchronous_commit = off`, which
+  acknowledges before the commit is flushed: the like-for-like durability of Kafka's.
+
+The workloads, each through confluent-kafka (librdkafka), `--record-bytes` records:
+- (a) `idempotent_mb_per_s`: `--producers` idempotent producers (acks=all), each in a process
+  of its own on its own partition, as fast as they are acknowledged, for `--seconds`.
+- (b) `txn_overhead`: one producer, idempotent, then transactional with a commit every
+  `--commit-ms`, alternating for `--rounds` rounds of `--overhead-seconds`: 1 - median
+  transactional / median idempotent MB/s (Kafka's own measure of the cost of transactions).
+- (c) `end_txn_p50_ms`, `end_txn_p99_ms`: one transactional producer runs `--transactions`
+  transactions of `--txn-records` records, one after the other; each commit's latency as the
+  producer sees it (commit_transaction(): the last records' flush, EndTxn, the markers). Small
+  transactions, so that the commit is mostly EndTxn (in (b) a commit waits for everything
+  produced in its 100 ms to be acknowledged first).
+
+Every figure is printed for each broker with `vs_kafka` (the coordinator's over Kafka's; for
+overhead and latency lower is better, so a `vs_kafka` above 1 is worse). The last stdout line is
+one JSON object with everything, the reference broker's settings included.
+
+    python bench/side_by_side.py --seconds 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is not a package
+from _confluent import producers_in_processes, transactional_round
+from _support import (
+    MB,
+    Window,
+    add_postgres_url,
+    admin,
+    cancel_on_sigterm,
+    log,
+    plain_url,
+    positive_float,
+    positive_int,
+    run_bench,
+    scratch_database,
+    serving,
+)
+from produce import SERVE, SERVE_OPTIONS, Payload
+from reference_broker import ReferenceBroker
+
+from coordinator.launcher import free_port
+
+TOPIC = "side-by-side"
+BROKERS = ("kafka", "coordinator", "coordinator_async_commit")
+# Lower is better for these: their vs_kafka above 1 means the coordinator does worse.
+LOWER_IS_BETTER = {"txn_overhead", "end_txn_p50_ms", "end_txn_p99_ms"}
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] if ordered else 0.0
+
+
+async def workloads(bootstrap: str, args: argparse.Namespace) -> dict[str, float]:
+    """(a), (b) and (c) against one listener, its topic already there."""
+    payload = Payload.build(args.batch_records, args.record_bytes)
+    log(f"(a) idempotent: {args.warmup:g} s warm-up + {args.seconds:g} s")
+    window = Window.after(args.warmup + 2.0, args.seconds)  # after the processes' start
+    tally = await asyncio.to_thread(
+        producers_in_processes, bootstrap, TOPIC, args.producers, args.producers, payload, window
+    )
+    log(f"(b), (c): {args.rounds} rounds of 2 x {args.overhead_seconds:g} s")
+    idempotent: list[float] = []
+    transactional: list[float] = []
+    for n in range(args.rounds):
+        for txn in (False, True) if n % 2 == 0 else (True, False):
+            mb_s = await asyncio.to_thread(
+                transactional_round,
+                bootstrap,
+                payload,
+                args.overhead_seconds,
+                args.commit_ms,
+                txn,
+                n,
+                TOPIC,
+            )
+            (transactional if txn else idempotent).append(mb_s)
+    log(f"(c): {args.transactions} transactions of {args.txn_records} records")
+    commits = await asyncio.to_thread(commit_latencies, bootstrap, payload, args)
+    return {
+        "idempotent_mb_per_s": tally.value_bytes / MB / args.seconds,
+        "txn_overhead": 1 - statistics.median(transactional) / statistics.median(idempotent),
+        "end_txn_p50_ms": percentile(commits, 0.5),
+        "end_txn_p99_ms": percentile(commits, 0.99),
+    }
+
+
+def commit_latencies(bootstrap: str, payload: Payload, args: argparse.Namespace) -> list[float]:
+    """Milliseconds of each commit of small transactions run one after the other."""
+    import time
+    import uuid
+
+    import confluent_kafka as ck
+
+    producer = ck.Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"side-by-side-{uuid.uuid4().hex[:8]}",
+            "linger.ms": 5,
+            "log_level": 3,
+        }
+    )
+    producer.init_transactions(30)
+    latencies: list[float] = []
+    for _ in range(args.transactions):
+        producer.begin_transaction()
+        for i in range(args.txn_records):
+            producer.produce(TOPIC, payload.values[i % len(payload.values)], partition=0)
+        started = time.perf_counter()
+        producer.commit_transaction(30)
+        latencies.append(1000 * (time.perf_counter() - started))
+    return latencies
+
+
+async def on_kafka(args: argparse.Namespace) -> tuple[dict[str, float], dict[str, Any]]:
+    import confluent_kafka.admin as kafka_admin
+
+    with ReferenceBroker() as broker:
+        log(f"reference broker: Apache Kafka on {broker.bootstrap}")
+        client = kafka_admin.AdminClient({"bootstrap.servers": broker.bootstrap})
+        created = client.create_topics([kafka_admin.NewTopic(TOPIC, args.producers, 1)])
+        created[TOPIC].result(60)
+        return await workloads(broker.bootstrap, args), broker.describe()
+
+
+async def on_coordinator(args: argparse.Namespace, async_commit: bool) -> dict[str, float]:
+    server_url = plain_url(args.postgres_url)
+    bootstrap = f"127.0.0.1:{free_port()}"
+    options = [*SERVE_OPTIONS, "--kafka-listener", bootstrap]
+    async with scratch_database(server_url, "bench_side_") as (name, database_url):
+        if async_commit:
+            await admin(server_url, f'ALTER DATABASE "{name}" SET synchronous_commit = off')
+        async with serving(database_url, "bench-side-", SERVE, options) as service:
+            async with httpx.AsyncClient(base_url=service.url) as client:
+                answer = await client.post(
+                    "/v1/topics", json={"name": TOPIC, "partitions": args.producers}
+                )
+                answer.raise_for_status()
+            return await workloads(bootstrap, args)
+
+
+async def bench(args: argparse.Namespace) -> None:
+    cancel_on_sigterm()
+    figures: dict[str, dict[str, float]] = {}
+    log("kafka")
+    figures["kafka"], reference = await on_kafka(args)
+    log("coordinator (synchronous_commit on)")
+    figures["coordinator"] = await on_coordinator(args, async_commit=False)
+    log("coordinator (synchronous_commit off)")
+    figures["coordinator_async_commit"] = await on_coordinator(args, async_commit=True)
+    vs_kafka = {
+        broker: {
+            name: value / figures["kafka"][name] if figures["kafka"][name] else float("nan")
+            for name, value in figures[broker].items()
+        }
+        for broker in BROKERS[1:]
+    }
+    print()
+    print(
+        f"side by side: {args.producers} producers, {args.record_bytes} B records, "
+        f"{args.seconds:g} s; transactions every {args.commit_ms:g} ms, {args.rounds} rounds"
+    )
+    print(f"reference: Apache Kafka {reference['kafka']}, settings {reference['settings']}")
+    header = "".join(f"{broker:>26}" for broker in BROKERS)
+    print(f"{'':<22}{header}")
+    for name in figures["kafka"]:
+        row = f"{figures['kafka'][name]:>26.3f}"
+        for broker in BROKERS[1:]:
+            cell = f"{figures[broker][name]:.3f} ({vs_kafka[broker][name]:.2f}x)"
+            row += f"{cell:>26}"
+        print(f"{name:<22}{row}")
+    print("(x: vs_kafka; for txn_overhead and end_txn, lower is better)")
+    print(
+        json.dumps(
+            {
+                "figures": {b: {k: round(v, 4) for k, v in f.items()} for b, f in figures.items()},
+                "vs_kafka": {
+                    b: {k: round(v, 4) for k, v in f.items()} for b, f in vs_kafka.items()
+                },
+                "reference": reference,
+                "producers": args.producers,
+                "record_bytes": args.record_bytes,
+                "seconds": args.seconds,
+                "commit_ms": args.commit_ms,
+            }
+        ),
+        flush=True,
+    )
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Apache Kafka and the coordinator's Kafka listener (Postgres, with and "
+        "without synchronous_commit) side by side: idempotent throughput, transaction overhead "
+        "and EndTxn latency, each with vs_kafka. The last stdout line is one JSON object.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add_postgres_url(parser)
+    parser.add_argument("--producers", type=positive_int, default=2, help="for (a)")
+    parser.add_argument("--batch-records", type=positive_int, default=100, help="records/batch")
+    parser.add_argument("--record-bytes", type=positive_int, default=1024, help="bytes per value")
+    parser.add_argument("--seconds", type=positive_float, default=10.0, help="(a)'s window")
+    parser.add_argument("--warmup", type=float, default=2.0, help="warm-up seconds")
+    parser.add_argument("--rounds", type=positive_int, default=2, help="(b) rounds")
+    parser.add_argument("--overhead-seconds", type=positive_float, default=5.0, help="per mode")
+    parser.add_argument("--commit-ms", type=positive_float, default=100.0, help="commit interval")
+    parser.add_argument("--transactions", type=positive_int, default=200, help="(c) commits")
+    parser.add_argument("--txn-records", type=positive_int, default=100, help="(c) per commit")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_bench(bench(parse_args(argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
