@@ -63,9 +63,13 @@ class BodySizeLimit:
             return
         # The body is held from its first byte until the request is answered: reserved first
         # (all of the cap for a chunked body, whose length is not told), so the bodies of many
-        # concurrent requests wait for the process's request memory instead of growing it.
+        # concurrent requests wait for the process's request memory instead of growing it. A
+        # body other than record batches is JSON (or refused), held decoded too, as Python
+        # objects many times its size.
         if declared is None:
             declared = self.max_bytes if _is_chunked(scope) else 0
+        if not _is_binary(scope):
+            declared *= JSON_DECODED_PER_BYTE
         try:
             async with request_memory().reserve(declared):
                 await self._buffered(scope, receive, send)
@@ -112,6 +116,22 @@ def _framing_refusal(scope: Scope) -> CoordinatorError | None:
             shown = part[:200].decode("ascii", "backslashreplace")
             return NotUtf8(f"the {what} {shown} is not UTF-8 once percent-decoded")
     return None
+
+
+# What a JSON body holds once decoded (dicts, strings, the request's models), per byte of it:
+# measured 11 for a produce of 75,000 small records (8.1 MB decoded to about 90 MB).
+JSON_DECODED_PER_BYTE = 12
+
+
+_BINARY_MEDIA = {b"application/vnd.kafka.record-batch", b"application/octet-stream"}
+
+
+def _is_binary(scope: Scope) -> bool:
+    """A body of bytes that are kept as they are (record batches), not decoded into objects."""
+    for name, value in scope["headers"]:
+        if name == b"content-type":
+            return value.split(b";", 1)[0].strip().lower() in _BINARY_MEDIA
+    return False
 
 
 def _is_chunked(scope: Scope) -> bool:
