@@ -21,6 +21,14 @@ The workloads, each through confluent-kafka (librdkafka), `--record-bytes` recor
   transactions, so that the commit is mostly EndTxn (in (b) a commit waits for everything
   produced in its 100 ms to be acknowledged first).
 
+- (d) `read_committed_mb_per_s`: `--read-records` records written first in transactions of
+  1,000 (so the log holds markers, as a transactional pipeline's does), then read from the start
+  by one consumer with `isolation.level=read_committed`.
+- (e) `eos_loop_records_per_s`: Kafka's exactly-once loop over those records: a consumer
+  (read_committed, in a group) and a transactional producer that writes each record back
+  upper-cased and commits the consumed offsets with it (`send_offsets_to_transaction`) every
+  `--loop-batch` records, for at most `--seconds`.
+
 Every figure is printed for each broker with `vs_kafka` (the coordinator's over Kafka's; for
 overhead and latency lower is better, so a `vs_kafka` above 1 is worse). The last stdout line is
 one JSON object with everything, the reference broker's settings included.
@@ -65,6 +73,8 @@ TOPIC = "side-by-side"
 BROKERS = ("kafka", "coordinator", "coordinator_async_commit")
 # Lower is better for these: their vs_kafka above 1 means the coordinator does worse.
 LOWER_IS_BETTER = {"txn_overhead", "end_txn_p50_ms", "end_txn_p99_ms"}
+READ_TOPIC = "side-by-side-read"
+LOOP_TOPIC = "side-by-side-loop"
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -98,11 +108,18 @@ async def workloads(bootstrap: str, args: argparse.Namespace) -> dict[str, float
             (transactional if txn else idempotent).append(mb_s)
     log(f"(c): {args.transactions} transactions of {args.txn_records} records")
     commits = await asyncio.to_thread(commit_latencies, bootstrap, payload, args)
+    log(f"(d): {args.read_records} records written in transactions, then read")
+    await asyncio.to_thread(fill_in_transactions, bootstrap, payload, args.read_records)
+    read_mb_s = await asyncio.to_thread(read_committed_rate, bootstrap, args.read_records)
+    log(f"(e): the exactly-once loop, at most {args.seconds:g} s")
+    loop_rate = await asyncio.to_thread(eos_loop_rate, bootstrap, args)
     return {
         "idempotent_mb_per_s": tally.value_bytes / MB / args.seconds,
         "txn_overhead": 1 - statistics.median(transactional) / statistics.median(idempotent),
         "end_txn_p50_ms": percentile(commits, 0.5),
         "end_txn_p99_ms": percentile(commits, 0.99),
+        "read_committed_mb_per_s": read_mb_s,
+        "eos_loop_records_per_s": loop_rate,
     }
 
 
@@ -133,14 +150,137 @@ def commit_latencies(bootstrap: str, payload: Payload, args: argparse.Namespace)
     return latencies
 
 
+def fill_in_transactions(bootstrap: str, payload: Payload, records: int) -> None:
+    import uuid
+
+    import confluent_kafka as ck
+
+    producer = ck.Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"side-by-side-fill-{uuid.uuid4().hex[:8]}",
+            "linger.ms": 5,
+            "log_level": 3,
+        }
+    )
+    producer.init_transactions(30)
+    for start in range(0, records, 1000):
+        producer.begin_transaction()
+        for i in range(start, min(records, start + 1000)):
+            while True:
+                try:
+                    producer.produce(READ_TOPIC, payload.values[i % len(payload.values)])
+                    break
+                except BufferError:
+                    producer.poll(0.01)
+        producer.commit_transaction(60)
+
+
+def read_committed_rate(bootstrap: str, records: int) -> float:
+    """MB/s of one read_committed consumer reading `records` values from the start."""
+    import time
+    import uuid
+
+    import confluent_kafka as ck
+
+    consumer = ck.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"side-by-side-read-{uuid.uuid4().hex[:8]}",
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "log_level": 3,
+        }
+    )
+    consumer.subscribe([READ_TOPIC])
+    seen = size = 0
+    started = None
+    deadline = time.monotonic() + 300
+    try:
+        while seen < records and time.monotonic() < deadline:
+            for message in consumer.consume(1000, 1.0):
+                if message.error() is None:
+                    if started is None:
+                        started = time.perf_counter()
+                    seen += 1
+                    size += len(message.value())
+    finally:
+        consumer.close()
+    if seen < records or started is None:
+        raise RuntimeError(f"read {seen} of {records} records")
+    return size / MB / (time.perf_counter() - started)
+
+
+def eos_loop_rate(bootstrap: str, args: argparse.Namespace) -> float:
+    """Records per second through consume, transform, produce and commit-with-offsets."""
+    import time
+    import uuid
+
+    import confluent_kafka as ck
+
+    group = f"side-by-side-loop-{uuid.uuid4().hex[:8]}"
+    consumer = ck.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "log_level": 3,
+        }
+    )
+    producer = ck.Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"{group}-tx",
+            "linger.ms": 5,
+            "log_level": 3,
+        }
+    )
+    producer.init_transactions(30)
+    consumer.subscribe([READ_TOPIC])
+    done = 0
+    started = None
+    end = time.monotonic() + args.seconds + 60  # the group's first assignment comes first
+    try:
+        while done < args.read_records and time.monotonic() < end:
+            messages = [m for m in consumer.consume(args.loop_batch, 1.0) if m.error() is None]
+            if not messages:
+                continue
+            if started is None:
+                started = time.perf_counter()
+                end = time.monotonic() + args.seconds
+            producer.begin_transaction()
+            for message in messages:
+                producer.produce(LOOP_TOPIC, message.value().upper())
+            producer.send_offsets_to_transaction(
+                consumer.position(consumer.assignment()), consumer.consumer_group_metadata(), 30
+            )
+            producer.commit_transaction(30)
+            done += len(messages)
+    finally:
+        consumer.close()
+    if started is None:
+        raise RuntimeError("the loop read nothing")
+    return done / (time.perf_counter() - started)
+
+
 async def on_kafka(args: argparse.Namespace) -> tuple[dict[str, float], dict[str, Any]]:
     import confluent_kafka.admin as kafka_admin
 
     with ReferenceBroker() as broker:
         log(f"reference broker: Apache Kafka on {broker.bootstrap}")
         client = kafka_admin.AdminClient({"bootstrap.servers": broker.bootstrap})
-        created = client.create_topics([kafka_admin.NewTopic(TOPIC, args.producers, 1)])
-        created[TOPIC].result(60)
+        created = client.create_topics(
+            [
+                kafka_admin.NewTopic(TOPIC, args.producers, 1),
+                kafka_admin.NewTopic(READ_TOPIC, 1, 1),
+                kafka_admin.NewTopic(LOOP_TOPIC, 1, 1),
+            ]
+        )
+        for future in created.values():
+            future.result(60)
         return await workloads(broker.bootstrap, args), broker.describe()
 
 
@@ -153,10 +293,11 @@ async def on_coordinator(args: argparse.Namespace, async_commit: bool) -> dict[s
             await admin(server_url, f'ALTER DATABASE "{name}" SET synchronous_commit = off')
         async with serving(database_url, "bench-side-", SERVE, options) as service:
             async with httpx.AsyncClient(base_url=service.url) as client:
-                answer = await client.post(
-                    "/v1/topics", json={"name": TOPIC, "partitions": args.producers}
-                )
-                answer.raise_for_status()
+                for name, partitions in ((TOPIC, args.producers), (READ_TOPIC, 1), (LOOP_TOPIC, 1)):
+                    answer = await client.post(
+                        "/v1/topics", json={"name": name, "partitions": partitions}
+                    )
+                    answer.raise_for_status()
             return await workloads(bootstrap, args)
 
 
@@ -227,6 +368,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--commit-ms", type=positive_float, default=100.0, help="commit interval")
     parser.add_argument("--transactions", type=positive_int, default=200, help="(c) commits")
     parser.add_argument("--txn-records", type=positive_int, default=100, help="(c) per commit")
+    parser.add_argument("--read-records", type=positive_int, default=50_000, help="(d), (e)")
+    parser.add_argument("--loop-batch", type=positive_int, default=500, help="(e) per commit")
     return parser.parse_args(argv)
 
 
