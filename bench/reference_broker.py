@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,16 +30,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from coordinator.launcher import free_port
+
 HERE = Path(__file__).resolve().parent
 LIB = HERE / "reference" / "target" / "lib"
 READY_S = 90.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def kafka_version() -> str:
@@ -56,8 +50,8 @@ def kafka_version() -> str:
 
 class ReferenceBroker:
     def __init__(self, port: int | None = None, **overrides: str) -> None:
-        self.port = port or _free_port()
-        self.controller_port = _free_port()
+        self.port = port or free_port()
+        self.controller_port = free_port()
         self.root = Path(tempfile.mkdtemp(prefix="reference-kafka-"))
         self.process: subprocess.Popen[bytes] | None = None
         # Kafka's defaults but for what one node needs (replication factors of 1) and a first

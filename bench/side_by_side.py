@@ -43,9 +43,12 @@ import asyncio
 import json
 import statistics
 import sys
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
+import confluent_kafka as ck
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is not a package
@@ -123,22 +126,23 @@ async def workloads(bootstrap: str, args: argparse.Namespace) -> dict[str, float
     }
 
 
-def commit_latencies(bootstrap: str, payload: Payload, args: argparse.Namespace) -> list[float]:
-    """Milliseconds of each commit of small transactions run one after the other."""
-    import time
-    import uuid
-
-    import confluent_kafka as ck
-
+def transactional_producer(bootstrap: str, name: str) -> ck.Producer:
+    """A transactional producer of its own id (`name` and a random suffix), initialised."""
     producer = ck.Producer(
         {
             "bootstrap.servers": bootstrap,
-            "transactional.id": f"side-by-side-{uuid.uuid4().hex[:8]}",
+            "transactional.id": f"{name}-{uuid.uuid4().hex[:8]}",
             "linger.ms": 5,
             "log_level": 3,
         }
     )
     producer.init_transactions(30)
+    return producer
+
+
+def commit_latencies(bootstrap: str, payload: Payload, args: argparse.Namespace) -> list[float]:
+    """Milliseconds of each commit of small transactions run one after the other."""
+    producer = transactional_producer(bootstrap, "side-by-side")
     latencies: list[float] = []
     for _ in range(args.transactions):
         producer.begin_transaction()
@@ -151,19 +155,7 @@ def commit_latencies(bootstrap: str, payload: Payload, args: argparse.Namespace)
 
 
 def fill_in_transactions(bootstrap: str, payload: Payload, records: int) -> None:
-    import uuid
-
-    import confluent_kafka as ck
-
-    producer = ck.Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "transactional.id": f"side-by-side-fill-{uuid.uuid4().hex[:8]}",
-            "linger.ms": 5,
-            "log_level": 3,
-        }
-    )
-    producer.init_transactions(30)
+    producer = transactional_producer(bootstrap, "side-by-side-fill")
     for start in range(0, records, 1000):
         producer.begin_transaction()
         for i in range(start, min(records, start + 1000)):
@@ -178,11 +170,6 @@ def fill_in_transactions(bootstrap: str, payload: Payload, records: int) -> None
 
 def read_committed_rate(bootstrap: str, records: int) -> float:
     """MB/s of one read_committed consumer reading `records` values from the start."""
-    import time
-    import uuid
-
-    import confluent_kafka as ck
-
     consumer = ck.Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -214,11 +201,6 @@ def read_committed_rate(bootstrap: str, records: int) -> float:
 
 def eos_loop_rate(bootstrap: str, args: argparse.Namespace) -> float:
     """Records per second through consume, transform, produce and commit-with-offsets."""
-    import time
-    import uuid
-
-    import confluent_kafka as ck
-
     group = f"side-by-side-loop-{uuid.uuid4().hex[:8]}"
     consumer = ck.Consumer(
         {
@@ -230,15 +212,7 @@ def eos_loop_rate(bootstrap: str, args: argparse.Namespace) -> float:
             "log_level": 3,
         }
     )
-    producer = ck.Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "transactional.id": f"{group}-tx",
-            "linger.ms": 5,
-            "log_level": 3,
-        }
-    )
-    producer.init_transactions(30)
+    producer = transactional_producer(bootstrap, group)
     consumer.subscribe([READ_TOPIC])
     done = 0
     started = None

@@ -57,21 +57,12 @@ class BodySizeLimit:
             set_error_code(scope, refusal.code)
             await problem_response(refusal)(scope, receive, send)
             return
-        declared = _content_length(scope)
+        declared, held = _body_size(scope, self.max_bytes)
         if declared is not None and declared > self.max_bytes:
             await problem_response(self._refusal(scope))(scope, receive, send)
             return
-        # The body is held from its first byte until the request is answered: reserved first
-        # (all of the cap for a chunked body, whose length is not told), so the bodies of many
-        # concurrent requests wait for the process's request memory instead of growing it. A
-        # body other than record batches is JSON (or refused), held decoded too, as Python
-        # objects many times its size.
-        if declared is None:
-            declared = self.max_bytes if _is_chunked(scope) else 0
-        if not _is_binary(scope):
-            declared *= JSON_DECODED_PER_BYTE
         try:
-            async with request_memory().reserve(declared):
+            async with request_memory().reserve(held):
                 await self._buffered(scope, receive, send)
         except Overloaded as exc:
             set_error_code(scope, exc.code)
@@ -126,26 +117,26 @@ JSON_DECODED_PER_BYTE = 12
 _BINARY_MEDIA = {b"application/vnd.kafka.record-batch", b"application/octet-stream"}
 
 
-def _is_binary(scope: Scope) -> bool:
-    """A body of bytes that are kept as they are (record batches), not decoded into objects."""
-    for name, value in scope["headers"]:
-        if name == b"content-type":
-            return value.split(b";", 1)[0].strip().lower() in _BINARY_MEDIA
-    return False
-
-
-def _is_chunked(scope: Scope) -> bool:
-    return any(name == b"transfer-encoding" for name, _ in scope["headers"])
-
-
-def _content_length(scope: Scope) -> int | None:
+def _body_size(scope: Scope, max_bytes: int) -> tuple[int | None, int]:
+    """(the declared Content-Length, what the body will hold in memory), from one look at the
+    headers. The body is held from its first byte until the request is answered, so it is
+    reserved first (all of the cap for a chunked body, whose length is not told); a body other
+    than record batches is JSON (or refused), held decoded too, as Python objects many times
+    its size."""
+    declared: int | None = None
+    chunked = binary = False
     for name, value in scope["headers"]:
         if name == b"content-length":
             try:
-                return int(value)
+                declared = int(value)
             except ValueError:
-                return None
-    return None
+                declared = None
+        elif name == b"transfer-encoding":
+            chunked = True
+        elif name == b"content-type":
+            binary = value.split(b";", 1)[0].strip().lower() in _BINARY_MEDIA
+    size = declared if declared is not None else (max_bytes if chunked else 0)
+    return declared, size if binary else size * JSON_DECODED_PER_BYTE
 
 
 def _replay(messages: list[Message]) -> Receive:

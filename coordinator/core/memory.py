@@ -37,6 +37,9 @@ class RequestMemory:
     async def reserve(self, size: int) -> AsyncIterator[None]:
         """Hold `size` bytes of the budget for the block (waiting for them if need be)."""
         size = max(0, min(size, self.budget))
+        if size == 0:  # a request without a body: nothing to hold, nothing to wait for
+            yield
+            return
         await self._acquire(size)
         try:
             yield

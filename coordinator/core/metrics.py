@@ -86,8 +86,8 @@ CONNECTION_REFUSALS = Counter(
 
 FETCH_SOURCES = Counter(
     "coordinator_fetches",
-    "Fetches (both doors) by where they were read: primary, or replica (a hot standby within "
-    "COORDINATOR_REPLICA_MAX_LAG_MS).",
+    "Fetches on Postgres (both doors) by where they were read: primary, or replica (a hot "
+    "standby within COORDINATOR_REPLICA_MAX_LAG_MS).",
     ["source"],
     registry=PROCESS,
 )

@@ -154,8 +154,14 @@ async def watch_replicas(db: Database, settings: Settings) -> None:
     await run_periodically(settings.replica_check_interval_ms / 1000, check, log)
 
 
-def count_fetch(source: str) -> None:
-    FETCH_SOURCES.labels(source=source).inc()
+# The counter's two children, bound once: the count is on every fetch.
+_FROM_REPLICA = FETCH_SOURCES.labels(source="replica")
+_FROM_PRIMARY = FETCH_SOURCES.labels(source="primary")
+
+
+def count_fetch(*, replica: bool) -> None:
+    """A Postgres fetch, by where it was read."""
+    (_FROM_REPLICA if replica else _FROM_PRIMARY).inc()
 
 
 def _host(url: str) -> str:

@@ -49,9 +49,10 @@ def _libpq_hosts_to_query(rest: str) -> str:
     if "," not in hosts:
         return rest
     path, _, query = tail.partition("?")
-    pairs = [f"host={host}" for host in hosts.split(",")]
-    if any(not host for host in hosts.split(",")):
+    listed = hosts.split(",")
+    if not all(listed):
         raise ValueError("a host of the URL's list is empty")
+    pairs = [f"host={host}" for host in listed]
     return f"{userinfo}{at}{path or '/'}?{'&'.join(pairs + ([query] if query else []))}"
 
 

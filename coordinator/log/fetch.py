@@ -11,7 +11,9 @@ Different partitions never wait for each other.
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import astuple, dataclass, field
 from typing import Any, cast
 
@@ -21,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.core.database import Database, on_driver
 from coordinator.core.errors import InvalidRequest
-from coordinator.core.replicas import count_fetch
+from coordinator.core.replicas import Replica, count_fetch
 from coordinator.log.bounds import Bounds, partition_bounds
 from coordinator.log.errors import (
     OffsetOutOfRange,
@@ -312,34 +314,54 @@ class _Asked:
     aborted_list: bool
 
 
-async def _fetch_postgres(
-    db: Database, topic: str, partition: int, asked: _Asked, from_replica: bool = True
+class _NotOnReplica(Exception):
+    """The standby cannot answer this fetch as the primary would: the primary answers it."""
+
+
+async def _fetch_postgres(db: Database, topic: str, partition: int, asked: _Asked) -> Fetched:
+    """From a standby within the lag bound when there is one (`Replicas.pick`), else, or when
+    the standby cannot answer it, from the primary."""
+    replica = db.replicas.pick() if db.replicas is not None else None
+    if replica is not None:
+        with contextlib.suppress(_NotOnReplica):
+            fetched = await _fetch_postgres_on(db, replica, topic, partition, asked)
+            count_fetch(replica=True)
+            return fetched
+    fetched = await _fetch_postgres_on(db, None, topic, partition, asked)
+    count_fetch(replica=False)
+    return fetched
+
+
+@asynccontextmanager
+async def _connection(db: Database, replica: Replica | None) -> AsyncIterator[AsyncConnection]:
+    """A connection to the standby (its failures `_NotOnReplica`) or the primary."""
+    if replica is None:
+        async with db.autocommit() as connection:
+            yield connection
+        return
+    assert db.replicas is not None
+    try:
+        async with db.replicas.connection(replica) as connection:
+            yield connection
+    except (ConnectionError, OSError, DBAPIError):
+        raise _NotOnReplica from None
+
+
+async def _fetch_postgres_on(
+    db: Database, replica: Replica | None, topic: str, partition: int, asked: _Asked
 ) -> Fetched:
     offset, max_bytes, read_committed = asked.offset, asked.max_bytes, asked.read_committed
-    arguments = (
-        topic, partition, offset, read_committed, asked.include_control, asked.include_aborted,
-        FETCH_CHUNK, max_bytes, asked.aborted_list,
-    )  # fmt: skip
-    replica = db.replicas.pick() if db.replicas is not None and from_replica else None
-    found: list[Any] | None = None
-    if replica is not None:
-        assert db.replicas is not None
-        try:
-            async with db.replicas.connection(replica) as connection:
-                found = await on_driver(connection, _FETCH_POSTGRES, *arguments)
-        except (ConnectionError, OSError, DBAPIError):
-            found = None  # the standby went away: the primary answers
-        head = next((row for row in found or () if row[0] == 0), None)
-        if head is None or offset > head[2]:
-            # Not on the standby yet (a new partition; an offset a consumer just fetched from
-            # the primary): the primary answers, never an out-of-range the primary would not.
-            found = None
-    if found is None:
-        replica = None
-        async with db.autocommit() as connection:
-            found = await on_driver(connection, _FETCH_POSTGRES, *arguments)
-    count_fetch("primary" if replica is None else "replica")
+    async with _connection(db, replica) as connection:
+        found = await on_driver(
+            connection, _FETCH_POSTGRES, topic, partition, offset, read_committed,
+            asked.include_control, asked.include_aborted, FETCH_CHUNK, max_bytes,
+            asked.aborted_list,
+        )  # fmt: skip
     head = next((row for row in found if row[0] == 0), None)
+    if replica is not None and (head is None or offset > head[2]):
+        # Not on the standby yet (a new partition; an offset a consumer just fetched from the
+        # primary): the primary answers, never an out-of-range the primary would not give.
+        raise _NotOnReplica
     bounds = None if head is None else Bounds(head[1], head[2], head[3])
     fetched, upper = _begin(bounds, topic, partition, offset, read_committed)
     if offset >= upper:
@@ -352,23 +374,13 @@ async def _fetch_postgres(
     # The budget cut the chunk short: as if it had been read with the rows it returned.
     limit = filling.take(rows, FETCH_CHUNK if head[4] == FETCH_CHUNK else len(rows) + 1)
     if limit:
-        # More than a chunk's batches within the budget: the rest in chunks (the snapshot is
-        # another, but what lies below `upper` is written already).
-        # From the same server: a standby's later snapshot holds all of an earlier one.
+        # More than a chunk's batches within the budget: the rest in chunks, from the same
+        # server (the snapshot is another, but what lies below `upper` is written already,
+        # and a standby's later snapshot holds all of an earlier one).
         params = {"topic": topic, "partition": partition, "upper": upper, "cursor": rows[-1][0] + 1}
         chunks = (asked.include_control, asked.include_aborted)
-        if replica is not None:
-            assert db.replicas is not None
-            try:
-                async with db.replicas.connection(replica) as connection:
-                    await _read_chunks(connection, filling, chunks, params, limit, first=False)
-            except (ConnectionError, OSError, DBAPIError):
-                # The standby went away halfway: the whole fetch again, from the primary.
-                return await _fetch_postgres(db, topic, partition, asked, from_replica=False)
-        else:
-            async with db.read() as session:
-                connection = await session.connection()
-                await _read_chunks(connection, filling, chunks, params, limit, first=False)
+        async with _connection(db, replica) as connection:
+            await _read_chunks(connection, filling, chunks, params, limit, first=False)
     if fetched.batches:
         fetched.aborted = sorted(
             (r[1], r[2]) for r in found if r[0] == 2 and r[2] < fetched.next_offset

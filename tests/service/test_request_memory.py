@@ -9,12 +9,10 @@ On SQLite only: the budget stands in front of the store, and what it bounds neve
 from __future__ import annotations
 
 import asyncio
-import datetime
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import orjson
@@ -22,7 +20,7 @@ import pytest
 
 from coordinator.core.memory import Overloaded, RequestMemory
 from sdk import recordbatch
-from tests.service.test_store_outage import KafkaSocket
+from tests.service.test_store_outage import KafkaSocket, produce_v9
 from tests.support.services import ServiceProcess, free_port
 
 MiB = 1024 * 1024
@@ -57,20 +55,52 @@ def rss(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
-def kafka_produce(kafka: KafkaSocket, topic: str, batch: bytes) -> Any:
-    module: Any = __import__("kio.schema.produce.v9.request", fromlist=["x"])
-    return kafka.call(
-        0,
-        9,
-        transactional_id=None,
-        acks=-1,
-        timeout=datetime.timedelta(seconds=60),
-        topic_data=(
-            module.TopicProduceData(
-                name=topic, partition_data=(module.PartitionProduceData(index=0, records=batch),)
-            ),
-        ),
-    )
+class PeakRss:
+    """How far the process's resident memory rose above where it was when the block began,
+    sampled every 5 ms by a thread of its own."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.baseline = self.peak = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch)
+
+    def __enter__(self) -> PeakRss:
+        self.baseline = self.peak = rss(self.pid)
+        self._thread.start()
+        return self
+
+    def _watch(self) -> None:
+        while not self._done.is_set():
+            self.peak = max(self.peak, rss(self.pid))
+            time.sleep(0.005)
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join(10)
+
+    @property
+    def growth(self) -> int:
+        return self.peak - self.baseline
+
+
+def post(service: ServiceProcess, topic: str, body: bytes, content_type: str) -> int:
+    """One produce of `body` to the topic's partition 0 over HTTP; its status."""
+    with httpx.Client(base_url=service.url, timeout=120) as client:
+        return client.post(
+            f"/v1/topics/{topic}/partitions/0/records",
+            content=body,
+            headers={"content-type": content_type},
+        ).status_code
+
+
+def all_at_once(calls: list[Callable[[], None]]) -> None:
+    """Each call in a thread of its own, all started before any is awaited."""
+    threads = [threading.Thread(target=call) for call in calls]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
 
 
 @pytest.mark.slow
@@ -81,73 +111,48 @@ def test_concurrent_bombs_through_both_doors_stay_within_the_budget(
     with httpx.Client(base_url=service.url, timeout=120) as http:
         for name in ("bombs", "fine"):
             assert http.post("/v1/topics", json={"name": name}).status_code == 201
-        bomb = recordbatch.build(
-            [(0, None, b"\0" * INFLATED, [])], compression=recordbatch.CODECS["gzip"]
-        )
-        assert len(bomb) < MiB // 8
-        # No warm-up bomb: the allocator would keep what it inflated, and the attack would
-        # reuse it unseen.
-        baseline = rss(service.pid)
-        peak = baseline
-        done = threading.Event()
+    bomb = recordbatch.build(
+        [(0, None, b"\0" * INFLATED, [])], compression=recordbatch.CODECS["gzip"]
+    )
+    assert len(bomb) < MiB // 8
+    answers: list[int] = []
+    kafka_codes: list[int] = []
+    fine: list[int] = []
+    attacked = threading.Event()
 
-        def watch() -> None:
-            nonlocal peak
-            while not done.is_set():
-                peak = max(peak, rss(service.pid))
-                time.sleep(0.005)
+    def http_bomb() -> None:
+        answers.append(post(service, "bombs", bomb, "application/vnd.kafka.record-batch"))
 
-        answers: list[int] = []
-        kafka_codes: list[int] = []
+    def kafka_bomb() -> None:
+        kafka = KafkaSocket(kafka_port)
+        try:
+            kafka_codes.append(produce_v9(kafka, "bombs", bomb, timeout_s=60))
+        finally:
+            kafka.sock.close()
 
-        def http_bomb() -> None:
-            with httpx.Client(base_url=service.url, timeout=120) as client:
-                answers.append(
+    def well_behaved() -> None:
+        with httpx.Client(base_url=service.url, timeout=120) as client:
+            while not attacked.is_set():
+                fine.append(
                     client.post(
-                        "/v1/topics/bombs/partitions/0/records",
-                        content=bomb,
-                        headers={"content-type": "application/vnd.kafka.record-batch"},
+                        "/v1/topics/fine/partitions/0/records",
+                        json={"records": [{"value": "small"}]},
                     ).status_code
                 )
 
-        def kafka_bomb() -> None:
-            kafka = KafkaSocket(kafka_port)
-            try:
-                answer = kafka_produce(kafka, "bombs", bomb)
-                kafka_codes.append(answer.responses[0].partition_responses[0].error_code)
-            finally:
-                kafka.sock.close()
-
-        fine: list[int] = []
-
-        def well_behaved() -> None:
-            with httpx.Client(base_url=service.url, timeout=120) as client:
-                while not done.is_set():
-                    fine.append(
-                        client.post(
-                            "/v1/topics/fine/partitions/0/records",
-                            json={"records": [{"value": "small"}]},
-                        ).status_code
-                    )
-
-        watcher = threading.Thread(target=watch)
+    # No warm-up bomb: the allocator would keep what it inflated, and the attack would reuse
+    # it unseen.
+    with PeakRss(service.pid) as memory:
         client = threading.Thread(target=well_behaved)
-        attackers = [threading.Thread(target=http_bomb) for _ in range(BOMBS_PER_DOOR)]
-        attackers += [threading.Thread(target=kafka_bomb) for _ in range(BOMBS_PER_DOOR)]
-        watcher.start()
         client.start()
-        for thread in attackers:
-            thread.start()
-        for thread in attackers:
-            thread.join(120)
-        done.set()
-        watcher.join(10)
+        all_at_once([http_bomb] * BOMBS_PER_DOOR + [kafka_bomb] * BOMBS_PER_DOOR)
+        attacked.set()
         client.join(120)
 
     assert answers == [200] * BOMBS_PER_DOOR
     assert [int(code) for code in kafka_codes] == [0] * BOMBS_PER_DOOR
     assert fine and set(fine) == {200}
-    growth = peak - baseline
+    growth = memory.growth
     assert growth <= BUDGET + SLACK, f"grew {growth / MiB:.0f} MiB (budget {BUDGET / MiB:.0f})"
 
 
@@ -159,39 +164,15 @@ def test_concurrent_large_json_bodies_stay_within_the_budget(service: ServicePro
     assert 2 * MiB < len(body) < 4 * MiB
     with httpx.Client(base_url=service.url, timeout=120) as http:
         assert http.post("/v1/topics", json={"name": "json"}).status_code == 201
-    baseline = rss(service.pid)
-    peak = baseline
-    done = threading.Event()
-
-    def watch() -> None:
-        nonlocal peak
-        while not done.is_set():
-            peak = max(peak, rss(service.pid))
-            time.sleep(0.005)
-
     answers: list[int] = []
 
     def produce() -> None:
-        with httpx.Client(base_url=service.url, timeout=120) as client:
-            answers.append(
-                client.post(
-                    "/v1/topics/json/partitions/0/records",
-                    content=body,
-                    headers={"content-type": "application/json"},
-                ).status_code
-            )
+        answers.append(post(service, "json", body, "application/json"))
 
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    producers = [threading.Thread(target=produce) for _ in range(6)]
-    for thread in producers:
-        thread.start()
-    for thread in producers:
-        thread.join(120)
-    done.set()
-    watcher.join(10)
+    with PeakRss(service.pid) as memory:
+        all_at_once([produce] * 6)
     assert answers == [200] * 6
-    growth = peak - baseline
+    growth = memory.growth
     assert growth <= BUDGET + SLACK, f"grew {growth / MiB:.0f} MiB (budget {BUDGET / MiB:.0f})"
 
 

@@ -87,15 +87,15 @@ def cut_off(tmp_path: Path) -> Iterator[tuple[ServiceProcess, TcpProxy, int]]:
         gc.collect()
 
 
-def _produce(kafka: KafkaSocket, topic: str) -> ErrorCode:
+def produce_v9(kafka: KafkaSocket, topic: str, batch: bytes, timeout_s: float = 5) -> ErrorCode:
+    """Produce v9 of one batch to partition 0; the partition's error code."""
     module: Any = __import__("kio.schema.produce.v9.request", fromlist=["x"])
-    batch = recordbatch.build([(1, b"k", b"v", [])], producer_id=-1, producer_epoch=-1)
     answer = kafka.call(
         0,
         9,
         transactional_id=None,
         acks=-1,
-        timeout=datetime.timedelta(seconds=5),
+        timeout=datetime.timedelta(seconds=timeout_s),
         topic_data=(
             module.TopicProduceData(
                 name=topic, partition_data=(module.PartitionProduceData(index=0, records=batch),)
@@ -104,6 +104,11 @@ def _produce(kafka: KafkaSocket, topic: str) -> ErrorCode:
     )
     code: ErrorCode = answer.responses[0].partition_responses[0].error_code
     return code
+
+
+def _produce(kafka: KafkaSocket, topic: str) -> ErrorCode:
+    batch = recordbatch.build([(1, b"k", b"v", [])], producer_id=-1, producer_epoch=-1)
+    return produce_v9(kafka, topic, batch)
 
 
 def _init_pid(kafka: KafkaSocket) -> ErrorCode:
