@@ -12,11 +12,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
 from typing import Any, TypeVar, Unpack
-from urllib.parse import quote
 
 from sdk._config import AdminConfig, AdminOptions, build_config
 from sdk._errors import KafkaError, KafkaException
-from sdk._http import HttpClient
+from sdk._http import HttpClient, api_path
 from sdk._lifecycle import Closeable
 from sdk._types import TopicPartition
 
@@ -243,14 +242,10 @@ def _transaction(doc: dict[str, Any]) -> TransactionDescription:
     )
 
 
-def _path(name: str) -> str:
-    return quote(name, safe="")
-
-
 def _topic_of(resource: ConfigResource) -> str:
     if resource.restype is not ResourceType.TOPIC:
         raise ValueError(f"{resource!r}: only topic configs exist here")
-    return f"/v1/topics/{_path(resource.name)}"
+    return api_path("topics", resource.name)
 
 
 _SOURCES = {"TOPIC": ConfigSource.DYNAMIC_TOPIC_CONFIG, "DEFAULT": ConfigSource.DEFAULT_CONFIG}
@@ -323,7 +318,7 @@ class AdminClient(Closeable):
                 body["configs"] = dict(new.config)
             try:
                 self._http.call(
-                    "POST", "/v1/topics", body=body, deadline=self._deadline(request_timeout)
+                    "POST", api_path("topics"), body=body, deadline=self._deadline(request_timeout)
                 )
                 futures[new.topic] = _settled(None)
             except KafkaException as exc:
@@ -336,7 +331,7 @@ class AdminClient(Closeable):
         """Every topic (or only `topic`: unknown, it carries an `UNKNOWN_TOPIC_OR_PARTITION`
         error) with its partitions."""
         self._check_open()
-        answer = self._http.call("GET", "/v1/topics", deadline=self._deadline(timeout))
+        answer = self._http.call("GET", api_path("topics"), deadline=self._deadline(timeout))
         topics = {
             t["name"]: TopicMetadata(
                 t["name"], {p: PartitionMetadata(p) for p in range(t["partitions"])}
@@ -360,7 +355,7 @@ class AdminClient(Closeable):
         for name in names:
             try:
                 doc = self._http.call(
-                    "GET", f"/v1/topics/{name}", deadline=self._deadline(request_timeout)
+                    "GET", api_path("topics", name), deadline=self._deadline(request_timeout)
                 )
                 futures[name] = _settled(
                     TopicDescription(
@@ -385,7 +380,7 @@ class AdminClient(Closeable):
         for name in topics:
             try:
                 self._http.call(
-                    "DELETE", f"/v1/topics/{_path(name)}", deadline=self._deadline(request_timeout)
+                    "DELETE", api_path("topics", name), deadline=self._deadline(request_timeout)
                 )
                 futures[name] = _settled(None)
             except KafkaException as exc:
@@ -471,7 +466,7 @@ class AdminClient(Closeable):
             try:
                 answer = self._http.call(
                     "POST",
-                    f"/v1/topics/{_path(topic)}/delete-records",
+                    api_path("topics", topic, "delete-records"),
                     body=body,
                     deadline=self._deadline(request_timeout),
                 )
@@ -502,7 +497,7 @@ class AdminClient(Closeable):
             params["older_than_ms"] = older_than_ms
         if prefix is not None:
             params["prefix"] = prefix
-        answer = self._get("/v1/admin/transactions", params, timeout)
+        answer = self._get(api_path("admin", "transactions"), params, timeout)
         return [_transaction(t) for t in answer["transactions"]]
 
     def describe_transactions(
@@ -511,7 +506,7 @@ class AdminClient(Closeable):
         """The state of each transactional id. Raises `TransactionalIdNotFound` for an unknown
         one."""
         return {
-            tid: _transaction(self._get(f"/v1/transactions/{quote(tid, safe='')}", None, timeout))
+            tid: _transaction(self._get(api_path("transactions", tid), None, timeout))
             for tid in transactional_ids
         }
 
@@ -521,7 +516,7 @@ class AdminClient(Closeable):
         self._check_open()
         self._http.call(
             "POST",
-            f"/v1/admin/transactions/{quote(transactional_id, safe='')}/abort",
+            api_path("admin", "transactions", transactional_id, "abort"),
             body={},
             deadline=self._deadline(timeout),
         )
@@ -534,7 +529,9 @@ class AdminClient(Closeable):
         result: dict[TopicPartition, list[ProducerState]] = {}
         for tp in partitions:
             answer = self._get(
-                "/v1/admin/producers", {"topic": tp.topic, "partition": tp.partition}, timeout
+                api_path("admin", "producers"),
+                {"topic": tp.topic, "partition": tp.partition},
+                timeout,
             )
             result[TopicPartition(tp.topic, tp.partition)] = [
                 ProducerState(**p) for p in answer["producers"]
@@ -547,12 +544,38 @@ class AdminClient(Closeable):
         """Open transactions older than `max_transaction_timeout_ms`, and partitions whose last
         stable offset is pinned by a producer with no open transaction."""
         answer = self._get(
-            "/v1/admin/hanging", {"max_transaction_timeout_ms": max_transaction_timeout_ms}, timeout
+            api_path("admin", "hanging"),
+            {"max_transaction_timeout_ms": max_transaction_timeout_ms},
+            timeout,
         )
         return HangingTransactions(
             [_transaction(t) for t in answer["transactions"]],
             [HangingPartition(**p) for p in answer["partitions"]],
         )
+
+    # -- the API itself ---------------------------------------------------------------------------
+
+    def call_api(
+        self,
+        method: str,
+        *path: str | int,
+        params: Mapping[str, str | int] | None = None,
+        body: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        retry: bool = True,
+    ) -> Any:
+        """Any call of the service's HTTP API (`docs/pages/http-api.md`), named by its path's
+        segments after `/v1/`, each quoted whole (ids may hold any character):
+        `call_api("GET", "groups", group_id)`. Returns the JSON answer as the API gives it;
+        for tools that print it (`coordinator transactions|topics|groups` sit on this) and
+        calls with no method here. Retried as the other calls are, within `timeout`; with
+        `retry=False`, one attempt of at most `timeout` seconds. Raises their typed errors."""
+        self._check_open()
+        if retry:
+            return self._http.call(
+                method, api_path(*path), body=body, params=params, deadline=self._deadline(timeout)
+            )
+        return self._http.send(method, api_path(*path), body=body, params=params, timeout=timeout)
 
     def close(self) -> None:
         self._close_once(self._http.close)

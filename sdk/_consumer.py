@@ -17,7 +17,6 @@ import time
 from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any, Unpack
-from urllib.parse import quote
 
 import httpx
 
@@ -31,7 +30,7 @@ from sdk._errors import (
     KafkaException,
     UnknownTopicOrPartition,
 )
-from sdk._http import RECORD_BATCH, HttpClient
+from sdk._http import RECORD_BATCH, HttpClient, api_path
 from sdk._lifecycle import Closeable
 from sdk._membership import POLL_TIMEOUT, Membership, max_poll_error
 from sdk._types import (
@@ -327,7 +326,7 @@ class Consumer(Closeable):
             identity = self._member.identity() if self._member is not None else None
             if identity is not None:
                 body["member_id"], body["member_epoch"] = identity
-            path = f"/v1/groups/{quote(group, safe='')}/offsets"
+            path = api_path("groups", group, "offsets")
             try:
                 self._http.call("POST", path, body=body)
             except KafkaException as exc:
@@ -440,7 +439,9 @@ class Consumer(Closeable):
             }
             try:
                 page = self._http.fetch_binary(
-                    f"/v1/topics/{topic}/partitions/{partition}/records", params, RECORD_BATCH
+                    api_path("topics", topic, "partitions", partition, "records"),
+                    params,
+                    RECORD_BATCH,
                 )
             except KafkaException as exc:
                 if exc.code == KafkaError.OFFSET_OUT_OF_RANGE:
@@ -563,7 +564,7 @@ class Consumer(Closeable):
 
     def _describe(self, topic: str, partition: int, timeout: float | None) -> dict[str, Any]:
         described = self._http.call(
-            "GET", f"/v1/topics/{topic}", deadline=self._http.deadline(timeout)
+            "GET", api_path("topics", topic), deadline=self._http.deadline(timeout)
         )
         for info in described["partitions"]:
             if info["partition"] == partition:
@@ -581,7 +582,7 @@ class Consumer(Closeable):
         result: dict[TopicKey, tuple[int, str | None]] = {}
         deadline = self._http.deadline(timeout)
         for topic in sorted(topics):
-            path = f"/v1/groups/{quote(group, safe='')}/offsets"
+            path = api_path("groups", group, "offsets")
             query = {**params, "topic": topic}
             answer = (
                 self._http.send("GET", path, params=query)

@@ -14,7 +14,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Unpack
-from urllib.parse import quote
 
 import orjson
 
@@ -23,7 +22,7 @@ from sdk._errors import (
     EffectClaimed,
     KafkaException,
 )
-from sdk._http import HttpClient
+from sdk._http import HttpClient, api_path
 from sdk._lifecycle import Closeable
 
 __all__ = ["Claim", "Effect", "EffectsClient"]
@@ -203,7 +202,7 @@ class EffectsClient(Closeable):
     # -- plumbing ---------------------------------------------------------------------------------
 
     def _path(self, key: str) -> str:
-        return f"/v1/effects/{quote(key, safe='')}"
+        return api_path("effects", key)
 
     def _post(self, key: str, call: str, body: dict[str, Any], timeout: float | None) -> Any:
         """POST, retrying transport failures and retriable answers other than EFFECT_CLAIMED

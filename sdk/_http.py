@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import httpx
 import orjson
@@ -27,13 +28,20 @@ from sdk._errors import (
     error_for,
 )
 
-__all__ = ["RECORD_BATCH", "VERSION", "HttpClient"]
+__all__ = ["RECORD_BATCH", "VERSION", "HttpClient", "api_path"]
 
 # The SDK's version (`sdk.__version__`, and the User-Agent's).
 VERSION = "0.1.0"
 # API.md's media type of Kafka record batches, produced and fetched.
 RECORD_BATCH = "application/vnd.kafka.record-batch"
 T = TypeVar("T")
+
+
+def api_path(*segments: str | int) -> str:
+    """The path of an API call, `/v1/` and its segments, each quoted whole: transactional ids,
+    group ids and effect keys may hold any character, `/` and `%` included. Every path the SDK
+    (and the CLI, through `AdminClient.call_api`) sends is made here."""
+    return "/v1/" + "/".join(quote(str(segment), safe="") for segment in segments)
 
 
 def _retriable(error: KafkaException) -> bool:

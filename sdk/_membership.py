@@ -17,7 +17,6 @@ import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
 from sdk._callbacks import Callbacks
 from sdk._config import ConsumerConfig
@@ -27,7 +26,7 @@ from sdk._errors import (
     KafkaException,
     UnknownMemberId,
 )
-from sdk._http import HttpClient
+from sdk._http import HttpClient, api_path
 
 __all__ = ["Changes", "Membership"]
 
@@ -54,7 +53,7 @@ class Membership:
     def __init__(self, config: ConsumerConfig, group_id: str, callbacks: Callbacks) -> None:
         self._http = HttpClient(config, max_connections=1)
         self._callbacks = callbacks
-        self._path = f"/v1/groups/{quote(group_id, safe='')}/heartbeat"
+        self._path = api_path("groups", group_id, "heartbeat")
         self._client_id = config.client_id
         self._session_timeout_ms = config.session_timeout_ms
         self._rebalance_timeout_ms = config.max_poll_interval_ms

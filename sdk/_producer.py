@@ -25,7 +25,6 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Unpack
-from urllib.parse import quote
 
 from sdk._accumulator import RECORD_OVERHEAD, Accumulator
 from sdk._callbacks import Callbacks
@@ -40,7 +39,7 @@ from sdk._errors import (
     TransactionTimedOut,
     UnknownTopicOrPartition,
 )
-from sdk._http import HttpClient
+from sdk._http import HttpClient, api_path
 from sdk._lifecycle import Closeable
 from sdk._partitioner import partition_for_key
 from sdk._sender import SENDER_POOL_SIZE, Sender
@@ -102,8 +101,6 @@ class Producer(Closeable):
         self.config: ProducerConfig = build_config(ProducerConfig, config, options)
         c = self.config
         self._tid = c.transactional_id
-        # Path form of the id: any printable character may appear in it.
-        self._tid_path = quote(self._tid, safe="") if self._tid else ""
         self._http = HttpClient(c, max_connections=SENDER_POOL_SIZE + 2)
         self._metadata: dict[str, int] = {}
         self._metadata_lock = threading.Lock()
@@ -239,10 +236,10 @@ class Producer(Closeable):
             "transaction_timeout_ms": self.config.transaction_timeout_ms,
             "keep_prepared": keep_prepared,
         }
-        answer = self._txn_call(Op.INIT, "POST", "/v1/init-pid", body, deadline)
+        answer = self._txn_call(Op.INIT, "POST", api_path("init-pid"), body, deadline)
         prepared = False
         if keep_prepared:
-            described = self._txn_call(None, "GET", self._txn_path(""), None, deadline)
+            described = self._txn_call(None, "GET", self._txn_path(), None, deadline)
             prepared = described.get("state") == "Prepared"
         with self._cond:
             self._manager.start_epoch(answer["producer_id"], answer["producer_epoch"])
@@ -310,7 +307,7 @@ class Producer(Closeable):
             body["member_id"] = group_metadata.member_id
             body["member_epoch"] = group_metadata.member_epoch
         deadline = self._http.deadline(timeout)
-        self._txn_call(Op.SEND_OFFSETS, "POST", self._txn_path("/offsets"), body, deadline)
+        self._txn_call(Op.SEND_OFFSETS, "POST", self._txn_path("offsets"), body, deadline)
 
     def prepare_transaction(self, timeout: float | None = None) -> None:
         """Flush, then prepare the transaction: no more records or offsets may join, and the
@@ -332,10 +329,10 @@ class Producer(Closeable):
             pid, epoch = self._manager.producer_id, self._manager.epoch
         body = {"producer_id": pid, "producer_epoch": epoch}
         try:
-            self._txn_call(Op.PREPARE, "POST", self._txn_path("/prepare"), body, deadline)
+            self._txn_call(Op.PREPARE, "POST", self._txn_path("prepare"), body, deadline)
         except InvalidTxnState:
             # A retried prepare whose first attempt was applied: check that it is ours.
-            described = self._txn_call(None, "GET", self._txn_path(""), None, deadline)
+            described = self._txn_call(None, "GET", self._txn_path(), None, deadline)
             if (described.get("state"), described.get("producer_epoch")) != ("Prepared", epoch):
                 raise
         with self._cond:
@@ -461,7 +458,7 @@ class Producer(Closeable):
         if count is None:
             if not isinstance(topic, str):
                 raise TypeError(f"topic must be str, not {type(topic).__name__}")
-            described = self._http.call("GET", f"/v1/topics/{topic}")
+            described = self._http.call("GET", api_path("topics", topic))
             count = len(described["partitions"])
             with self._metadata_lock:
                 self._metadata[topic] = count
@@ -469,8 +466,8 @@ class Producer(Closeable):
 
     # -- the transaction's requests ---------------------------------------------------------------
 
-    def _txn_path(self, suffix: str) -> str:
-        return f"/v1/transactions/{self._tid_path}{suffix}"
+    def _txn_path(self, *suffix: str) -> str:
+        return api_path("transactions", self._tid or "", *suffix)
 
     def _flush_transaction(self, deadline: float) -> None:
         if not self._accumulator.wait_outstanding(deadline):
@@ -496,7 +493,7 @@ class Producer(Closeable):
         commit = op is Op.COMMIT
         body = {"producer_id": pid, "producer_epoch": epoch, "commit": commit}
         try:
-            answer = self._txn_call(op, "POST", self._txn_path("/end"), body, deadline)
+            answer = self._txn_call(op, "POST", self._txn_path("end"), body, deadline)
         except InvalidTxnState:
             if commit:
                 raise

@@ -33,7 +33,7 @@ from sdk._accumulator import Accumulator, Batch, PartitionQueue
 from sdk._callbacks import Callbacks
 from sdk._config import ProducerConfig
 from sdk._errors import KafkaError, KafkaException, MessageTimedOut, TransportError
-from sdk._http import RECORD_BATCH, HttpClient
+from sdk._http import RECORD_BATCH, HttpClient, api_path
 from sdk._transaction_manager import TransactionManager
 
 __all__ = ["SENDER_POOL_SIZE", "Sender"]
@@ -279,7 +279,7 @@ class Sender:
             # A sealed batch in flight: no other thread touches its records or its body.
             batch.body = build()
         assert batch.body is not None
-        path = f"/v1/topics/{topic}/partitions/{partition}/records"
+        path = api_path("topics", topic, "partitions", partition, "records")
         outcome = self._request("POST", path, batch.body, self._produce_params)
         with self._cond:
             self.inflight -= 1
@@ -342,7 +342,7 @@ class Sender:
             self._reset_pending = True
 
     def _init_pid_job(self) -> None:
-        outcome = self._request("POST", "/v1/init-pid", {"transactional_id": None})
+        outcome = self._request("POST", api_path("init-pid"), {"transactional_id": None})
         with self._cond:
             self.inflight -= 1
             self._pid_inflight = False

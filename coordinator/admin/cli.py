@@ -1,4 +1,6 @@
 """`coordinator transactions ...`: the admin calls over HTTP, like Kafka's `kafka-transactions.sh`.
+Like Kafka's tools on its Admin client, every command here and in `coordinator topics|groups` sits
+on the SDK's `AdminClient` (`call_api`): one HTTP client, one way of quoting ids, one set of errors.
 
 Aligned tables for people, `--json` (the API's answer, unchanged) for scripts. Any failure is an
 `error: ...` line on stderr and exit status 1.
@@ -13,9 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import quote
 
 import httpx
+import orjson
+
+from sdk import AdminClient, KafkaException, TransportError
 
 URL_ENV = "COORDINATOR_URL"
 TOKEN_ENV = "COORDINATOR_TOKEN"
@@ -32,8 +36,11 @@ Params = dict[str, str | int]
 
 @dataclass(frozen=True)
 class Call:
+    """One call of the admin API: its path's segments after /v1/, as `AdminClient.call_api`
+    takes them (it quotes each)."""
+
     method: str
-    path: str
+    path: tuple[str | int, ...]
     params: Params = field(default_factory=dict)
     body: dict[str, Any] | None = None  # sent as JSON
 
@@ -48,10 +55,6 @@ class CommandFailed(Exception):
 # -- the subcommands: what each asks, and how its answer reads -----------------------------------
 
 
-def _id_path(transactional_id: str) -> str:
-    return quote(transactional_id, safe="")
-
-
 def _list_call(args: argparse.Namespace) -> Call:
     params: Params = {}
     if args.state is not None:
@@ -60,7 +63,7 @@ def _list_call(args: argparse.Namespace) -> Call:
         params["prefix"] = args.prefix
     if args.older_than_ms is not None:
         params["older_than_ms"] = args.older_than_ms
-    return Call("GET", "/v1/admin/transactions", params)
+    return Call("GET", ("admin", "transactions"), params)
 
 
 def _list_render(answer: Any, args: argparse.Namespace) -> str:
@@ -68,7 +71,7 @@ def _list_render(answer: Any, args: argparse.Namespace) -> str:
 
 
 def _describe_call(args: argparse.Namespace) -> Call:
-    return Call("GET", f"/v1/transactions/{_id_path(args.transactional_id)}")
+    return Call("GET", ("transactions", args.transactional_id))
 
 
 def _describe_render(answer: Any, args: argparse.Namespace) -> str:
@@ -76,7 +79,7 @@ def _describe_render(answer: Any, args: argparse.Namespace) -> str:
 
 
 def _producers_call(args: argparse.Namespace) -> Call:
-    return Call("GET", "/v1/admin/producers", {"topic": args.topic, "partition": args.partition})
+    return Call("GET", ("admin", "producers"), {"topic": args.topic, "partition": args.partition})
 
 
 def _producers_render(answer: Any, args: argparse.Namespace) -> str:
@@ -102,7 +105,7 @@ def _producers_render(answer: Any, args: argparse.Namespace) -> str:
 
 
 def _abort_call(args: argparse.Namespace) -> Call:
-    return Call("POST", f"/v1/admin/transactions/{_id_path(args.transactional_id)}/abort")
+    return Call("POST", ("admin", "transactions", args.transactional_id, "abort"))
 
 
 def _abort_render(answer: Any, args: argparse.Namespace) -> str:
@@ -115,7 +118,7 @@ def _abort_render(answer: Any, args: argparse.Namespace) -> str:
 def _hanging_call(args: argparse.Namespace) -> Call:
     return Call(
         "GET",
-        "/v1/admin/hanging",
+        ("admin", "hanging"),
         {"max_transaction_timeout_ms": args.max_transaction_timeout_ms},
     )
 
@@ -233,78 +236,70 @@ def _instant(ms: int | None) -> str | None:
     )
 
 
-# -- HTTP ------------------------------------------------------------------------------------------
+# -- the admin client ------------------------------------------------------------------------------
 
 
-def _send(args: argparse.Namespace, call: Call) -> httpx.Response:
+def _send(args: argparse.Namespace, call: Call) -> Any:
+    """`call` through the SDK's `AdminClient` (its HTTP client, token, quoting and typed errors),
+    one attempt within `--timeout`; the API's JSON answer, or `CommandFailed` saying why not."""
     url = (args.url or os.environ.get(URL_ENV) or DEFAULT_URL).rstrip("/")
     if not url.startswith(("http://", "https://")):
         raise CommandFailed(f"--url must be an http:// or https:// URL, not {url!r}")
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
-    headers = {"accept": "application/json"}
-    if token:
-        headers["authorization"] = f"Bearer {token}"
-    timeout = httpx.Timeout(args.timeout, connect=min(args.timeout, 5.0))
+    timeout_ms = max(1, round(args.timeout * 1000))
+    config = {
+        "coordinator.url": url,
+        "coordinator.token": token or None,
+        "client.id": "coordinator-cli",
+        "request.timeout.ms": timeout_ms,
+        "default.api.timeout.ms": timeout_ms,
+    }
     try:
-        with httpx.Client(base_url=url, headers=headers, timeout=timeout) as client:
-            response = client.request(call.method, call.path, params=call.params, json=call.body)
-    except httpx.ConnectTimeout:
+        with AdminClient(config) as admin:
+            return admin.call_api(
+                call.method, *call.path, params=call.params, body=call.body, retry=False
+            )
+    except TransportError as exc:
+        if isinstance(exc.__cause__, httpx.TimeoutException) and not isinstance(
+            exc.__cause__, httpx.ConnectTimeout
+        ):
+            raise CommandFailed(
+                f"the coordinator at {url} did not answer within {args.timeout:g} s"
+            ) from None
         raise CommandFailed(
-            f"cannot reach the coordinator at {url}: no connection within {timeout.connect:g} s"
-        ) from None
-    except httpx.TimeoutException:
-        raise CommandFailed(
-            f"the coordinator at {url} did not answer within {args.timeout:g} s"
-        ) from None
-    except (httpx.TransportError, httpx.InvalidURL) as exc:
-        raise CommandFailed(
-            f"cannot reach the coordinator at {url}: {exc or type(exc).__name__}",
+            f"cannot reach the coordinator at {url}: {exc.__cause__ or exc}",
             f"hint: is it running there? --url or ${URL_ENV} says where (default {DEFAULT_URL})",
         ) from None
-    if not response.is_success:
-        raise _failure(response, url, token_sent=bool(token))
-    return response
+    except KafkaException as exc:
+        raise _failure(exc, token_sent=bool(token)) from None
 
 
-def _failure(response: httpx.Response, url: str, token_sent: bool) -> CommandFailed:
-    try:
-        problem = response.json()
-    except ValueError:
-        problem = None
-    status = response.status_code
-    if isinstance(problem, dict) and isinstance(problem.get("code"), str):
-        message = f"{problem['code']}: {problem.get('detail') or problem.get('title') or status}"
-    else:
-        message = (
-            f"HTTP {status} from {url}: {response.text[:200].strip() or response.reason_phrase}"
-        )
+def _failure(error: KafkaException, token_sent: bool) -> CommandFailed:
     hint = None
-    if status == 401:
+    if error.status == 401:
         hint = (
             "hint: HTTP 401 Unauthorized: the coordinator does not know the token given"
             if token_sent
             else f"hint: HTTP 401 Unauthorized: pass an admin token with --token or ${TOKEN_ENV}"
         )
-    elif status == 403:
+    elif error.status == 403:
         hint = (
             "hint: HTTP 403 Forbidden: the token's principal may not do this; "
             "these commands need the admin role"
         )
-    return CommandFailed(message, hint)
+    return CommandFailed(f"{error.code}: {error.detail}", hint)
 
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        response = _send(args, args.call(args))
+        answer = _send(args, args.call(args))
         if args.json:
-            print(response.text.rstrip("\n"))
+            print(orjson.dumps(answer).decode())
             return 0
         try:
-            text = args.render(response.json(), args)
+            text = args.render(answer, args)
         except (ValueError, KeyError, TypeError):
-            raise CommandFailed(
-                f"the answer from {response.url} is not the coordinator's: is --url right?"
-            ) from None
+            raise CommandFailed("the answer is not the coordinator's: is --url right?") from None
         print(text)
     except CommandFailed as failure:
         print(f"error: {failure.message}", file=sys.stderr)

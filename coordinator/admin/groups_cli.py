@@ -15,7 +15,6 @@ from typing import Any
 from coordinator.admin.cli import (
     Call,
     CommandFailed,
-    _id_path,
     _run,
     _send,
     _subcommands,
@@ -25,15 +24,11 @@ from coordinator.admin.cli import (
 STATES = ("Empty", "Assigning", "Reconciling", "Stable")
 
 
-def _group_path(group: str) -> str:
-    return f"/v1/groups/{_id_path(group)}"
-
-
 # -- list ------------------------------------------------------------------------------------------
 
 
 def _list_call(args: argparse.Namespace) -> Call:
-    return Call("GET", "/v1/groups")
+    return Call("GET", ("groups",))
 
 
 def _list_render(answer: Any, args: argparse.Namespace) -> str:
@@ -48,7 +43,7 @@ def _list_render(answer: Any, args: argparse.Namespace) -> str:
 
 
 def _describe_call(args: argparse.Namespace) -> Call:
-    return Call("GET", _group_path(args.group))
+    return Call("GET", ("groups", args.group))
 
 
 def _describe_render(answer: Any, args: argparse.Namespace) -> str:
@@ -134,7 +129,7 @@ def _delete(args: argparse.Namespace) -> int:
     failed = 0
     for group in args.group:
         try:
-            _send(args, Call("DELETE", _group_path(group)))
+            _send(args, Call("DELETE", ("groups", group)))
         except CommandFailed as failure:
             failed += 1
             print(f"error: {group}: {failure.message}", file=sys.stderr)
@@ -169,7 +164,7 @@ def _reset_offsets(args: argparse.Namespace) -> int:
         plan = _plan_reset(args)
         if args.execute and plan:
             body = {"offsets": [{"topic": t, "partition": p, "offset": o} for t, p, o in plan]}
-            _send(args, Call("POST", f"{_group_path(args.group)}/offsets", body=body))
+            _send(args, Call("POST", ("groups", args.group, "offsets"), body=body))
     except CommandFailed as failure:
         print(f"error: {failure.message}", file=sys.stderr)
         if failure.hint:
@@ -211,14 +206,14 @@ def _plan_reset(args: argparse.Namespace) -> list[tuple[str, int, int]]:
         )
     current = {
         (o["topic"], o["partition"]): o["offset"]
-        for o in _send(args, Call("GET", f"{_group_path(args.group)}/offsets")).json()["offsets"]
+        for o in _send(args, Call("GET", ("groups", args.group, "offsets")))["offsets"]
     }
     wanted: list[tuple[str, list[int] | None]] = (
         list(args.topic) if args.topic else [(t, None) for t in sorted({t for t, _ in current})]
     )
     plan: list[tuple[str, int, int]] = []
     for topic, partitions in wanted:
-        described = _send(args, Call("GET", f"/v1/topics/{_id_path(topic)}")).json()
+        described = _send(args, Call("GET", ("topics", topic)))
         bounds = {
             p["partition"]: (p["log_start_offset"], p["high_watermark"])
             for p in described["partitions"]
@@ -245,7 +240,7 @@ def _plan_reset(args: argparse.Namespace) -> list[tuple[str, int, int]]:
 
 def _group_state(args: argparse.Namespace) -> dict[str, Any] | None:
     try:
-        group: dict[str, Any] = _send(args, Call("GET", _group_path(args.group))).json()
+        group: dict[str, Any] = _send(args, Call("GET", ("groups", args.group)))
     except CommandFailed as failure:
         if failure.message.startswith("GROUP_ID_NOT_FOUND"):
             return None  # a new group: resetting creates its offsets

@@ -17,16 +17,11 @@ from typing import Any
 from coordinator.admin.cli import (
     Call,
     CommandFailed,
-    _id_path,
     _run,
     _send,
     _subcommands,
     _table,
 )
-
-
-def _topic_path(topic: str) -> str:
-    return f"/v1/topics/{_id_path(topic)}"
 
 
 def _config(text: str) -> tuple[str, str]:
@@ -77,7 +72,7 @@ def _fail(failure: CommandFailed) -> int:
 
 
 def _list_call(args: argparse.Namespace) -> Call:
-    return Call("GET", "/v1/topics")
+    return Call("GET", ("topics",))
 
 
 def _list_render(answer: Any, args: argparse.Namespace) -> str:
@@ -86,8 +81,8 @@ def _list_render(answer: Any, args: argparse.Namespace) -> str:
 
 def _describe(args: argparse.Namespace) -> int:
     try:
-        topic = _send(args, Call("GET", _topic_path(args.topic))).json()
-        configs = _send(args, Call("GET", f"{_topic_path(args.topic)}/configs")).json()
+        topic = _send(args, Call("GET", ("topics", args.topic)))
+        configs = _send(args, Call("GET", ("topics", args.topic, "configs")))
     except CommandFailed as failure:
         return _fail(failure)
     if args.json:
@@ -130,7 +125,7 @@ def _create_call(args: argparse.Namespace) -> Call:
     body: dict[str, Any] = {"name": args.topic, "partitions": args.partitions}
     if args.config:
         body["configs"] = dict(args.config)
-    return Call("POST", "/v1/topics", body=body)
+    return Call("POST", ("topics",), body=body)
 
 
 def _create_render(answer: Any, args: argparse.Namespace) -> str:
@@ -147,7 +142,7 @@ def _delete(args: argparse.Namespace) -> int:
         )
         return 0
     try:
-        answer = _send(args, Call("DELETE", _topic_path(args.topic))).json()
+        answer = _send(args, Call("DELETE", ("topics", args.topic)))
     except CommandFailed as failure:
         return _fail(failure)
     print(json.dumps(answer) if args.json else f"Deleted topic {answer['name']}.")
@@ -165,7 +160,7 @@ def _alter_call(args: argparse.Namespace) -> Call:
         body["delete"] = [n.strip() for names in args.delete_config for n in names.split(",")]
     if not body:
         raise CommandFailed("nothing to change: give --add-config and/or --delete-config")
-    return Call("PATCH", f"{_topic_path(args.topic)}/configs", body=body)
+    return Call("PATCH", ("topics", args.topic, "configs"), body=body)
 
 
 def _configs_render(answer: Any, args: argparse.Namespace) -> str:
@@ -177,7 +172,7 @@ def _configs_render(answer: Any, args: argparse.Namespace) -> str:
 
 def _delete_records_call(args: argparse.Namespace) -> Call:
     body = {"partitions": [{"partition": p, "offset": o} for p, o in args.offset]}
-    return Call("POST", f"{_topic_path(args.topic)}/delete-records", body=body)
+    return Call("POST", ("topics", args.topic, "delete-records"), body=body)
 
 
 def _delete_records_render(answer: Any, args: argparse.Namespace) -> str:

@@ -7,13 +7,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import quote
 
 import orjson
 
 from sdk._config import AdminConfig
 from sdk._errors import ConfigError
-from sdk._http import HttpClient
+from sdk._http import HttpClient, api_path
 
 __all__ = [
     "EARLIEST",
@@ -73,7 +72,7 @@ def partitions_of(http: HttpClient, topics: Iterable[str]) -> dict[str, list[dic
     """Each topic's partitions as `GET /v1/topics/{topic}` describes them."""
     described = {}
     for topic in topics:
-        doc = http.call("GET", f"/v1/topics/{quote(topic, safe='')}")
+        doc = http.call("GET", api_path("topics", topic))
         described[topic] = sorted(doc["partitions"], key=lambda p: p["partition"])
     return described
 
@@ -119,7 +118,7 @@ def committed_offsets(
             # `call` retries UNSTABLE_OFFSET_COMMIT (retriable) until the deadline.
             doc = http.call(
                 "GET",
-                f"/v1/groups/{quote(group, safe='')}/offsets",
+                api_path("groups", group, "offsets"),
                 params={"topic": topic, "require_stable": "true"},
                 deadline=deadline,
             )

@@ -14,12 +14,11 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
 
 import orjson
 
 from sdk._errors import ConfigError, KafkaError, KafkaException, TransactionalIdNotFound
-from sdk._http import HttpClient
+from sdk._http import HttpClient, api_path
 from sdk._producer import Producer
 from sdk._types import Headers
 from sdk.spark._offsets import Offsets, client
@@ -307,7 +306,7 @@ def _driver_moved_on(settings: WriteSettings) -> bool:
     assert settings.job_id is not None and settings.driver is not None
     http = client(settings.url, settings.token)
     try:
-        doc = http.call("GET", f"/v1/transactions/{quote(driver_tid(settings.job_id), safe='')}")
+        doc = http.call("GET", api_path("transactions", driver_tid(settings.job_id)))
     except TransactionalIdNotFound:
         return True
     finally:
@@ -318,9 +317,10 @@ def _driver_moved_on(settings: WriteSettings) -> bool:
 def committed_batch(http: HttpClient, job_id: str, topic: str) -> int:
     """The next micro-batch id the job will commit, from its marker group (0 if none yet).
     Waits out a commit in progress (require_stable)."""
-    group = quote(job_id + BATCH_GROUP_SUFFIX, safe="")
     doc = http.call(
-        "GET", f"/v1/groups/{group}/offsets", params={"topic": topic, "require_stable": "true"}
+        "GET",
+        api_path("groups", job_id + BATCH_GROUP_SUFFIX, "offsets"),
+        params={"topic": topic, "require_stable": "true"},
     )
     return max((e["offset"] for e in doc["offsets"] if e["partition"] == 0), default=0)
 
@@ -336,7 +336,7 @@ class Committer:
         self.job_id = check_job_id(job_id)
         self.prefix = f"{job_id}/"
         self.tid = driver_tid(job_id)
-        self._path = f"/v1/transactions/{quote(self.tid, safe='')}"
+        self._path = api_path("transactions", self.tid)
         self._http: HttpClient = client(url, token)
 
     def close(self) -> None:
@@ -395,7 +395,9 @@ class Committer:
 
     def _init(self) -> tuple[int, int]:
         answer = self._http.call(
-            "POST", "/v1/init-pid", body={"transactional_id": self.tid, "keep_prepared": False}
+            "POST",
+            api_path("init-pid"),
+            body={"transactional_id": self.tid, "keep_prepared": False},
         )
         return answer["producer_id"], answer["producer_epoch"]
 
@@ -419,7 +421,7 @@ class Committer:
         )
         answer = self._http.call(
             "POST",
-            "/v1/transactions/commit-group",
+            api_path("transactions", "commit-group"),
             body={"transactions": transactions, "abort_others_with_prefix": self.prefix},
         )
         after = next(c for c in answer["committed"] if c["transactional_id"] == self.tid)

@@ -12,7 +12,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import quote
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -33,7 +32,7 @@ from pyspark.sql.types import Row, StructType
 
 from sdk import recordbatch
 from sdk._errors import ConfigError, KafkaError, KafkaException, KafkaTimeoutError
-from sdk._http import RECORD_BATCH
+from sdk._http import RECORD_BATCH, api_path
 from sdk.spark._offsets import (
     EARLIEST,
     LATEST,
@@ -213,7 +212,7 @@ class _ReadSettings:
         """The records of [start, end) visible at this isolation level, in offset order, fetched
         as Kafka record batches."""
         http = client(self.url, self.token)
-        path = f"/v1/topics/{quote(part.topic, safe='')}/partitions/{part.partition}/records"
+        path = api_path("topics", part.topic, "partitions", part.partition, "records")
         offset = part.start
         stalled_since: float | None = None
         try:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -119,7 +120,7 @@ class Http:
         caller = {"producer_id": answer["producer_id"], "producer_epoch": answer["producer_epoch"]}
         if partitions:
             body = {**caller, "partitions": [{"topic": t, "partition": p} for t, p in partitions]}
-            self.ok("POST", f"/v1/transactions/{tid}/partitions", json=body)
+            self.ok("POST", f"/v1/transactions/{quote(tid, safe='')}/partitions", json=body)
         return caller
 
     def produce(self, tid: str, caller: dict[str, int], topic: str, sequence: int) -> None:
@@ -307,7 +308,8 @@ def test_find_hanging_reports_old_open_transactions_and_pinned_partitions(
 ) -> None:
     topic = f"{name}t"
     http.topic(topic)
-    tid = f"{name}stuck"
+    # An id with every character a URL treats specially: the CLI quotes it as a path segment.
+    tid = f"{name}stuck/1%2F?a=b#c d"
     caller = http.open_transaction(tid, (topic, 0))
     http.produce(tid, caller, topic, 0)
 
@@ -365,7 +367,8 @@ def test_abort_completes_the_transaction_and_fences_its_producer(
 ) -> None:
     topic = f"{name}t"
     http.topic(topic)
-    tid = f"{name}stuck"
+    # An id with every character a URL treats specially: the CLI quotes it as a path segment.
+    tid = f"{name}stuck/1%2F?a=b#c d"
     caller = http.open_transaction(tid, (topic, 0))
     http.produce(tid, caller, topic, 0)
 
@@ -377,7 +380,9 @@ def test_abort_completes_the_transaction_and_fences_its_producer(
     )
     code, out, _ = run(capsys, "--url", service.url, "describe", "--transactional-id", tid)
     assert table(out)[0]["State"] == "CompleteAbort"
-    end = http.client.post(f"/v1/transactions/{tid}/end", json={**caller, "commit": True})
+    end = http.client.post(
+        f"/v1/transactions/{quote(tid, safe='')}/end", json={**caller, "commit": True}
+    )
     assert (end.status_code, end.json()["code"]) == (409, "PRODUCER_FENCED")
 
     # Nothing is open any more: a second abort is refused, with the service's code.
