@@ -57,6 +57,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import statistics
 import subprocess
@@ -808,7 +809,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     # The child process: `--serve --port P --database-url URL`.
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--database-url", help=argparse.SUPPRESS)
+    # The launcher (coordinator.launcher.ServiceProcess) passes the store as coordinator serve
+    # takes it, in COORDINATOR_DATABASE_URL.
+    parser.add_argument(
+        "--database-url", default=os.environ.get("COORDINATOR_DATABASE_URL"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args(argv)
     if args.serve and (args.port is None or not args.database_url):
         parser.error("--serve needs --port and --database-url")

@@ -14,13 +14,19 @@ from typing import Any, cast
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Integer,
+    LargeBinary,
     String,
     Table,
     bindparam,
+    case,
     func,
     insert,
+    literal,
+    not_,
     select,
+    true,
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
@@ -51,6 +57,7 @@ async def lock_partitions(
 
 async def write_markers(
     session: AsyncSession,
+    producer_id: int,
     producer_epoch: int,
     locked: dict[tuple[str, int], tuple[int, int, int | None]],
     commit: bool,
@@ -59,24 +66,30 @@ async def write_markers(
     returning: Any | None = None,
     params: dict[str, Any] | None = None,
 ) -> Sequence[Any]:
-    """Append a commit or abort marker (a Kafka control batch) to every locked partition:
-    (topic, partition) -> (high watermark, producer id, first offset), as the transactions'
-    `lock_transaction_partitions` answers. Each marker row keeps the first offset of the
-    transaction it ends there; an abort flags the transaction's batches aborted.
+    """Append a commit or abort marker (a Kafka control batch) of the producer `producer_id` at
+    `producer_epoch` to every locked partition: (topic, partition) -> (high watermark, producer
+    id, first offset), as the transactions' `lock_transaction_partitions` answers. Each marker
+    row keeps the first offset of the transaction it ends there; an abort flags the
+    transaction's batches aborted.
 
     `also` (the caller's own writes ending the transaction) and `returning` (one more, with
     RETURNING, whose rows are answered) run with them, with `params`; they must be statements
     built once (module constants with bind parameters). On Postgres all of it travels as one
-    statement of data-modifying CTEs over array parameters, one round trip whatever the number
-    of partitions, compiled once; SQLite, in process, runs them one by one."""
-    rows = _marker_rows(producer_epoch, locked, commit, timestamp)
+    statement of data-modifying CTEs (`marker_writes` over the partitions as array parameters),
+    one round trip whatever the number of partitions, compiled once; SQLite, in process, runs
+    them one by one."""
     extra = params or {}
     if (await session.connection()).dialect.name == "postgresql":
         writes = [*_POSTGRES_WRITES, *also]
         statement = one_statement(writes, returning if returning is not None else writes.pop())
-        arrays = {f"{name}_{c}": [row[c] for row in rows[name]] for name, c in _ARRAY_COLUMNS}
-        result = await session.execute(statement, {**arrays, **extra})
+        arrays = {
+            f"ending_{c}": [(key[0], key[1], *row)[i] for key, row in locked.items()]
+            for i, (c, _) in enumerate(ENDING_COLUMNS)
+        }
+        markers = marker_params(commit, producer_id, producer_epoch, timestamp)
+        result = await session.execute(statement, {**arrays, **markers, **extra})
         return result.all() if returning is not None else ()
+    rows = _marker_rows(producer_id, producer_epoch, locked, commit, timestamp)
     for statement, name in _SQLITE_WRITES:
         if rows[name]:
             await session.execute(statement, rows[name])
@@ -87,15 +100,102 @@ async def write_markers(
     return (await session.execute(returning, extra)).all()
 
 
+def marker_params(
+    commit: bool, producer_id: int, producer_epoch: int, timestamp: int
+) -> dict[str, Any]:
+    """The bind parameters of `marker_writes`: the control batch of the end, built once at base
+    offset 0 (each marker's copy takes its partition's high watermark there)."""
+    return {
+        "m_commit": commit,
+        "m_pid": producer_id,
+        "m_epoch": producer_epoch,
+        "m_timestamp": timestamp,
+        "m_payload": recordbatch.build_control(commit, producer_id, producer_epoch, timestamp),
+    }
+
+
+# What the markers' statements read of each partition a transaction ends on, by name and type:
+# its high watermark (where the marker goes), the producer whose records the transaction holds
+# there, and the offset of the first of them (NULL: none).
+ENDING_COLUMNS: list[tuple[str, Any]] = [
+    ("topic", String()),
+    ("partition", Integer()),
+    ("high_watermark", BigInteger()),
+    ("producer_id", BigInteger()),
+    ("first_offset", BigInteger()),
+]
+
+
+def marker_writes(ending: Any, gate: Any) -> list[Any]:
+    """The markers of a transaction's end on Postgres, each rule once, as statements over
+    `ending` (a row source of `ENDING_COLUMNS`: one row per partition) that write only where
+    `gate` holds: an abort flags the transaction's batches aborted; a marker goes at each
+    partition's high watermark, the control batch `m_payload` with its base offset set there
+    (the base offset is outside the batch's CRC); the high watermark moves past it; the
+    producer's open-transaction offset is released. Bind parameters: `marker_params`. Both
+    paths that end a transaction on Postgres write with these: the locking one over array
+    parameters (`write_markers`), the one-statement EndTxn over its locked rows
+    (`transactions.ending`)."""
+    commit = bindparam("m_commit", type_=Boolean())
+    payload = bindparam("m_payload", type_=LargeBinary())
+    hw = ending.c.high_watermark
+    marker = {
+        "topic": ending.c.topic,
+        "partition": ending.c.partition,
+        "base_offset": hw,
+        "last_offset": hw,
+        "producer_id": bindparam("m_pid", type_=BigInteger()),
+        "producer_epoch": bindparam("m_epoch", type_=Integer()),
+        "base_sequence": literal(-1),
+        "last_sequence": literal(-1),
+        "timestamp": bindparam("m_timestamp", type_=BigInteger()),
+        "max_timestamp": bindparam("m_timestamp", type_=BigInteger()),
+        "size": func.length(payload),
+        "is_transactional": true(),
+        "control": case((commit, CONTROL_COMMIT), else_=CONTROL_ABORT),
+        "aborted": not_(commit),
+        "first_offset": ending.c.first_offset,
+        "record_count": literal(1),
+        "payload": func.overlay(payload, func.int8send(hw), 1, 8, type_=LargeBinary()),
+    }
+    assert list(marker) == [c.name for c in _batches.columns]
+    at = (_partitions.c.topic == ending.c.topic, _partitions.c.partition == ending.c.partition)
+    of_producer = (
+        _states.c.topic == ending.c.topic,
+        _states.c.partition == ending.c.partition,
+        _states.c.producer_id == ending.c.producer_id,
+    )
+    return [
+        update(_batches)
+        .where(
+            not_(commit),
+            gate,
+            _batches.c.topic == ending.c.topic,
+            _batches.c.partition == ending.c.partition,
+            _batches.c.base_offset >= ending.c.first_offset,
+            _batches.c.producer_id == ending.c.producer_id,
+            _batches.c.control.is_(None),
+        )
+        .values(aborted=True),
+        insert(_batches).from_select(list(marker), select(*marker.values()).where(gate)),
+        update(_partitions).where(*at, gate).values(high_watermark=hw + 1),
+        update(_states)
+        .where(*of_producer, ending.c.first_offset.is_not(None), gate)
+        .values(current_txn_first_offset=None),
+    ]
+
+
 def _marker_rows(
+    producer_id: int,
     producer_epoch: int,
     locked: dict[tuple[str, int], tuple[int, int, int | None]],
     commit: bool,
     timestamp: int,
 ) -> dict[str, list[dict[str, Any]]]:
-    """The rows each write of the markers takes, by write."""
+    """The rows each of SQLite's writes of the markers takes, by write (`marker_writes`' rules,
+    one row at a time)."""
     markers, advancing, releasing, aborting = [], [], [], []
-    for (topic, partition), (hw, producer_id, first) in locked.items():
+    for (topic, partition), (hw, holder, first) in locked.items():
         payload = recordbatch.build_control(
             commit, producer_id, producer_epoch, timestamp, base_offset=hw
         )
@@ -122,9 +222,9 @@ def _marker_rows(
         )
         advancing.append({"t": topic, "p": partition, "hw": hw + 1})
         if first is not None:
-            releasing.append({"t": topic, "p": partition, "pid": producer_id})
+            releasing.append({"t": topic, "p": partition, "pid": holder})
             if not commit:
-                aborting.append({"t": topic, "p": partition, "first": first, "pid": producer_id})
+                aborting.append({"t": topic, "p": partition, "first": first, "pid": holder})
     return {
         "marking": markers,
         "advancing": advancing,
@@ -171,46 +271,9 @@ _SQLITE_WRITES = [
 ]
 
 
-def _rows(name: str, columns: Sequence[tuple[str, Any]]) -> Any:
-    """Rows as a Postgres subquery of `unnest` over one array parameter per column
-    (`{name}_{column}`): one statement text whatever the number of rows, so it compiles once."""
-    return select(
-        *(func.unnest(bindparam(f"{name}_{c}", type_=ARRAY(t))).label(c) for c, t in columns)
-    ).subquery(name)
-
-
-_MARKER_COLUMNS = [(c.name, c.type) for c in _batches.columns]
-_ROW_COLUMNS: dict[str, list[tuple[str, Any]]] = {
-    "marking": _MARKER_COLUMNS,
-    "advancing": [("t", String()), ("p", Integer()), ("hw", BigInteger())],
-    "releasing": [("t", String()), ("p", Integer()), ("pid", BigInteger())],
-    "aborting": [("t", String()), ("p", Integer()), ("first", BigInteger()), ("pid", BigInteger())],
-}
-_ARRAY_COLUMNS = [(name, c) for name, columns in _ROW_COLUMNS.items() for c, _ in columns]
-_aborting = _rows("aborting", _ROW_COLUMNS["aborting"])
-_marking = _rows("marking", _ROW_COLUMNS["marking"])
-_advancing = _rows("advancing", _ROW_COLUMNS["advancing"])
-_releasing = _rows("releasing", _ROW_COLUMNS["releasing"])
-# Postgres: every write of the markers, for any number of partitions (empty arrays: no rows).
-_POSTGRES_WRITES = [
-    update(_batches)
-    .where(
-        _batches.c.topic == _aborting.c.t,
-        _batches.c.partition == _aborting.c.p,
-        _batches.c.base_offset >= _aborting.c.first,
-        _batches.c.producer_id == _aborting.c.pid,
-        _batches.c.control.is_(None),
-    )
-    .values(aborted=True),
-    insert(_batches).from_select([c for c, _ in _MARKER_COLUMNS], select(_marking)),
-    update(_partitions)
-    .where(_partitions.c.topic == _advancing.c.t, _partitions.c.partition == _advancing.c.p)
-    .values(high_watermark=_advancing.c.hw),
-    update(_states)
-    .where(
-        _states.c.topic == _releasing.c.t,
-        _states.c.partition == _releasing.c.p,
-        _states.c.producer_id == _releasing.c.pid,
-    )
-    .values(current_txn_first_offset=None),
-]
+# The locking path's partitions, as one array parameter per column (`ending_{column}`), unnested:
+# one statement text whatever the number of partitions, so it compiles once.
+_ENDING_ARRAYS = select(
+    *(func.unnest(bindparam(f"ending_{c}", type_=ARRAY(t))).label(c) for c, t in ENDING_COLUMNS)
+).subquery("ending")
+_POSTGRES_WRITES = marker_writes(_ENDING_ARRAYS, true())

@@ -1,13 +1,24 @@
-"""EndTxn in one statement on Postgres: the producer's end of its own transaction (transaction
-version 2), the hot call of every transactional pipeline, written in one round trip when the
-transaction is as its caller says it is; otherwise `service.end` takes the locks and answers.
+"""A transaction's end, written once: the statements that end it, for both ways of ending one.
 
-The statement locks the transaction row with its producer's row, then the transaction's
-partitions (the fixed lock order), and checks on the locked rows what `service.end` checks:
-the caller is the transaction's producer at its current epoch, and the transaction is in a state
+Ending a transaction writes a marker on each of its partitions (`log.markers.marker_writes`),
+drops its partitions, takes its pending offsets (a commit applies them to their groups:
+`groups.offsets`), records who ended it and how (`ENDED`), and, from transaction version 2 on,
+raises its producer's epoch (`producers.repository.SET_EPOCH`). `end_writes` builds the
+transaction's own part of that. Two paths run these same statements:
+
+- the locking path (`service._finish`): every end, on both stores, after the locks and checks
+  of `service`, the statements composed by `log.markers.write_markers`;
+- EndTxn in one statement on Postgres (`end_in_one_statement`): the producer's end of its own
+  transaction (transaction version 2), the hot call of every transactional pipeline, in one
+  round trip when the transaction is as its caller says it is; otherwise `service.end` takes
+  the locking path, which answers.
+
+The one statement locks the transaction row with its producer's row, then the transaction's
+partitions (the fixed lock order), and checks on the locked rows what `service.end` checks: the
+caller is the transaction's producer at its current epoch, and the transaction is in a state
 that `op` may end (`states.allowed`). Anything else (a retry of an end, a fenced or unknown
 producer, an epoch at its last value, no such transaction) writes nothing and takes the locking
-path, which answers it.
+path. Every write is gated on that check (`gate`).
 
 A statement reads what it does not lock as of its start. Everything it writes from such reads
 (the transaction's partitions and pending offsets, each partition's first offset of the
@@ -16,99 +27,176 @@ or of a partition row (every write of a transaction's membership updates its row
 moves its partition's high watermark). So the statement also checks that the rows it locked
 are the versions it read at its start: if one changed while it waited for the lock, it writes
 nothing and the locking path, whose statements read after the locks, ends the transaction.
-
-Its writes are the locking path's (`service._finish` with `markers.write_markers`): a marker on
-each partition at its high watermark, an abort's batches flagged, the producer's open
-transaction released, the partitions and pending offsets taken, a commit's offsets applied to the
-groups, the transaction's end recorded and its producer's epoch raised.
 """
 
 from __future__ import annotations
 
+from typing import Any, cast
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Integer,
+    String,
+    Table,
+    bindparam,
+    column,
+    delete,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
+
 from coordinator.core.database import Database, on_driver
 from coordinator.core.schemas import EPOCH_MAX
 from coordinator.groups.offsets import upsert_sql
-from coordinator.log.models import CONTROL_ABORT, CONTROL_COMMIT
+from coordinator.log.markers import ENDING_COLUMNS, marker_params, marker_writes
+from coordinator.producers.repository import SET_EPOCH
+from coordinator.transactions.models import Transaction, TransactionOffset, TransactionPartition
 from coordinator.transactions.states import TRANSITIONS, Op, State
-from sdk import recordbatch
 
-# The transaction's offsets, taken from it, as the group's commit ($5: a commit, $6: now).
-_TAKEN = """SELECT group_id, topic, "partition", "offset", metadata, leader_epoch, $6
-  FROM taken
-  WHERE $5"""
+_transactions = cast(Table, Transaction.__table__)
+_txn_partitions = cast(Table, TransactionPartition.__table__)
+_txn_offsets = cast(Table, TransactionOffset.__table__)
 
-_END_POSTGRES = f"""
-WITH txn AS (
-  SELECT t.state, t.producer_id, i.producer_epoch,
-         t.xmin::text = (SELECT s.xmin::text FROM transactions s
-                         WHERE s.transactional_id = $1) AS unchanged
+# The transaction row's columns an end sets (bind parameters `end_{column}`), beside clearing its
+# start and deadline.
+ENDED = (
+    "state",
+    "last_producer_id",
+    "last_producer_epoch",
+    "last_state",
+    "last_reason",
+    "last_group_key",
+    "updated_ms",
+    "recovered_producer_id",
+    "recovered_producer_epoch",
+)
+
+
+def end_writes(gate: Any = None) -> tuple[list[Any], Any]:
+    """The transaction's own rows at its end (bind parameters `tid` and `end_*`), written only
+    where `gate` holds (None: always): its partitions dropped and its end recorded; and, apart
+    because its rows are answered, its pending offsets taken (deleted, RETURNING the offsets a
+    commit applies to their groups)."""
+    where = () if gate is None else (gate,)
+    dropped = delete(_txn_partitions).where(
+        _txn_partitions.c.transactional_id == bindparam("tid"), *where
+    )
+    ended = (
+        update(_transactions)
+        .where(_transactions.c.transactional_id == bindparam("tid"), *where)
+        .values(
+            started_ms=None,
+            deadline_ms=None,
+            **{column: bindparam(f"end_{column}") for column in ENDED},
+        )
+    )
+    taken = (
+        delete(_txn_offsets)
+        .where(_txn_offsets.c.transactional_id == bindparam("tid"), *where)
+        .returning(
+            _txn_offsets.c.group_id,
+            _txn_offsets.c.topic,
+            _txn_offsets.c.partition,
+            _txn_offsets.c.offset,
+            _txn_offsets.c.metadata,
+            _txn_offsets.c.leader_epoch,
+        )
+    )
+    return [dropped, ended], taken
+
+
+# -- EndTxn in one statement (Postgres) -----------------------------------------------------------
+
+# The transaction row and its producer's, locked, and whether the row is the version the
+# statement started from.
+_TXN = (
+    text(
+        """SELECT t.state, t.producer_id, i.producer_epoch,
+       t.xmin::text = (SELECT s.xmin::text FROM transactions s
+                       WHERE s.transactional_id = :tid) AS unchanged
   FROM transactions t
   JOIN producer_ids i ON i.producer_id = t.producer_id
-  WHERE t.transactional_id = $1
-  FOR UPDATE OF t, i
-), locked AS (
-  SELECT p.topic, p."partition", p.high_watermark, x.producer_id,
-         s.current_txn_first_offset AS first,
-         p.xmin::text = (SELECT q.xmin::text FROM partitions q
-                         WHERE q.topic = p.topic AND q."partition" = p."partition") AS unchanged
+  WHERE t.transactional_id = :tid
+  FOR UPDATE OF t, i"""
+    )
+    .columns(
+        column("state", String()),
+        column("producer_id", BigInteger()),
+        column("producer_epoch", Integer()),
+        column("unchanged", Boolean()),
+    )
+    .cte("txn")
+)
+# Its partitions, locked after it in the fixed order, as `marker_writes` reads them.
+_LOCKED = (
+    text(
+        """SELECT p.topic, p."partition", p.high_watermark, x.producer_id,
+       s.current_txn_first_offset AS first_offset,
+       p.xmin::text = (SELECT q.xmin::text FROM partitions q
+                       WHERE q.topic = p.topic AND q."partition" = p."partition") AS unchanged
   FROM partitions p
   JOIN transaction_partitions x ON x.topic = p.topic AND x."partition" = p."partition"
   LEFT JOIN producer_states s
     ON s.topic = p.topic AND s."partition" = p."partition" AND s.producer_id = x.producer_id
-  WHERE x.transactional_id = $1 AND (SELECT count(*) FROM txn) >= 0
+  WHERE x.transactional_id = :tid AND (SELECT count(*) FROM txn) >= 0
   ORDER BY p.topic, p."partition"
-  FOR UPDATE OF p
-), checked AS (
-  SELECT EXISTS (SELECT 1 FROM txn
-                 WHERE unchanged AND state = ANY($2::varchar[]) AND producer_id = $3
-                   AND producer_epoch = $4)
-     AND NOT EXISTS (SELECT 1 FROM locked WHERE NOT unchanged OR producer_id <> $3) AS passes
-), aborting AS (
-  UPDATE batches b SET aborted = true
-  FROM locked l
-  WHERE NOT $5 AND (SELECT passes FROM checked) AND l.first IS NOT NULL
-    AND b.topic = l.topic AND b."partition" = l."partition" AND b.base_offset >= l.first
-    AND b.producer_id = l.producer_id AND b.control IS NULL
-), marking AS (
-  INSERT INTO batches (topic, "partition", base_offset, last_offset, producer_id,
-                       producer_epoch, base_sequence, last_sequence, "timestamp", max_timestamp,
-                       size, is_transactional, control, aborted, first_offset, record_count,
-                       payload)
-  SELECT l.topic, l."partition", l.high_watermark, l.high_watermark, l.producer_id,
-         $4, -1, -1, $6, $6, length($7::bytea), true, $8, NOT $5, l.first, 1,
-         overlay($7::bytea PLACING int8send(l.high_watermark) FROM 1 FOR 8)
-  FROM locked l
-  WHERE (SELECT passes FROM checked)
-), advancing AS (
-  UPDATE partitions p SET high_watermark = l.high_watermark + 1
-  FROM locked l
-  WHERE p.topic = l.topic AND p."partition" = l."partition" AND (SELECT passes FROM checked)
-), releasing AS (
-  UPDATE producer_states s SET current_txn_first_offset = NULL
-  FROM locked l
-  WHERE s.topic = l.topic AND s."partition" = l."partition" AND s.producer_id = l.producer_id
-    AND l.first IS NOT NULL AND (SELECT passes FROM checked)
-), dropped AS (
-  DELETE FROM transaction_partitions
-  WHERE transactional_id = $1 AND (SELECT passes FROM checked)
-), taken AS (
-  DELETE FROM transaction_offsets
-  WHERE transactional_id = $1 AND (SELECT passes FROM checked)
-  RETURNING group_id, topic, "partition", "offset", metadata, leader_epoch
-), applied AS (
-  {upsert_sql(_TAKEN)}
-), ended AS (
-  UPDATE transactions
-  SET state = $9, started_ms = NULL, deadline_ms = NULL, last_producer_id = $3,
-      last_producer_epoch = $4, last_state = $9, last_reason = $10, last_group_key = NULL,
-      updated_ms = $6, recovered_producer_id = NULL, recovered_producer_epoch = NULL
-  WHERE transactional_id = $1 AND (SELECT passes FROM checked)
-), raised AS (
-  UPDATE producer_ids SET producer_epoch = $4 + 1
-  WHERE producer_id = $3 AND (SELECT passes FROM checked)
+  FOR UPDATE OF p"""
+    )
+    .columns(
+        *(column(name, type_) for name, type_ in ENDING_COLUMNS), column("unchanged", Boolean())
+    )
+    .cte("locked")
 )
-SELECT passes FROM checked
-"""
+# `service.end`'s checks, on the locked rows: the caller's transaction, in a state `op` ends.
+_CHECKED = (
+    text(
+        """SELECT EXISTS (SELECT 1 FROM txn
+               WHERE unchanged AND state = ANY(:states) AND producer_id = :m_pid
+                 AND producer_epoch = :m_epoch)
+   AND NOT EXISTS (SELECT 1 FROM locked WHERE NOT unchanged OR producer_id <> :m_pid) AS passes"""
+    )
+    .bindparams(bindparam("states", type_=ARRAY(String())))
+    .columns(column("passes", Boolean()))
+    .cte("checked")
+)
+
+
+def _one_statement() -> tuple[str, tuple[str, ...], dict[str, Any]]:
+    """The statement, compiled once for asyncpg: its text, its parameters' names in order, and
+    the values of the literals it binds."""
+    gate = select(_CHECKED.c.passes).scalar_subquery()
+    ends, taken = end_writes(gate)
+    writes = [*marker_writes(_LOCKED, gate), *ends, SET_EPOCH.where(gate)]
+    taken_cte = taken.cte("taken")
+    applied = (
+        text(
+            upsert_sql(
+                """SELECT group_id, topic, "partition", "offset", metadata, leader_epoch,
+         CAST(:m_timestamp AS BIGINT)
+  FROM taken
+  WHERE :m_commit"""
+            )
+        )
+        .columns()
+        .cte("applied")
+    )
+    statement = select(_CHECKED.c.passes).add_cte(
+        _TXN,
+        _LOCKED,
+        _CHECKED,
+        *(write.cte(f"w{i}") for i, write in enumerate(writes)),
+        taken_cte,
+        applied,
+    )
+    compiled = statement.compile(dialect=asyncpg_dialect())  # type: ignore[no-untyped-call]
+    return compiled.string, tuple(compiled.positiontup or ()), dict(compiled.params)
+
+
+_END_SQL, _END_ORDER, _END_LITERALS = _one_statement()
 
 
 async def end_in_one_statement(
@@ -127,20 +215,23 @@ async def end_in_one_statement(
         return None
     (target,) = set(TRANSITIONS[op].values())
     commit = target is State.COMPLETE_COMMIT
-    payload = recordbatch.build_control(commit, producer_id, epoch, now)
+    values = {
+        **_END_LITERALS,
+        **marker_params(commit, producer_id, epoch, now),
+        "tid": transactional_id,
+        "states": [str(state) for state in TRANSITIONS[op]],
+        "pid": producer_id,
+        "epoch": epoch + 1,
+        "end_state": str(target),
+        "end_last_producer_id": producer_id,
+        "end_last_producer_epoch": epoch,
+        "end_last_state": str(target),
+        "end_last_reason": reason,
+        "end_last_group_key": None,
+        "end_updated_ms": now,
+        "end_recovered_producer_id": None,
+        "end_recovered_producer_epoch": None,
+    }
     async with db.autocommit() as connection:
-        rows = await on_driver(
-            connection,
-            _END_POSTGRES,
-            transactional_id,
-            [str(state) for state in TRANSITIONS[op]],
-            producer_id,
-            epoch,
-            commit,
-            now,
-            payload,
-            CONTROL_COMMIT if commit else CONTROL_ABORT,
-            str(target),
-            reason,
-        )
+        rows = await on_driver(connection, _END_SQL, *(values[name] for name in _END_ORDER))
     return target if rows and rows[0][0] else None

@@ -16,7 +16,7 @@ from functools import partial
 from typing import Any, cast
 
 import orjson
-from sqlalchemy import Table, and_, bindparam, delete, or_, select, update
+from sqlalchemy import Table, and_, bindparam, delete, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import flag_modified, set_committed_value
@@ -40,7 +40,7 @@ from coordinator.producers.repository import (
     issue_producer_id,
     set_epoch,
 )
-from coordinator.transactions.ending import end_in_one_statement
+from coordinator.transactions.ending import ENDED, end_in_one_statement, end_writes
 from coordinator.transactions.errors import (
     InvalidProducerIdMapping,
     ProducerFenced,
@@ -82,22 +82,9 @@ _txn_partitions = cast(Table, TransactionPartition.__table__)
 _txn_offsets = cast(Table, TransactionOffset.__table__)
 
 
-# Ending a transaction, with its markers: its partitions dropped, its pending offsets taken.
-_DROP_PARTITIONS = delete(_txn_partitions).where(
-    _txn_partitions.c.transactional_id == bindparam("tid")
-)
-_TAKE_OFFSETS = (
-    delete(_txn_offsets)
-    .where(_txn_offsets.c.transactional_id == bindparam("tid"))
-    .returning(
-        _txn_offsets.c.group_id,
-        _txn_offsets.c.topic,
-        _txn_offsets.c.partition,
-        _txn_offsets.c.offset,
-        _txn_offsets.c.metadata,
-        _txn_offsets.c.leader_epoch,
-    )
-)
+# Ending a transaction, with its markers: its partitions dropped, its end recorded; its pending
+# offsets taken (built once: `write_markers` composes them by identity).
+_ENDS, _TAKE_OFFSETS = end_writes()
 
 
 # A transaction's partitions, locked in the fixed order, with what its markers need (built once:
@@ -269,30 +256,6 @@ async def partitions_by_id(
     return [(tid, t, p, pid) for tid, t, p, pid in rows]
 
 
-# A transaction's end, written with its markers (Postgres: as CTEs of their one statement); and
-# its producer's epoch raised with them.
-_ENDED = (
-    "state",
-    "last_producer_id",
-    "last_producer_epoch",
-    "last_state",
-    "last_reason",
-    "last_group_key",
-    "updated_ms",
-    "recovered_producer_id",
-    "recovered_producer_epoch",
-)
-_END = (
-    update(_transactions)
-    .where(_transactions.c.transactional_id == bindparam("tid"))
-    .values(
-        started_ms=None,
-        deadline_ms=None,
-        **{column: bindparam(f"end_{column}") for column in _ENDED},
-    )
-)
-
-
 async def _finish(
     session: AsyncSession,
     locked: Locked,
@@ -323,7 +286,7 @@ async def _finish(
         "recovered_producer_id": txn.recovered_producer_id,
         "recovered_producer_epoch": txn.recovered_producer_epoch,
     }
-    also: list[Any] = [_DROP_PARTITIONS, _END]
+    also: list[Any] = [*_ENDS]
     params: dict[str, Any] = {"tid": tid}
     raised = raise_epoch and locked.epoch < EPOCH_MAX
     if raise_epoch:
@@ -331,11 +294,12 @@ async def _finish(
     if raised:
         also.append(SET_EPOCH)
         params |= {"pid": txn.producer_id, "epoch": locked.epoch + 1}
-    params |= {f"end_{column}": ended[column] for column in _ENDED}
+    params |= {f"end_{column}": ended[column] for column in ENDED}
     # The markers, the transaction's partitions and its pending offsets (answered, to apply on
     # commit), its end and its new epoch go in one statement on Postgres.
     pending = await write_markers(
         session,
+        txn.producer_id,
         locked.epoch,
         high_watermarks,
         commit,
