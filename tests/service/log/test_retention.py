@@ -139,7 +139,9 @@ async def test_a_partition_another_process_is_cleaning_is_skipped(postgres_store
 
 
 async def test_removals_are_counted_in_the_metrics(client: httpx.AsyncClient, app: Any) -> None:
-    await topic_with(client, "t", **{"retention.ms": "1000"})
+    # Half a day: "a", a day old, is due; "b", written now, stays within retention however long
+    # the test takes (with 1 s, a slow run saw both removed).
+    await topic_with(client, "t", **{"retention.ms": str(DAY // 2)})
     await append(client, "t", ["a"], now_ms() - DAY)
     await append(client, "t", ["b"], now_ms())
     before = await removed_batches(client)
