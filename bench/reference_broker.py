@@ -102,8 +102,12 @@ class ReferenceBroker:
         config = self.root / "server.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in self.settings.items()))
         cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        # `--cluster-id=ID` in one argument: a random id may start with "-" (about one in 64),
+        # which the tool's parser would take for an option.
         formatted = subprocess.run(
-            self._java("kafka.tools.StorageTool", "format", "-t", cluster, "-c", str(config)),
+            self._java(
+                "kafka.tools.StorageTool", "format", f"--cluster-id={cluster}", "-c", str(config)
+            ),
             capture_output=True,
             text=True,
             timeout=120,

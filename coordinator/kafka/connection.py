@@ -39,3 +39,9 @@ class Client:
 
 
 Handler = Callable[[Client, Request], Awaitable[Any]]
+
+
+def kafka_host(host: str) -> str:
+    """A client's address as Kafka's broker shows it in group descriptions (Java's
+    `InetAddress.toString()`: "/127.0.0.1"); the HTTP API shows the address alone."""
+    return f"/{host}" if host and not host.startswith("/") else host

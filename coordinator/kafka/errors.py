@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from coordinator.core.errors import CoordinatorError
 from coordinator.groups.errors import InvalidSessionTimeout
+from coordinator.log.errors import BatchTooLarge
 
 _BESIDES_THE_NAME = {
     # A Kafka client of transaction version 1 knows only that it was fenced (as Kafka answers).
@@ -36,6 +37,8 @@ def error_code(error: BaseException) -> ErrorCode:
         return error.code
     if isinstance(error, InvalidSessionTimeout):
         return ErrorCode.invalid_session_timeout
+    if isinstance(error, BatchTooLarge):
+        return ErrorCode.message_too_large
     if isinstance(error, ValidationError):
         return _BY_FIELD.get(_field(error), ErrorCode.invalid_request)
     if isinstance(error, CoordinatorError):

@@ -27,7 +27,19 @@ _FENCED = ErrorCode.producer_fenced
 _MEMBER_EPOCH = ErrorCode.fenced_member_epoch
 _STORE_OUT = {ErrorCode.coordinator_not_available: (ALWAYS, ErrorCode.kafka_storage_error)}
 
-# api key -> code -> (the first version that knows it, what older versions are answered)
+# api key -> the domain's code -> Kafka's, at every version: where Kafka's broker names an
+# outcome otherwise than API.md. AddPartitionsToTxn, AddOffsetsToTxn and EndTxn: Kafka's
+# transaction coordinator answers any epoch but the current one PRODUCER_FENCED (API.md's newer
+# epoch is INVALID_PRODUCER_EPOCH) and a transactional id it does not know
+# INVALID_PRODUCER_ID_MAPPING (TRANSACTIONAL_ID_NOT_FOUND is DescribeTransactions' code).
+_TXN_CALL = {
+    ErrorCode.invalid_producer_epoch: _FENCED,
+    ErrorCode.transactional_id_not_found: ErrorCode.invalid_producer_id_mapping,
+}
+RENAMED: Mapping[int, Mapping[ErrorCode, ErrorCode]] = {24: _TXN_CALL, 25: _TXN_CALL, 26: _TXN_CALL}
+
+# api key -> code -> (the first version that knows it, what older versions are answered),
+# applied after RENAMED.
 TABLE: Mapping[int, Mapping[ErrorCode, tuple[int, ErrorCode]]] = {
     # Produce: a stale epoch is INVALID_PRODUCER_EPOCH at every version (since Kafka 2.7, so the
     # client may abort and go on), a transaction timed out included.
@@ -61,6 +73,7 @@ TABLE: Mapping[int, Mapping[ErrorCode, tuple[int, ErrorCode]]] = {
 
 def code_for(api_key: int, version: int, code: ErrorCode) -> ErrorCode:
     """`code` as a client of that API version is answered it."""
+    code = RENAMED.get(api_key, {}).get(code, code)
     rule = TABLE.get(api_key, {}).get(code)
     if rule is not None and version < rule[0]:
         return rule[1]
@@ -70,8 +83,8 @@ def code_for(api_key: int, version: int, code: ErrorCode) -> ErrorCode:
 def for_version(api_key: int, version: int, response: Any) -> Any:
     """`response` with every error code its version does not know rewritten (the response
     itself when nothing needs it)."""
-    rules = TABLE.get(api_key)
-    if not rules or not any(version < first for first, _ in rules.values()):
+    rules = TABLE.get(api_key, {})
+    if api_key not in RENAMED and not any(version < first for first, _ in rules.values()):
         return response
     return _rewrite(response, api_key, version)
 

@@ -123,9 +123,10 @@ ACTED_ON: dict[str, ConfigDef] = {
     "retention.ms": ConfigDef(_long(-1), lambda s: str(s.log_retention_ms)),
 }
 
-# Every other topic config Kafka defines, with Kafka's validation and defaults: accepted,
-# stored and described, so tools and clients that set them work, but not acted on (segments,
-# flushing, replicas and tiered storage are the database's business here).
+# Every other topic config Kafka 4.4 defines (as its DescribeConfigs lists them; the message
+# format's, which Kafka 4 dropped, are gone here too), with Kafka's validation and defaults:
+# accepted, stored and described, so tools and clients that set them work, but not acted on
+# (segments, flushing, replicas and tiered storage are the database's business here).
 STORED_ONLY: dict[str, ConfigDef] = {
     "compression.gzip.level": ConfigDef(_long(-1, 9), _fixed("-1")),
     "compression.lz4.level": ConfigDef(_long(1, 17), _fixed("9")),
@@ -135,18 +136,19 @@ STORED_ONLY: dict[str, ConfigDef] = {
     "flush.ms": ConfigDef(_long(0), _fixed(_LONG_MAX)),
     "follower.replication.throttled.replicas": ConfigDef(_text, _fixed("")),
     "index.interval.bytes": ConfigDef(_long(0, INT32_MAX), _fixed("4096")),
+    "errors.deadletterqueue.group.enable": ConfigDef(_bool, _fixed("false")),
     "leader.replication.throttled.replicas": ConfigDef(_text, _fixed("")),
     "local.retention.bytes": ConfigDef(_long(-2), _fixed("-2")),
     "local.retention.ms": ConfigDef(_long(-2), _fixed("-2")),
     "max.compaction.lag.ms": ConfigDef(_long(1), _fixed(_LONG_MAX)),
-    "message.downconversion.enable": ConfigDef(_bool, _fixed("true")),
-    "message.format.version": ConfigDef(_text, _fixed("3.0-IV1")),
+    "max.decompressed.message.bytes": ConfigDef(_long(0, INT32_MAX), _fixed("2147483639")),
     "message.timestamp.after.max.ms": ConfigDef(_long(0), _fixed("3600000")),
     "message.timestamp.before.max.ms": ConfigDef(_long(0), _fixed(_LONG_MAX)),
-    "message.timestamp.difference.max.ms": ConfigDef(_long(0), _fixed(_LONG_MAX)),
     "min.cleanable.dirty.ratio": ConfigDef(_ratio, _fixed("0.5")),
     "min.insync.replicas": ConfigDef(_long(1, INT32_MAX), _fixed("1")),
     "preallocate": ConfigDef(_bool, _fixed("false")),
+    "remote.copy.lag.bytes": ConfigDef(_long(-1), _fixed("-1")),
+    "remote.copy.lag.ms": ConfigDef(_long(-1), _fixed("0")),
     "remote.log.copy.disable": ConfigDef(_bool, _fixed("false")),
     "remote.log.delete.on.disable": ConfigDef(_bool, _fixed("false")),
     "remote.storage.enable": ConfigDef(_bool, _fixed("false")),

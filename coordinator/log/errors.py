@@ -75,3 +75,8 @@ class InvalidTxnState(CoordinatorError):
     code = "INVALID_TXN_STATE"
     status = 409
     title = "Invalid transaction state"
+
+
+class BatchTooLarge(RecordListTooLarge):
+    """One batch over its topic's `max.message.bytes`: RECORD_LIST_TOO_LARGE over HTTP, as
+    API.md says; Kafka's broker names it MESSAGE_TOO_LARGE, and so does the Kafka door."""

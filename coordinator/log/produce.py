@@ -43,6 +43,7 @@ from coordinator.core.schemas import INT32_MAX
 from coordinator.core.settings import Settings
 from coordinator.log import appends, configs
 from coordinator.log.errors import (
+    BatchTooLarge,
     CorruptMessage,
     InvalidProducerEpoch,
     InvalidRecord,
@@ -717,7 +718,7 @@ async def _plan_one(
         raise UnknownTopicOrPartition(f"{where} does not exist")
     topic_settings = configs.produce_settings(locked.configs, settings.max_request_bytes)
     if len(data) > topic_settings.max_message_bytes:
-        raise RecordListTooLarge(
+        raise BatchTooLarge(
             f"the batch is {len(data)} bytes; {topic}'s max.message.bytes is "
             f"{topic_settings.max_message_bytes}"
         )

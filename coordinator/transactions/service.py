@@ -533,6 +533,7 @@ async def end(
     *,
     version: int = 2,
     timed_out_abort_is_retry: bool = False,
+    abort_of_nothing_raises: bool = False,
 ) -> EndTxnResponse:
     """EndTxn. Transaction version 2 (KIP-890, the HTTP API's) raises the epoch at every end;
     version 1 (Kafka's clients before KIP-890) keeps it, so the producer's next transaction
@@ -541,7 +542,12 @@ async def end(
     `timed_out_abort_is_retry` (Kafka's EndTxn 5): an abort from the epoch whose transaction the
     coordinator aborted after its timeout, with nothing since, is the retry of that abort, as a
     Kafka 4 coordinator answers a client of transaction version 2, which then goes on at the
-    epoch the answer gives; the HTTP door keeps API.md's TRANSACTION_TIMED_OUT."""
+    epoch the answer gives; the HTTP door keeps API.md's TRANSACTION_TIMED_OUT.
+
+    `abort_of_nothing_raises` (Kafka's EndTxn 5): an abort with no transaction open at the
+    caller's current epoch raises the epoch and answers it (`Op.ABORT_NOTHING`), as a Kafka 4
+    coordinator does for a client of transaction version 2, which cannot know whether its
+    produce reached the coordinator; the HTTP door keeps API.md's INVALID_TXN_STATE."""
     wanted = State.COMPLETE_COMMIT if body.commit else State.COMPLETE_ABORT
     op = Op.COMMIT if body.commit else Op.ABORT
     if version >= 2:
@@ -570,6 +576,8 @@ async def end(
                 state=State.COMPLETE_ABORT, producer_id=txn.producer_id, producer_epoch=locked.epoch
             )
         await check_caller(session, txn, locked.epoch, body.producer_id, body.producer_epoch)
+        if abort_of_nothing_raises and not body.commit and txn.state not in OPEN:
+            op = Op.ABORT_NOTHING
         state = await _finish(session, locked, op, BY_CLIENT, now, raise_epoch=version >= 2)
         producer_id, epoch = txn.producer_id, locked.epoch
     return EndTxnResponse(state=state, producer_id=producer_id, producer_epoch=epoch)

@@ -24,6 +24,9 @@ class Op(StrEnum):
     PREPARE = "prepare"
     COMMIT = "commit"
     ABORT = "abort"
+    # Kafka's transaction version 2 (EndTxn 5): an abort with nothing open at the caller's epoch
+    # ends nothing but raises the epoch, fencing whatever the producer may still have in flight.
+    ABORT_NOTHING = "abort nothing"
     # The coordinator's own: a raised epoch (InitPid), a timeout, an operator.
     FENCE = "fence"
     TIME_OUT = "time out"
@@ -56,6 +59,7 @@ TRANSITIONS: dict[Op, dict[State, State]] = {
     },
     Op.COMMIT: {State.ONGOING: State.COMPLETE_COMMIT, State.PREPARED: State.COMPLETE_COMMIT},
     Op.ABORT: dict(_END_OPEN),
+    Op.ABORT_NOTHING: {state: State.COMPLETE_ABORT for state in IDLE},
     Op.FENCE: dict(_END_OPEN),
     Op.TIME_OUT: dict(_END_OPEN),
     Op.ADMIN_ABORT: dict(_END_OPEN),

@@ -63,8 +63,14 @@ async def api_versions(client: Client, request: Request) -> Any:
 
 
 def unsupported_api_versions() -> Any:
+    """An ApiVersions request of a version not served: answered in version 0, as Kafka's broker
+    answers it, with the versions of ApiVersions alone (all a client needs to ask again)."""
     reply = Reply(18, 0)
-    return reply.body(error_code=ErrorCode.unsupported_version, api_keys=_api_keys(reply))
+    low, high = SUPPORTED[18]
+    return reply.body(
+        error_code=ErrorCode.unsupported_version,
+        api_keys=(reply("ApiVersion", api_key=18, min_version=low, max_version=high),),
+    )
 
 
 async def _auto_create(client: Client, request: Request, name: str) -> tuple[ErrorCode, int]:
@@ -74,19 +80,20 @@ async def _auto_create(client: Client, request: Request, name: str) -> tuple[Err
     settings = client.settings
     allowed = getattr(request.body, "allow_auto_topic_creation", True)
     assert client.access is not None
+    try:
+        spec = CreateTopic(name=name, partitions=settings.num_partitions)
+    except ValidationError:
+        return ErrorCode.invalid_topic_exception, 0  # a name no topic may have, as Kafka says
     if not (settings.auto_create_topics_enable and allowed):
         return ErrorCode.unknown_topic_or_partition, 0
     try:
         client.access.cluster()
-        spec = CreateTopic(name=name, partitions=settings.num_partitions)
         client.quota.admit(client.access.name, spec.partitions)
         await log_topics.create_topic(client.db, spec)
     except TopicAlreadyExists:
         pass  # another client's request created it meanwhile
     except ClusterAuthorizationFailed:
         return ErrorCode.unknown_topic_or_partition, 0
-    except ValidationError:
-        return ErrorCode.invalid_topic_exception, 0
     except FAILURES as failure:
         return error_code(failure), 0
     described = await log_topics.describe_topic(client.db, name)

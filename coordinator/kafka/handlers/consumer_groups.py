@@ -20,7 +20,7 @@ from coordinator.groups import membership
 from coordinator.groups import service as groups_service
 from coordinator.groups.models import CONSUMER
 from coordinator.groups.schemas import LEAVE_EPOCH, HeartbeatRequest
-from coordinator.kafka.connection import Client
+from coordinator.kafka.connection import Client, kafka_host
 from coordinator.kafka.errors import FAILURES, Refused, error_code, message
 from coordinator.kafka.handlers.cluster import NOT_ASKED
 from coordinator.kafka.wire import Request, milliseconds
@@ -51,7 +51,8 @@ async def consumer_group_heartbeat(client: Client, request: Request) -> Any:
     reply, body = request.reply, request.body
     assert client.access is not None
     member_id = body.member_id or str(uuid.uuid4())
-    failed = {"member_id": body.member_id or None, "member_epoch": -1, "heartbeat_interval": 0}
+    # A refusal carries Kafka's defaults: no member id, epoch 0, no heartbeat interval.
+    failed = {"member_id": None, "member_epoch": 0, "heartbeat_interval": 0}
     try:
         client.access.group(body.group_id, "consumer")
         names, by_id = await _topic_ids(client)
@@ -100,7 +101,7 @@ async def consumer_group_heartbeat(client: Client, request: Request) -> Any:
         error_message=None,
         member_id=member_id,
         member_epoch=answer.member_epoch,
-        heartbeat_interval=answer.heartbeat_interval_ms,
+        heartbeat_interval=0 if leaving else answer.heartbeat_interval_ms,
         assignment=None
         if leaving
         else reply(
@@ -150,9 +151,9 @@ async def consumer_group_describe(client: Client, request: Request) -> Any:
                     error_code=error_code(failure),
                     error_message=message(failure),
                     group_id=group_id,
-                    group_state="Dead",
-                    group_epoch=-1,
-                    assignment_epoch=-1,
+                    group_state="",  # Kafka's defaults beside an error
+                    group_epoch=0,
+                    assignment_epoch=0,
                     assignor_name="",
                     members=(),
                     authorized_operations=NOT_ASKED,
@@ -165,8 +166,7 @@ async def consumer_group_describe(client: Client, request: Request) -> Any:
                 error_code=ErrorCode.none,
                 error_message=None,
                 group_id=group_id,
-                # Kafka's consumer group states, by their lower-case names.
-                group_state=d.state.lower(),
+                group_state=d.state,  # Kafka's names: Empty, Assigning, Reconciling, Stable
                 group_epoch=d.group_epoch,
                 assignment_epoch=d.assignment_epoch,
                 assignor_name="uniform",
@@ -183,9 +183,9 @@ async def consumer_group_describe(client: Client, request: Request) -> Any:
                         rack_id=None,
                         member_epoch=m.member_epoch,
                         client_id=m.client_id,
-                        client_host=m.client_host,
+                        client_host=kafka_host(m.client_host),
                         subscribed_topic_names=tuple(m.subscribed_topics),
-                        subscribed_topic_regex=None,
+                        subscribed_topic_regex="",
                         assignment=assignment(m.assignment),
                         target_assignment=assignment(m.target_assignment),
                         member_type=1 if m.protocol == CONSUMER else 0,

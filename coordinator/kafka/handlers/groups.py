@@ -32,7 +32,7 @@ from coordinator.groups.schemas import (
     CommitOffsetsRequest,
 )
 from coordinator.kafka import guard
-from coordinator.kafka.connection import Client
+from coordinator.kafka.connection import Client, kafka_host
 from coordinator.kafka.errors import FAILURES, error_code
 from coordinator.kafka.handlers.cluster import NOT_ASKED
 from coordinator.kafka.wire import Request, milliseconds
@@ -94,13 +94,15 @@ def encode_subscription(topics: list[str]) -> bytes:
     return out.getvalue()
 
 
-def _failed_join(member_id: str) -> dict[str, Any]:
+def _failed_join(member_id: str, version: int) -> dict[str, Any]:
+    """A refused JoinGroup's fields, as Kafka's broker fills them (from version 7 the protocol's
+    type and name are null)."""
     return {
         "generation_id": -1,
-        "protocol_name": "",
+        "protocol_name": None if version >= 7 else "",
         "leader": "",
         "members": (),
-        "protocol_type": CONSUMER_PROTOCOL,
+        "protocol_type": None if version >= 7 else CONSUMER_PROTOCOL,
         "member_id": member_id,
     }
 
@@ -112,13 +114,15 @@ async def join_group(client: Client, request: Request) -> Any:
         client.access.group(body.group_id, "consumer")
         if body.protocol_type != CONSUMER_PROTOCOL or not body.protocols:
             return reply.body(
-                error_code=ErrorCode.inconsistent_group_protocol, **_failed_join(body.member_id)
+                error_code=ErrorCode.inconsistent_group_protocol,
+                **_failed_join(body.member_id, request.version),
             )
         try:
             topics, owned = parse_subscription(body.protocols[0].metadata)
         except Exception:
             return reply.body(
-                error_code=ErrorCode.inconsistent_group_protocol, **_failed_join(body.member_id)
+                error_code=ErrorCode.inconsistent_group_protocol,
+                **_failed_join(body.member_id, request.version),
             )
         client.access.join(body.group_id, topics)
         session_ms = milliseconds(body.session_timeout)
@@ -141,10 +145,13 @@ async def join_group(client: Client, request: Request) -> Any:
             return await _join_consumer_group(client, request, joining, owned)
     except MemberIdRequired as required:
         return reply.body(
-            error_code=ErrorCode.member_id_required, **_failed_join(required.member_id)
+            error_code=ErrorCode.member_id_required,
+            **_failed_join(required.member_id, request.version),
         )
     except FAILURES as failure:
-        return reply.body(error_code=error_code(failure), **_failed_join(body.member_id))
+        return reply.body(
+            error_code=error_code(failure), **_failed_join(body.member_id, request.version)
+        )
     return reply.body(
         error_code=ErrorCode.none,
         generation_id=answer.generation,
@@ -534,7 +541,7 @@ async def describe_groups(client: Client, request: Request) -> Any:
                         member_id=m.member_id,
                         group_instance_id=m.group_instance_id,
                         client_id=m.client_id,
-                        client_host=m.client_host,
+                        client_host=kafka_host(m.client_host),
                         member_metadata=(
                             m.metadata
                             if m.metadata is not None

@@ -139,6 +139,7 @@ async def _fetch_once(
                 "high_watermark": -1,
                 "last_stable_offset": -1,
                 "log_start_offset": -1,
+                # Beside a partition it cannot read, Kafka's broker answers an empty list.
                 "aborted_transactions": (),
                 "records": b"",
             }
@@ -181,9 +182,14 @@ async def _fetch_once(
                     )
                 records = b"".join(fetched.batches)
                 total += len(records)
-                aborted = tuple(
-                    reply("AbortedTransaction", producer_id=pid, first_offset=first)
-                    for pid, first in fetched.aborted
+                # Kafka's broker: null unless read_committed (then a list, maybe empty).
+                aborted = (
+                    tuple(
+                        reply("AbortedTransaction", producer_id=pid, first_offset=first)
+                        for pid, first in fetched.aborted
+                    )
+                    if read_committed
+                    else None
                 )
                 answer = {
                     "error_code": ErrorCode.none,
@@ -195,6 +201,8 @@ async def _fetch_once(
                 }
             except FAILURES as failure:
                 answer["error_code"] = error_code(failure)
+                if answer["error_code"] is ErrorCode.offset_out_of_range and not read_committed:
+                    answer["aborted_transactions"] = None  # a read's answer, as Kafka's is
             partitions.append(reply("PartitionData", partition_index=asked.partition, **answer))
         topics.append(
             reply(

@@ -24,6 +24,67 @@ BROKER = 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 # ConfigSource: DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG.
 _SOURCES = {"TOPIC": 1, "DEFAULT": 5}
+# Each topic config's type (DescribeConfigs v3+, KIP-569), as Kafka 4.4's broker reports it:
+# BOOLEAN 1, STRING 2, INT 3, LONG 5, DOUBLE 6, LIST 7; a name not here is UNKNOWN (0).
+_BOOLEAN, _STRING, _INT, _LONG, _DOUBLE, _LIST = 1, 2, 3, 5, 6, 7
+CONFIG_TYPES = {
+    **dict.fromkeys(
+        [
+            "errors.deadletterqueue.group.enable",
+            "preallocate",
+            "remote.log.copy.disable",
+            "remote.log.delete.on.disable",
+            "remote.storage.enable",
+            "unclean.leader.election.enable",
+        ],
+        _BOOLEAN,
+    ),
+    **dict.fromkeys(["compression.type", "message.timestamp.type"], _STRING),
+    **dict.fromkeys(
+        [
+            "compression.gzip.level",
+            "compression.lz4.level",
+            "compression.zstd.level",
+            "index.interval.bytes",
+            "max.decompressed.message.bytes",
+            "max.message.bytes",
+            "min.insync.replicas",
+            "segment.bytes",
+            "segment.index.bytes",
+        ],
+        _INT,
+    ),
+    **dict.fromkeys(
+        [
+            "delete.retention.ms",
+            "file.delete.delay.ms",
+            "flush.messages",
+            "flush.ms",
+            "local.retention.bytes",
+            "local.retention.ms",
+            "max.compaction.lag.ms",
+            "message.timestamp.after.max.ms",
+            "message.timestamp.before.max.ms",
+            "min.compaction.lag.ms",
+            "remote.copy.lag.bytes",
+            "remote.copy.lag.ms",
+            "retention.bytes",
+            "retention.ms",
+            "segment.jitter.ms",
+            "segment.ms",
+        ],
+        _LONG,
+    ),
+    "min.cleanable.dirty.ratio": _DOUBLE,
+    **dict.fromkeys(
+        [
+            "cleanup.policy",
+            "follower.replication.throttled.replicas",
+            "leader.replication.throttled.replicas",
+        ],
+        _LIST,
+    ),
+}
 _NO_TOPIC_ID = uuid.UUID(int=0)
 # The largest stated replication factor taken: Metadata lists that many replicas per partition,
 # so a factor is bounded as every other size a client sends is.
@@ -40,6 +101,7 @@ async def create_topics(client: Client, request: Request) -> Any:
         answer = outcome()
         topic_id = _NO_TOPIC_ID
         factor = 1
+        described: list[dict[str, str]] = []
         try:
             client.access.cluster()
             factor = 1 if topic.replication_factor == -1 else topic.replication_factor
@@ -76,6 +138,10 @@ async def create_topics(client: Client, request: Request) -> Any:
                 client.quota.admit(client.access.name, spec.partitions)
                 created = await log_topics.create_topic(client.db, spec, replication_factor=factor)
                 topic_id = created.topic_id or _NO_TOPIC_ID
+            if request.version >= 5:
+                # KIP-525: the new topic's every config, as DescribeConfigs shows it.
+                stored = configs.validated(spec.configs or {})
+                described = configs.describe(stored, client.settings)
         except FAILURES as failure:
             answer = outcome(failure)
             if isinstance(failure, ThrottlingQuotaExceeded):
@@ -88,7 +154,19 @@ async def create_topics(client: Client, request: Request) -> Any:
                 topic_id=topic_id,
                 num_partitions=partitions if ok else -1,
                 replication_factor=factor if ok else -1,
-                configs=(),
+                configs=None
+                if request.version < 5
+                else tuple(
+                    reply(
+                        "CreatableTopicConfigs",
+                        name=c["name"],
+                        value=c["value"],
+                        read_only=False,
+                        config_source=_SOURCES[c["source"]],
+                        is_sensitive=False,
+                    )
+                    for c in described
+                ),
                 **answer,
             )
         )
@@ -156,9 +234,11 @@ async def delete_topics(client: Client, request: Request) -> Any:
     else:
         asked = [(name, None) for name in body.topic_names]
     by_id: dict[uuid.UUID, str] = {}
-    if any(name is None for name, _ in asked):
+    if hasattr(body, "topics"):
+        # Asked by id, or answered with the id of the topic deleted by name (as Kafka does).
         listed = await log_topics.list_topics(client.db)
         by_id = {t.topic_id: t.name for t in listed.topics if t.topic_id is not None}
+    id_of = {name: topic_id for topic_id, name in by_id.items()}
     results = []
     for name, topic_id in asked:
         answer = outcome()
@@ -168,6 +248,8 @@ async def delete_topics(client: Client, request: Request) -> Any:
                 if topic_id not in by_id:
                     raise Refused(ErrorCode.unknown_topic_id, f"no topic has id {topic_id}")
                 name = by_id[topic_id]
+            elif topic_id is None or topic_id == _NO_TOPIC_ID:
+                topic_id = id_of.get(name)
             await deletion.delete_topic(client.db, name)
         except FAILURES as failure:
             answer = outcome(failure)
@@ -206,7 +288,7 @@ async def describe_configs(client: Client, request: Request) -> Any:
                         config_source=_SOURCES[c.source],
                         is_sensitive=False,
                         synonyms=(),
-                        config_type=0,
+                        config_type=CONFIG_TYPES.get(c.name, 0),
                         documentation=None,
                     )
                     for c in listed.configs

@@ -17,6 +17,7 @@ from coordinator.kafka.connection import Client
 from coordinator.kafka.errors import FAILURES, error_code
 from coordinator.kafka.handlers.groups import committed_offsets, member_identity
 from coordinator.kafka.wire import Request, milliseconds
+from coordinator.log import topics as log_topics
 from coordinator.log.producer_states import describe_producers as describe_producer_states
 from coordinator.producers.schemas import InitPidRequest
 from coordinator.transactions import listing, producer_ids
@@ -223,6 +224,7 @@ async def end_txn(client: Client, request: Request) -> Any:
             ),
             version=2 if raising else 1,
             timed_out_abort_is_retry=raising,
+            abort_of_nothing_raises=raising,
         )
     except FAILURES as failure:
         return request.reply.body(error_code=error_code(failure))
@@ -304,11 +306,12 @@ async def describe_transactions(client: Client, request: Request) -> Any:
                     "TransactionState",
                     error_code=error_code(failure),
                     transactional_id=tid,
+                    # Kafka's defaults beside an error.
                     transaction_state="",
                     transaction_timeout=0,
-                    transaction_start_time=-1,
-                    producer_id=-1,
-                    producer_epoch=-1,
+                    transaction_start_time=0,
+                    producer_id=0,
+                    producer_epoch=0,
                     topics=(),
                 )
             )
@@ -355,29 +358,46 @@ async def write_txn_markers(client: Client, request: Request) -> Any:
     commit marker is refused, since only the coordinator commits. The cluster's rights."""
     reply, body = request.reply, request.body
     assert client.access is not None
+    listed = await log_topics.list_topics(client.db)
+    counts = {t.name: t.partitions for t in listed.topics}
     results = []
     for marker in body.markers:
-        keys = [(t.name, p) for t in marker.topics for p in t.partition_indexes]
+        asked = [(t.name, p) for t in marker.topics for p in t.partition_indexes]
+        # A partition that does not exist is answered UNKNOWN_TOPIC_OR_PARTITION, as Kafka's
+        # leader answers it; the marker goes to the others.
+        keys = [(t, p) for t, p in asked if 0 <= p < counts.get(t, 0)]
         code = ErrorCode.none
         try:
             client.access.cluster()
             if marker.transaction_result:
                 code = ErrorCode.invalid_txn_state  # only the coordinator writes commit markers
-            else:
+            elif keys:
                 await transactions.abort_by_marker(
                     client.db, marker.producer_id, marker.producer_epoch, keys
                 )
         except FAILURES as failure:
             code = error_code(failure)
+        known = set(keys)
         results.append(
             reply(
                 "WritableTxnMarkerResult",
                 producer_id=marker.producer_id,
-                topics=reply.same_code(
-                    ((t.name, t.partition_indexes) for t in marker.topics),
-                    code,
-                    "WritableTxnMarkerTopicResult",
-                    "WritableTxnMarkerPartitionResult",
+                topics=tuple(
+                    reply(
+                        "WritableTxnMarkerTopicResult",
+                        name=t.name,
+                        partitions=tuple(
+                            reply(
+                                "WritableTxnMarkerPartitionResult",
+                                partition_index=p,
+                                error_code=code
+                                if (t.name, p) in known
+                                else ErrorCode.unknown_topic_or_partition,
+                            )
+                            for p in t.partition_indexes
+                        ),
+                    )
+                    for t in marker.topics
                 ),
             )
         )

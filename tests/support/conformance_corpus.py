@@ -1,0 +1,1323 @@
+# ruff: noqa: B023  (each step's helpers run within their loop iteration)
+"""The differential corpus (`tests.support.conformance`): request sequences over every API the
+listener serves, each at every version it serves, happy paths and the errors Kafka's broker
+names; and `KNOWN`, the differences from Kafka that remain, each with its reason.
+
+Each scenario works in topics, transactional ids and groups of its own (named after it), so the
+scenarios may run in any order against one broker.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from sdk import recordbatch
+from tests.support.conformance import TIMESTAMP, Run, Scenario, batch_of
+
+SCENARIOS: dict[str, Scenario] = {}
+
+
+def scenario(fn: Scenario) -> Scenario:
+    SCENARIOS[fn.__name__.replace("_", "-")] = fn
+    return fn
+
+
+def _committing(topic: str, offset: int, metadata: str) -> list[dict[str, Any]]:
+    """An offset commit's topics (OffsetCommit, TxnOffsetCommit): partition 0 at `offset`."""
+    return [
+        {
+            "name": topic,
+            "partitions": [
+                {
+                    "partition_index": 0,
+                    "committed_offset": offset,
+                    "committed_leader_epoch": -1,
+                    "committed_metadata": metadata,
+                }
+            ],
+        }
+    ]
+
+
+def _topic_data(topic: str, data: bytes, partition: int = 0) -> list[dict[str, Any]]:
+    return [{"name": topic, "partition_data": [{"index": partition, "records": data}]}]
+
+
+# -- cluster ---------------------------------------------------------------------------------------
+
+
+@scenario
+async def api_versions(r: Run) -> None:
+    for v in r.versions(18):
+        await r.call(
+            "supported", 18, v, client_software_name="conformance", client_software_version="1.0"
+        )
+    # A version the broker does not know, as clients newer than it send it (header v2, a body of
+    # two empty compact strings and no tagged fields): answered in version 0,
+    # UNSUPPORTED_VERSION, with the versions it serves.
+    await r.raw("unknown version", 18, 127, 0, b"\x01\x01\x00", flexible=True)
+
+
+@scenario
+async def metadata(r: Run) -> None:
+    topic = r.topic("t")
+    await r.topics(topic, partitions=2)
+    for v in r.versions(3):
+        await r.call("one topic", 3, v, topics=[{"name": topic}], allow_auto_topic_creation=False)
+        if v < 4:  # no choice before v4: a topic asked for is created
+            await r.call("auto-created", 3, v, topics=[{"name": r.topic(f"auto-v{v}")}])
+        else:
+            await r.call(
+                "unknown topic",
+                3,
+                v,
+                topics=[{"name": r.topic(f"missing-v{v}")}],
+                allow_auto_topic_creation=False,
+            )
+            await r.call(
+                "invalid name",
+                3,
+                v,
+                topics=[{"name": "bad name!"}],
+                allow_auto_topic_creation=False,
+            )
+
+
+@scenario
+async def describe_cluster(r: Run) -> None:
+    for v in r.versions(60):
+        await r.call("cluster", 60, v, endpoint_type=1)
+
+
+@scenario
+async def find_coordinator(r: Run) -> None:
+    await r.coordinators((0, r.topic("g")), (1, r.topic("tid")))
+    for v in r.versions(10):
+        await r.call("group", 10, v, key=r.topic("g"), key_type=0, coordinator_keys=[r.topic("g")])
+        if v >= 1:
+            await r.call(
+                "transaction",
+                10,
+                v,
+                key=r.topic("tid"),
+                key_type=1,
+                coordinator_keys=[r.topic("tid")],
+            )
+
+
+# -- topics ----------------------------------------------------------------------------------------
+
+
+@scenario
+async def create_topics(r: Run) -> None:
+    for v in r.versions(19):
+
+        def topic(suffix: str, partitions: int = 2, **configs: str) -> dict[str, Any]:
+            return {
+                "name": r.topic(f"{suffix}-v{v}"),
+                "num_partitions": partitions,
+                "replication_factor": 1,
+                "configs": [{"name": k, "value": c} for k, c in configs.items()],
+            }
+
+        await r.call(
+            "created", 19, v, topics=[topic("a", **{"retention.ms": "86400000"})], timeout=30_000
+        )
+        await r.call("already exists", 19, v, topics=[topic("a")], timeout=30_000)
+        await r.call("no partitions", 19, v, topics=[topic("zero", partitions=0)], timeout=30_000)
+        await r.call(
+            "bad name", 19, v, topics=[{**topic("x"), "name": "bad name!"}], timeout=30_000
+        )
+        await r.call(
+            "bad config", 19, v, topics=[topic("c", **{"retention.ms": "soon"})], timeout=30_000
+        )
+        await r.call(
+            "unknown config", 19, v, topics=[topic("u", **{"no.such.config": "1"})], timeout=30_000
+        )
+        await r.call(
+            "validate only", 19, v, topics=[topic("dry")], timeout=30_000, validate_only=True
+        )
+
+
+@scenario
+async def create_partitions(r: Run) -> None:
+    for v in r.versions(37):
+        topic = r.topic(f"v{v}")
+        await r.topics(topic, partitions=2)
+        await r.call("grow", 37, v, topics=[{"name": topic, "count": 3}], timeout=30_000)
+        await r.call("shrink", 37, v, topics=[{"name": topic, "count": 1}], timeout=30_000)
+        await r.call(
+            "unknown topic",
+            37,
+            v,
+            topics=[{"name": r.topic("missing"), "count": 3}],
+            timeout=30_000,
+        )
+
+
+@scenario
+async def delete_topics(r: Run) -> None:
+    for v in r.versions(20):
+        topic = r.topic(f"v{v}")
+        await r.topics(topic)
+        await r.call(
+            "deleted", 20, v, topics=[{"name": topic}], topic_names=[topic], timeout=30_000
+        )
+        await r.call(
+            "unknown topic",
+            20,
+            v,
+            topics=[{"name": r.topic("missing")}],
+            topic_names=[r.topic("missing")],
+            timeout=30_000,
+        )
+
+
+@scenario
+async def configs(r: Run) -> None:
+    topic = r.topic("t")
+    await r.topics(topic, **{"retention.ms": "86400000"})
+    for v in r.versions(32):
+        await r.call(
+            "every config",
+            32,
+            v,
+            resources=[{"resource_type": 2, "resource_name": topic, "configuration_keys": None}],
+        )
+        await r.call(
+            "topic",
+            32,
+            v,
+            resources=[
+                {
+                    "resource_type": 2,
+                    "resource_name": topic,
+                    "configuration_keys": ["retention.ms", "cleanup.policy"],
+                }
+            ],
+        )
+        await r.call(
+            "unknown topic",
+            32,
+            v,
+            resources=[
+                {
+                    "resource_type": 2,
+                    "resource_name": r.topic("missing"),
+                    "configuration_keys": ["retention.ms"],
+                }
+            ],
+        )
+    for v in r.versions(44):
+        await r.call(
+            "incremental set",
+            44,
+            v,
+            resources=[
+                {
+                    "resource_type": 2,
+                    "resource_name": topic,
+                    "configs": [
+                        {"name": "retention.ms", "config_operation": 0, "value": "3600000"}
+                    ],
+                }
+            ],
+        )
+        await r.call(
+            "incremental bad value",
+            44,
+            v,
+            resources=[
+                {
+                    "resource_type": 2,
+                    "resource_name": topic,
+                    "configs": [{"name": "retention.ms", "config_operation": 0, "value": "soon"}],
+                }
+            ],
+        )
+        await r.call(
+            "incremental unknown topic",
+            44,
+            v,
+            resources=[
+                {
+                    "resource_type": 2,
+                    "resource_name": r.topic("missing"),
+                    "configs": [{"name": "retention.ms", "config_operation": 0, "value": "1"}],
+                }
+            ],
+        )
+    for v in r.versions(33):
+        await r.call(
+            "alter",
+            33,
+            v,
+            resources=[
+                {
+                    "resource_type": 2,
+                    "resource_name": topic,
+                    "configs": [{"name": "retention.ms", "value": "7200000"}],
+                }
+            ],
+        )
+        await r.call(
+            "alter unknown topic",
+            33,
+            v,
+            resources=[
+                {
+                    "resource_type": 2,
+                    "resource_name": r.topic("missing"),
+                    "configs": [{"name": "retention.ms", "value": "1"}],
+                }
+            ],
+        )
+
+
+# -- records ---------------------------------------------------------------------------------------
+
+
+@scenario
+async def produce(r: Run) -> None:
+    small = r.topic("small")
+    await r.topics(small, **{"max.message.bytes": "1000"})
+    for v in r.versions(0):
+        topic = r.topic(f"v{v}")
+        await r.topics(topic)
+        data = batch_of([b"a", b"b"])
+        await r.call("appended", 0, v, acks=-1, timeout=30_000, topic_data=_topic_data(topic, data))
+        await r.call(
+            "unknown topic",
+            0,
+            v,
+            acks=-1,
+            timeout=30_000,
+            topic_data=_topic_data(r.topic("missing"), data),
+        )
+        await r.call(
+            "unknown partition",
+            0,
+            v,
+            acks=-1,
+            timeout=30_000,
+            topic_data=_topic_data(topic, data, partition=7),
+        )
+        await r.call(
+            "too large",
+            0,
+            v,
+            acks=-1,
+            timeout=30_000,
+            topic_data=_topic_data(small, batch_of([b"x" * 2000])),
+        )
+        await r.call("bad acks", 0, v, acks=3, timeout=30_000, topic_data=_topic_data(topic, data))
+        await r.call(
+            "corrupt",
+            0,
+            v,
+            acks=-1,
+            timeout=30_000,
+            topic_data=_topic_data(topic, data[:-3] + b"zzz"),
+        )
+
+
+@scenario
+async def produce_idempotent(r: Run) -> None:
+    for v in r.versions(0):
+        topic = r.topic(f"v{v}")
+        await r.topics(topic)
+        pid, epoch = await r.init_producer(None)
+
+        def batch(sequence: int, *values: bytes, at: int = epoch) -> list[dict[str, Any]]:
+            data = batch_of(
+                list(values), producer_id=pid, producer_epoch=at, base_sequence=sequence
+            )
+            return _topic_data(topic, data)
+
+        await r.call("first", 0, v, acks=-1, timeout=30_000, topic_data=batch(0, b"a", b"b"))
+        await r.call("next", 0, v, acks=-1, timeout=30_000, topic_data=batch(2, b"c"))
+        await r.call("duplicate", 0, v, acks=-1, timeout=30_000, topic_data=batch(0, b"a", b"b"))
+        await r.call("gap", 0, v, acks=-1, timeout=30_000, topic_data=batch(9, b"z"))
+        # An epoch the coordinator never issued (InitProducerId gave `epoch`).
+        await r.call(
+            "newer epoch",
+            0,
+            v,
+            acks=-1,
+            timeout=30_000,
+            topic_data=batch(3, b"d", at=epoch + 5),
+        )
+
+
+async def _filled(r: Run, topic: str) -> None:
+    await r.topics(topic)
+    await r.produce(topic, [b"a", b"b", b"c"])
+    await r.produce(topic, [b"d", b"e"])
+
+
+@scenario
+async def list_offsets(r: Run) -> None:
+    topic = r.topic("t")
+    await _filled(r, topic)
+    for v in r.versions(2):
+
+        def ask(*pairs: tuple[int, int], name: str = topic) -> list[dict[str, Any]]:
+            return [
+                {
+                    "name": name,
+                    "partitions": [
+                        {"partition_index": p, "timestamp": ts, "current_leader_epoch": -1}
+                        for p, ts in pairs
+                    ],
+                }
+            ]
+
+        await r.call("earliest latest", 2, v, replica_id=-1, topics=ask((0, -2)))
+        await r.call("latest", 2, v, replica_id=-1, topics=ask((0, -1)))
+        await r.call("by time", 2, v, replica_id=-1, topics=ask((0, TIMESTAMP + 1)))
+        await r.call("after every record", 2, v, replica_id=-1, topics=ask((0, TIMESTAMP + 99)))
+        if v >= 7:
+            await r.call("max timestamp", 2, v, replica_id=-1, topics=ask((0, -3)))
+        await r.call("unknown partition", 2, v, replica_id=-1, topics=ask((5, -1)))
+        await r.call(
+            "unknown topic", 2, v, replica_id=-1, topics=ask((0, -1), name=r.topic("missing"))
+        )
+
+
+@scenario
+async def fetch(r: Run) -> None:
+    topic = r.topic("t")
+    await _filled(r, topic)
+    meta = await r.quiet(3, 12, topics=[{"name": topic}])
+    topic_id = meta.topics[0].topic_id
+    for v in r.versions(1):
+
+        def ask(
+            offset: int, name: str = topic, tid: Any = topic_id, partition: int = 0
+        ) -> list[dict[str, Any]]:
+            return [
+                {
+                    "topic": name,
+                    "topic_id": tid,
+                    "partitions": [
+                        {
+                            "partition": partition,
+                            "fetch_offset": offset,
+                            "partition_max_bytes": 1 << 20,
+                            "current_leader_epoch": -1,
+                            "last_fetched_epoch": -1,
+                            "log_start_offset": -1,
+                        }
+                    ],
+                }
+            ]
+
+        common: dict[str, Any] = {
+            "replica_id": -1,
+            "max_wait": 0,
+            "min_bytes": 0,
+            "max_bytes": 1 << 20,
+            "isolation_level": 0,
+            "session_id": 0,
+            "session_epoch": -1,
+            "forgotten_topics_data": [],
+        }
+        await r.call("from the start", 1, v, topics=ask(0), **common)
+        await r.call("from the middle", 1, v, topics=ask(3), **common)
+        await r.call("at the end", 1, v, topics=ask(5), **common)
+        await r.call("out of range", 1, v, topics=ask(99), **common)
+        await r.call("read committed", 1, v, topics=ask(0), **{**common, "isolation_level": 1})
+        await r.call("unknown partition", 1, v, topics=ask(0, partition=4), **common)
+        import uuid
+
+        await r.call(
+            "unknown topic",
+            1,
+            v,
+            topics=ask(0, name=r.topic("missing"), tid=uuid.UUID(int=12345)),
+            **common,
+        )
+
+
+@scenario
+async def delete_records(r: Run) -> None:
+    for v in r.versions(21):
+        topic = r.topic(f"v{v}")
+        await _filled(r, topic)
+
+        def ask(offset: int, partition: int = 0) -> list[dict[str, Any]]:
+            return [
+                {"name": topic, "partitions": [{"partition_index": partition, "offset": offset}]}
+            ]
+
+        await r.call("deleted", 21, v, topics=ask(2), timeout=30_000)
+        await r.call("below the start", 21, v, topics=ask(1), timeout=30_000)
+        await r.call("past the end", 21, v, topics=ask(9), timeout=30_000)
+        await r.call("to the end", 21, v, topics=ask(-1), timeout=30_000)
+        await r.call("unknown partition", 21, v, topics=ask(0, partition=3), timeout=30_000)
+
+
+# -- transactions ----------------------------------------------------------------------------------
+
+
+@scenario
+async def init_producer_id(r: Run) -> None:
+    await r.coordinators(*((1, r.topic(f"v{v}")) for v in r.versions(22)))
+    for v in r.versions(22):
+        tid = r.topic(f"v{v}")
+        await r.call(
+            "idempotent",
+            22,
+            v,
+            transactional_id=None,
+            transaction_timeout=60_000,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+        first = await r.call(
+            "transactional",
+            22,
+            v,
+            transactional_id=tid,
+            transaction_timeout=60_000,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+        await r.call(
+            "again",
+            22,
+            v,
+            transactional_id=tid,
+            transaction_timeout=60_000,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+        await r.call(
+            "timeout too long",
+            22,
+            v,
+            transactional_id=tid,
+            transaction_timeout=3_600_000,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+        if v >= 3 and first is not None:
+            await r.call(
+                "stale epoch",
+                22,
+                v,
+                transactional_id=tid,
+                transaction_timeout=60_000,
+                producer_id=first.producer_id,
+                producer_epoch=first.producer_epoch,
+            )
+
+
+@scenario
+async def transactions(r: Run) -> None:
+    """Transaction version 1: AddPartitionsToTxn v0-3, EndTxn v0-4, each at every version."""
+    topic = r.topic("t")
+    await r.topics(topic, partitions=2)
+    await r.coordinators(*((1, r.topic(f"v{v}")) for v in range(5)))
+    for v in range(0, 5):
+        tid = r.topic(f"v{v}")
+        pid, epoch = await r.init_producer(tid)
+        add_version = min(v, 3)
+
+        def add(*partitions: int, name: str = topic, at: int = epoch) -> dict[str, Any]:
+            return {
+                "v3_and_below_transactional_id": tid,
+                "v3_and_below_producer_id": pid,
+                "v3_and_below_producer_epoch": at,
+                "transactional_id": tid,
+                "producer_id": pid,
+                "producer_epoch": at,
+                "v3_and_below_topics": [{"name": name, "partitions": list(partitions)}],
+                "topics": [{"name": name, "partitions": list(partitions)}],
+            }
+
+        await r.call("add partitions", 24, add_version, **add(0, 1))
+        await r.call("add unknown topic", 24, add_version, **add(0, name=r.topic("missing")))
+        await r.call("add at an old epoch", 24, add_version, **add(0, at=epoch + 3))
+        data = batch_of(
+            [b"t1"], producer_id=pid, producer_epoch=epoch, base_sequence=0, transactional=True
+        )
+        await r.call(
+            "produce in it",
+            0,
+            9,
+            transactional_id=tid,
+            acks=-1,
+            timeout=30_000,
+            topic_data=_topic_data(topic, data),
+        )
+        await r.call(
+            "commit",
+            26,
+            v,
+            transactional_id=tid,
+            producer_id=pid,
+            producer_epoch=epoch,
+            committed=True,
+        )
+        await r.settled(tid)
+        await r.call(
+            "commit again",
+            26,
+            v,
+            transactional_id=tid,
+            producer_id=pid,
+            producer_epoch=epoch,
+            committed=True,
+        )
+        await r.call(
+            "abort with none open",
+            26,
+            v,
+            transactional_id=tid,
+            producer_id=pid,
+            producer_epoch=epoch,
+            committed=False,
+        )
+        await r.call(
+            "end at a fenced epoch",
+            26,
+            v,
+            transactional_id=tid,
+            producer_id=pid,
+            producer_epoch=epoch + 7,
+            committed=True,
+        )
+        await r.call(
+            "end unknown id",
+            26,
+            v,
+            transactional_id=r.topic("nobody"),
+            producer_id=pid,
+            producer_epoch=epoch,
+            committed=True,
+        )
+    for v in r.versions(65):
+        await r.call("describe", 65, v, transactional_ids=[r.topic("v0"), r.topic("nobody")])
+    for v in r.versions(66):
+        await r.call("list ongoing", 66, v, state_filters=["Ongoing"], producer_id_filters=[])
+
+
+@scenario
+async def transactions_v2(r: Run) -> None:
+    """Transaction version 2 (KIP-890): a produce (v12) adds its partition, EndTxn v5 raises the
+    epoch and answers it; AddPartitionsToTxn v4-5 in the batched form; TxnOffsetCommit v0."""
+    topic = r.topic("t")
+    await r.topics(topic)
+    tids = [r.topic(name) for name in ("a", "b", "c")]
+    await r.coordinators(*((1, tid) for tid in tids), (0, r.topic("g")))
+    tid = tids[0]
+    pid, epoch = await r.init_producer(tid)
+    data = batch_of(
+        [b"v2"], producer_id=pid, producer_epoch=epoch, base_sequence=0, transactional=True
+    )
+    await r.call(
+        "produce joins",
+        0,
+        12,
+        transactional_id=tid,
+        acks=-1,
+        timeout=30_000,
+        topic_data=_topic_data(topic, data),
+    )
+    ended = await r.call(
+        "commit", 26, 5, transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=True
+    )
+    await r.settled(tid)
+    await r.call(
+        "commit again",
+        26,
+        5,
+        transactional_id=tid,
+        producer_id=pid,
+        producer_epoch=epoch,
+        committed=True,
+    )
+    if ended is not None:
+        await r.call(
+            "abort with none open",
+            26,
+            5,
+            transactional_id=tid,
+            producer_id=ended.producer_id,
+            producer_epoch=ended.producer_epoch,
+            committed=False,
+        )
+    for v, tid in zip((4, 5), tids[1:], strict=True):
+        pid, epoch = await r.init_producer(tid)
+        await r.call(
+            "add partitions, batched",
+            24,
+            v,
+            transactions=[
+                {
+                    "transactional_id": tid,
+                    "producer_id": pid,
+                    "producer_epoch": epoch,
+                    "verify_only": False,
+                    "topics": [{"name": topic, "partitions": [0]}],
+                }
+            ],
+        )
+        await r.call(
+            "end",
+            26,
+            5,
+            transactional_id=tid,
+            producer_id=pid,
+            producer_epoch=epoch,
+            committed=False,
+        )
+        await r.settled(tid)
+    tid = tids[0]
+    pid, epoch = await r.init_producer(tid)
+    await r.quiet(
+        25, 0, transactional_id=tid, producer_id=pid, producer_epoch=epoch, group_id=r.topic("g")
+    )
+    await r.call(
+        "commit offsets v0",
+        28,
+        0,
+        transactional_id=tid,
+        group_id=r.topic("g"),
+        producer_id=pid,
+        producer_epoch=epoch,
+        topics=_committing(topic, 1, ""),
+    )
+    await r.call(
+        "end", 26, 3, transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=True
+    )
+
+
+@scenario
+async def transaction_offsets(r: Run) -> None:
+    topic = r.topic("t")
+    await r.topics(topic)
+    group = r.topic("g")
+    await r.coordinators((0, group), *((1, r.topic(f"v{v}")) for v in r.versions(25)))
+    for v in r.versions(25):
+        tid = r.topic(f"v{v}")
+        pid, epoch = await r.init_producer(tid)
+        await r.call(
+            "add offsets",
+            25,
+            v,
+            transactional_id=tid,
+            producer_id=pid,
+            producer_epoch=epoch,
+            group_id=group,
+        )
+        await r.call(
+            "add offsets, fenced",
+            25,
+            v,
+            transactional_id=tid,
+            producer_id=pid,
+            producer_epoch=epoch + 4,
+            group_id=group,
+        )
+        commit_version = min(v + 1, 5)
+        offsets = _committing(topic, 1, "m")
+        await r.call(
+            "commit offsets",
+            28,
+            commit_version,
+            transactional_id=tid,
+            group_id=group,
+            producer_id=pid,
+            producer_epoch=epoch,
+            generation_id=-1,
+            member_id="",
+            topics=offsets,
+        )
+        if commit_version >= 3:
+            await r.call(
+                "commit offsets, unknown member",
+                28,
+                commit_version,
+                transactional_id=tid,
+                group_id=group,
+                producer_id=pid,
+                producer_epoch=epoch,
+                generation_id=5,
+                member_id="stranger",
+                topics=offsets,
+            )
+        await r.call(
+            "end",
+            26,
+            4,
+            transactional_id=tid,
+            producer_id=pid,
+            producer_epoch=epoch,
+            committed=False,
+        )
+
+
+# -- groups ----------------------------------------------------------------------------------------
+
+
+@scenario
+async def offsets(r: Run) -> None:
+    topic = r.topic("t")
+    await _filled(r, topic)
+    await r.coordinators(*((0, r.topic(f"v{v}")) for v in r.versions(8)), (0, r.topic("nobody")))
+    for v in r.versions(8):
+        group = r.topic(f"v{v}")
+        offsets = _committing(topic, 2, "x")
+        await r.call(
+            "simple commit",
+            8,
+            v,
+            group_id=group,
+            generation_id_or_member_epoch=-1,
+            member_id="",
+            topics=offsets,
+        )
+        await r.call(
+            "commit with a stranger",
+            8,
+            v,
+            group_id=group,
+            generation_id_or_member_epoch=3,
+            member_id="stranger",
+            topics=offsets,
+        )
+    for v in r.versions(9):
+        group = r.topic("v8")
+        await r.call(
+            "fetch",
+            9,
+            v,
+            group_id=group,
+            topics=[{"name": topic, "partition_indexes": [0, 1]}],
+            groups=[{"group_id": group, "topics": [{"name": topic, "partition_indexes": [0, 1]}]}],
+        )
+        await r.call(
+            "fetch unknown group",
+            9,
+            v,
+            group_id=r.topic("nobody"),
+            topics=[{"name": topic, "partition_indexes": [0]}],
+            groups=[
+                {
+                    "group_id": r.topic("nobody"),
+                    "topics": [{"name": topic, "partition_indexes": [0]}],
+                }
+            ],
+        )
+    for v in r.versions(47):
+        await r.call(
+            "delete offsets",
+            47,
+            v,
+            group_id=r.topic("v8"),
+            topics=[{"name": topic, "partitions": [{"partition_index": 0}]}],
+        )
+
+
+@scenario
+async def classic_group(r: Run) -> None:
+    topic = r.topic("t")
+    await r.topics(topic)
+    # Kafka's consumer protocol: a subscription (version 0) to the topic, and its assignment.
+    name = topic.encode()
+    subscription = struct.pack(">hih", 0, 1, len(name)) + name + struct.pack(">i", -1)
+    assignment = (
+        struct.pack(">hih", 0, 1, len(name))
+        + name
+        + struct.pack(">ii", 1, 0)
+        + struct.pack(">i", -1)
+    )
+    protocols = [{"name": "range", "metadata": subscription}]
+    await r.coordinators(*((0, r.topic(f"v{v}")) for v in r.versions(11)))
+    for v in r.versions(11):
+        group = r.topic(f"v{v}")
+        join: dict[str, Any] = {
+            "group_id": group,
+            "session_timeout": 30_000,
+            "rebalance_timeout": 30_000,
+            "protocol_type": "consumer",
+            "protocols": protocols,
+        }
+        first = await r.call("join", 11, v, member_id="", **join)
+        member = first.member_id if first is not None else ""
+        if v >= 4:
+            joined = await r.call("join with the id", 11, v, member_id=member, **join)
+        else:
+            joined = first
+        generation = joined.generation_id if joined is not None else -1
+        sync_v = min(v, 4) if v >= 0 else 0
+        await r.call(
+            "sync",
+            14,
+            sync_v,
+            group_id=group,
+            generation_id=generation,
+            member_id=member,
+            protocol_type="consumer",
+            protocol_name="range",
+            assignments=[{"member_id": member, "assignment": assignment}],
+        )
+        hb_v = min(v, 4)
+        await r.call(
+            "heartbeat", 12, hb_v, group_id=group, generation_id=generation, member_id=member
+        )
+        await r.call(
+            "heartbeat, old generation",
+            12,
+            hb_v,
+            group_id=group,
+            generation_id=generation + 5,
+            member_id=member,
+        )
+        await r.call(
+            "heartbeat, unknown member",
+            12,
+            hb_v,
+            group_id=group,
+            generation_id=generation,
+            member_id="stranger",
+        )
+        await r.call(
+            "commit in the generation",
+            8,
+            8,
+            group_id=group,
+            generation_id_or_member_epoch=generation,
+            member_id=member,
+            topics=_committing(topic, 0, ""),
+        )
+        await r.call(
+            "commit, illegal generation",
+            8,
+            8,
+            group_id=group,
+            generation_id_or_member_epoch=generation + 9,
+            member_id=member,
+            topics=_committing(topic, 0, ""),
+        )
+        await r.call("delete a live group", 42, 2, groups_names=[group])
+        describe_v = min(v, 5)
+        await r.call("describe", 15, describe_v, groups=[group])
+        leave_v = min(v, 4)
+        await r.call(
+            "leave", 13, leave_v, group_id=group, member_id=member, members=[{"member_id": member}]
+        )
+        await r.call(
+            "leave, unknown member",
+            13,
+            leave_v,
+            group_id=group,
+            member_id="stranger",
+            members=[{"member_id": "stranger"}],
+        )
+
+    def own(answer: Any) -> Any:  # the cluster's groups, in no set order: this scenario's, sorted
+        groups = [g for g in answer["groups"] if g["group_id"].startswith(r.topic(""))]
+        return {**answer, "groups": sorted(groups, key=lambda g: g["group_id"])}
+
+    for v in r.versions(16):
+        await r.call("list", 16, v, keep=own, states_filter=["Stable"], types_filter=["classic"])
+    # Metadata the consumer protocol cannot read (Kafka keeps it opaque).
+    opaque = {"session_timeout": 30_000, "rebalance_timeout": 30_000, "member_id": ""}
+    await r.call(
+        "join, opaque metadata",
+        11,
+        7,
+        group_id=r.topic("opaque"),
+        protocol_type="consumer",
+        protocols=[{"name": "range", "metadata": b"\x00\x01"}],
+        **opaque,
+    )
+    # Another protocol type (Kafka Connect's workers, Schema Registry's leader election).
+    await r.call(
+        "join, connect protocol",
+        11,
+        7,
+        group_id=r.topic("connect"),
+        protocol_type="connect",
+        protocols=[{"name": "sessioned", "metadata": b"\x00\x01"}],
+        **opaque,
+    )
+    for v in r.versions(42):
+        await r.call("delete", 42, v, groups_names=[r.topic(f"v{v}"), r.topic("nobody")])
+
+
+@scenario
+async def consumer_group(r: Run) -> None:
+    topic = r.topic("t")
+    await r.topics(topic, partitions=2)
+    await r.coordinators(*((0, r.topic(f"v{v}")) for v in r.versions(68)))
+
+    def by_id(answer: Any) -> Any:  # groups in no set order
+        return {**answer, "groups": sorted(answer["groups"], key=lambda g: g["group_id"])}
+
+    for v in r.versions(68):
+        group = r.topic(f"v{v}")
+        joined = await r.call(
+            "join",
+            68,
+            v,
+            group_id=group,
+            member_id=f"m{v}-aaaaaaaaaaaaaaaaaaaaa"[:22],
+            member_epoch=0,
+            rebalance_timeout=30_000,
+            subscribed_topic_names=[topic],
+            server_assignor="uniform",
+            topic_partitions=[],
+        )
+        if joined is None:
+            continue
+        await r.call(
+            "heartbeat, fenced epoch",
+            68,
+            v,
+            group_id=group,
+            member_id=joined.member_id,
+            member_epoch=joined.member_epoch + 5,
+        )
+        await r.call(
+            "heartbeat, unknown member",
+            68,
+            v,
+            group_id=group,
+            member_id="stranger-stranger-stra",
+            member_epoch=1,
+        )
+        for d in r.versions(69):
+            await r.call("describe", 69, d, keep=by_id, group_ids=[group, r.topic("nobody")])
+        await r.call("leave", 68, v, group_id=group, member_id=joined.member_id, member_epoch=-1)
+
+
+# -- one broker ------------------------------------------------------------------------------------
+
+
+@scenario
+async def one_broker(r: Run) -> None:
+    topic = r.topic("t")
+    await _filled(r, topic)
+    for v in r.versions(35):
+        await r.call("log dirs", 35, v, topics=[{"topic": topic, "partitions": [0]}])
+    for v in r.versions(43):
+        await r.call(
+            "elect leaders",
+            43,
+            v,
+            election_type=0,
+            timeout=30_000,
+            topic_partitions=[{"topic": topic, "partitions": [0]}],
+        )
+    for v in r.versions(46):
+        await r.call("reassignments", 46, v, timeout=30_000, topics=None)
+    for v in r.versions(48):
+        await r.call("client quotas", 48, v, components=[], strict=False)
+    for v in r.versions(50):
+        await r.call("scram users", 50, v, users=[{"name": "nobody"}])
+    for v in r.versions(61):
+        await r.call("producers", 61, v, topics=[{"name": topic, "partition_indexes": [0, 3]}])
+    for v in r.versions(75):
+        await r.call(
+            "topic partitions",
+            75,
+            v,
+            topics=[{"name": topic}, {"name": r.topic("x")}],
+            response_partition_limit=100,
+        )
+    for v in r.versions(29):
+        await r.call(
+            "acls",
+            29,
+            v,
+            resource_type_filter=1,
+            pattern_type_filter=1,
+            operation=1,
+            permission_type=1,
+        )
+    for v in r.versions(17):
+        await r.close()  # a handshake changes what the connection expects next
+        await r.call("sasl handshake", 17, v, mechanism="PLAIN")
+    for v in r.versions(36):
+        await r.close()
+        await r.call("sasl authenticate, no handshake", 36, v, auth_bytes=b"\x00user\x00pw")
+    await r.close()
+
+
+@scenario
+async def acls(r: Run) -> None:
+    acl = {
+        "resource_type": 2,
+        "resource_name": r.topic("t"),
+        "resource_pattern_type": 3,
+        "principal": "User:alice",
+        "host": "*",
+        "operation": 3,
+        "permission_type": 3,
+    }
+    for v in r.versions(30):
+        await r.call("create", 30, v, creations=[acl])
+    for v in r.versions(29):
+        await r.call(
+            "describe",
+            29,
+            v,
+            resource_type_filter=2,
+            resource_name_filter=None,
+            pattern_type_filter=1,
+            principal_filter=None,
+            host_filter=None,
+            operation=1,
+            permission_type=1,
+        )
+    for v in r.versions(31):
+        await r.call(
+            "delete",
+            31,
+            v,
+            filters=[
+                {
+                    "resource_type_filter": 2,
+                    "resource_name_filter": r.topic("t"),
+                    "pattern_type_filter": 3,
+                    "principal_filter": "User:alice",
+                    "host_filter": "*",
+                    "operation": 3,
+                    "permission_type": 3,
+                }
+            ],
+        )
+
+
+@scenario
+async def scram_credentials(r: Run) -> None:
+    user = r.topic("user")
+    upsert = {
+        "name": user,
+        "mechanism": 1,
+        "iterations": 8192,
+        "salt": b"s" * 16,
+        "salted_password": b"p" * 32,
+    }
+    for v in r.versions(51):
+        await r.call("upsert", 51, v, deletions=[], upsertions=[upsert])
+        await r.call(
+            "too few iterations", 51, v, deletions=[], upsertions=[{**upsert, "iterations": 10}]
+        )
+        await r.call(
+            "unknown mechanism", 51, v, deletions=[], upsertions=[{**upsert, "mechanism": 9}]
+        )
+        await r.call(
+            "delete unknown",
+            51,
+            v,
+            upsertions=[],
+            deletions=[{"name": r.topic("nobody"), "mechanism": 1}],
+        )
+    for v in r.versions(50):
+        await r.call("describe", 50, v, users=[{"name": user}])
+        await r.call(
+            "describe all",
+            50,
+            v,
+            users=None,
+            keep=lambda a: {
+                **a,
+                "results": [x for x in a["results"] if x["user"].startswith(r.topic(""))],
+            },
+        )
+    for v in r.versions(51):
+        await r.call("delete", 51, v, upsertions=[], deletions=[{"name": user, "mechanism": 1}])
+
+
+@scenario
+async def write_txn_markers(r: Run) -> None:
+    """What `kafka-transactions.sh abort` sends for a hanging transaction (Admin's
+    abortTransaction): an abort marker straight to the partition."""
+    topic = r.topic("t")
+    await r.topics(topic)
+    await r.coordinators(*((1, r.topic(f"tid-v{v}")) for v in r.versions(27)))
+    for v in r.versions(27):
+        tid = r.topic(f"tid-v{v}")
+        pid, epoch = await r.init_producer(tid)
+        await r.quiet(
+            24,
+            3,
+            v3_and_below_transactional_id=tid,
+            v3_and_below_producer_id=pid,
+            v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=[{"name": topic, "partitions": [0]}],
+        )
+        data = batch_of(
+            [b"x"], producer_id=pid, producer_epoch=epoch, base_sequence=0, transactional=True
+        )
+        await r.quiet(
+            0, 9, transactional_id=tid, acks=-1, timeout=30_000, topic_data=_topic_data(topic, data)
+        )
+        marker = {
+            "producer_id": pid,
+            "producer_epoch": epoch,
+            "transaction_result": False,
+            "coordinator_epoch": 0,
+            "topics": [{"name": topic, "partition_indexes": [0]}],
+        }
+        await r.call("abort marker", 27, v, markers=[marker])
+        await r.call(
+            "unknown partition",
+            27,
+            v,
+            markers=[
+                {**marker, "topics": [{"name": r.topic("missing"), "partition_indexes": [0]}]}
+            ],
+        )
+
+
+@scenario
+async def unsupported_versions(r: Run) -> None:
+    # Below the versions served: Kafka 4 serves Produce from 3 and Fetch from 4.
+    produce = recordbatch.build([(TIMESTAMP, None, b"x", ())])
+    del produce
+    await r.raw("produce v2", 0, 2, 0, b"")
+    await r.raw("fetch v3", 1, 3, 4, b"")
+
+
+# The differences that remain, by `scenario/step/vVERSION/path` pattern (fnmatch), with their
+# reasons. `docs/pages/conformance.md` is made from the run and these.
+_EPOCHS = (
+    "No leader elections here: a partition's leader epoch is reported as -1 (unknown) and batches "
+    "keep the -1 their producer wrote, where Kafka reports its leader's epoch (0 on a fresh "
+    "one-node cluster) and stamps it into each batch. Clients then skip leader-epoch fencing "
+    "(KIP-320), which guards against stale leaders; there are none."
+)
+_PROTOCOLS = (
+    "The listener reads each member's subscription and assignment as Kafka's consumer protocol "
+    "(to authorise its topics and to show lag), so it refuses other protocol types (Kafka "
+    "Connect's, Schema Registry's) and metadata it cannot read with INCONSISTENT_GROUP_PROTOCOL, "
+    "where Kafka keeps them opaque."
+)
+_GROUP_EPOCHS = (
+    "Epoch numbering: Kafka's group epoch also rises when it first resolves the subscribed "
+    "topics (2 after one join); the listener's counts membership and assignment changes only "
+    "(1). Clients compare an epoch only with the last one they were given."
+)
+_FIRST_ASSIGNMENT = (
+    "Kafka computes a new member's assignment beside its first heartbeat and gives it in that "
+    "answer or in a later one, as the race goes; the listener assigns in the first answer."
+)
+KNOWN: list[tuple[str, str]] = [
+    (
+        "api-versions/supported/v*/api_keys",
+        "The listener serves a subset of Kafka 4.4's APIs and versions (kafka.md lists the "
+        "unserved ones: inter-broker, KRaft-controller, share and streams groups, and others).",
+    ),
+    (
+        "api-versions/supported/v3/*_features",
+        "The listener advertises the features it implements, group.version 1 (KIP-848) and "
+        "transaction.version 2 (KIP-890), finalized at Kafka 4's levels; metadata.version, "
+        "streams.version, share.version and eligible.leader.replicas.version are KRaft's and "
+        "groups' the listener does not serve.",
+    ),
+    (
+        "api-versions/unknown version/v127/api_keys/0/max_version",
+        "ApiVersions is served up to version 3 (Kafka 4.4: 5); the answer names ApiVersions's own "
+        "versions only, as Kafka's does.",
+    ),
+    (
+        "metadata/auto-created/v*/topics/0/*",
+        "Auto-creation is synchronous here: the first Metadata answer already has the topic. "
+        "Kafka's broker asks its controller to make it and answers UNKNOWN_TOPIC_OR_PARTITION "
+        "until it exists; clients retry.",
+    ),
+    ("*/leader_epoch", _EPOCHS),
+    ("*/partition_leader_epoch", _EPOCHS),
+    (
+        "create-topics/validate only/v7/topics/0/topic_id",
+        "A validate-only CreateTopics makes no topic, so it has no id to answer (zero); Kafka "
+        "makes one up.",
+    ),
+    (
+        "produce-idempotent/*/v3/*",
+        "Observed: Kafka 4.4 appends idempotent batches sent with Produce v3 without "
+        "deduplicating them or checking their sequences (the duplicate and the gap are "
+        "appended); the listener applies the idempotence rules at every version.",
+    ),
+    (
+        "produce-idempotent/newer epoch/*",
+        "A batch at an epoch newer than the one InitProducerId issued: Kafka answers NONE and "
+        "appends nothing (base offset -1); the listener refuses it with INVALID_PRODUCER_EPOCH, "
+        "as API.md says. Java's idempotent producer raises its own epoch after an unresolved "
+        "sequence (KIP-360) and goes on from sequence 0: accepting that is open work.",
+    ),
+    (
+        "produce-idempotent/duplicate/v*/responses/0/partition_responses/0/log_append_time",
+        "A duplicate is answered with its original offsets; Kafka adds the time from its dedup "
+        "cache as the log append time, the listener -1 (the topic's CreateTime).",
+    ),
+    (
+        "produce-idempotent/*/log_start_offset",
+        "Beside a sequence or epoch refusal Kafka gives the partition's log start offset; the "
+        "listener -1, its refusal decided before it reads the partition's bounds.",
+    ),
+    (
+        "transactions/describe/v0/*",
+        "A completed transaction's start time: Kafka keeps the last one; the listener keeps none "
+        "and answers -1, which kio (the corpus's codec) cannot read as a time.",
+    ),
+    ("classic-group/join, opaque metadata/*", _PROTOCOLS),
+    ("classic-group/join, connect protocol/*", _PROTOCOLS),
+    ("consumer-group/*/member_epoch", _GROUP_EPOCHS),
+    ("consumer-group/*/group_epoch", _GROUP_EPOCHS),
+    ("consumer-group/*/assignment_epoch", _GROUP_EPOCHS),
+    ("consumer-group/join/v0/assignment/topic_partitions", _FIRST_ASSIGNMENT),
+    (
+        "consumer-group/describe/v0/groups/*/members/0/*assignment/topic_partitions",
+        _FIRST_ASSIGNMENT,
+    ),
+    (
+        "one-broker/log dirs/v4/results/0/*_bytes",
+        "The store's size and free space are the database's: the listener reports -1 (unknown).",
+    ),
+    (
+        "one-broker/client quotas/v*/entries",
+        "The listener's limit on topic creation is a default quota (controller_mutation_rate for "
+        "every user); Kafka has none set.",
+    ),
+    (
+        "one-broker/topic partitions/v0/topics/1/topic_authorized_operations",
+        "Beside a topic that does not exist Kafka still gives the operations the client could "
+        "perform on it; the listener answers them for existing topics only.",
+    ),
+    (
+        "create-topics/*/v*/topics/0/configs/*/value",
+        "max.message.bytes defaults to COORDINATOR_MAX_REQUEST_BYTES (8 MiB) here, one setting "
+        "bounding a batch on both doors; Kafka's default is 1048588.",
+    ),
+    (
+        "configs/every config/v*/results/0/configs/*/value",
+        "max.message.bytes defaults to COORDINATOR_MAX_REQUEST_BYTES (8 MiB) here, one setting "
+        "bounding a batch on both doors; Kafka's default is 1048588.",
+    ),
+    (
+        "*/configs/*/config_source",
+        "min.insync.replicas: Kafka 4's storage format sets it as a cluster-wide dynamic default "
+        "(source 3); here it is a plain topic default (5), which replication does not read.",
+    ),
+    (
+        "one-broker/sasl handshake/*",
+        "The listener takes SASL on its one listener whenever a client starts it (and requires "
+        "it when a tokens file is set); Kafka's PLAINTEXT listener refuses a handshake with "
+        "ILLEGAL_SASL_STATE.",
+    ),
+]
+
+# Patterns of KNOWN where Kafka's own answer varies from run to run (a race inside the broker):
+# a run of `bench/conformance.py` in which they explain nothing does not call them stale.
+RACY = {
+    "consumer-group/join/v0/assignment/topic_partitions",
+    "consumer-group/describe/v0/groups/*/members/0/*assignment/topic_partitions",
+}

@@ -1,0 +1,84 @@
+"""A Kafka connection spoken to byte by byte: kio builds each request and reads each answer, by
+the API's key and version. For the listener's tests and the differential conformance corpus
+(`tests.support.conformance`), which sends the same bytes to Apache Kafka."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import io
+import struct
+from typing import Any
+
+from kio.index import load_payload_module
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+
+from coordinator.kafka.wire import payload_type
+
+
+class Connection:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.correlation = 0
+
+    async def call(self, api_key: int, version: int, **fields: Any) -> Any:
+        request_type = payload_type(api_key, version, EntityType.request)
+        return await self.request(request_type(**fields))
+
+    async def request(self, request: Any) -> Any:
+        """Send a kio request entity; its answer, read by the request's key and version."""
+        api_key, version = request.__api_key__, request.__version__
+        request_type = type(request)
+        self.correlation += 1
+        buffer = io.BytesIO()
+        header_type = request_type.__header_schema__
+        entity_writer(header_type)(
+            buffer,
+            header_type(
+                request_api_key=api_key,
+                request_api_version=version,
+                correlation_id=self.correlation,
+                client_id="test",
+            ),
+        )
+        entity_writer(request_type)(buffer, request)
+        await self.send(buffer.getvalue())
+        return await self.receive(api_key, version)
+
+    async def produce(self, topic: str, batch: bytes) -> Any:
+        """Produce v9 of one batch to partition 0, acks=-1."""
+        module = load_payload_module(0, 9, EntityType.request)
+        return await self.call(
+            0,
+            9,
+            transactional_id=None,
+            acks=-1,
+            timeout=datetime.timedelta(seconds=30),
+            topic_data=(
+                module.TopicProduceData(
+                    name=topic,
+                    partition_data=(module.PartitionProduceData(index=0, records=batch),),
+                ),
+            ),
+        )
+
+    async def send(self, frame: bytes) -> None:
+        self.writer.write(struct.pack(">i", len(frame)) + frame)
+        await self.writer.drain()
+
+    async def receive(self, api_key: int, version: int) -> Any:
+        (size,) = struct.unpack(">i", await self.reader.readexactly(4))
+        frame = await self.reader.readexactly(size)
+        response_type = payload_type(api_key, version, EntityType.response)
+        header, used = entity_reader(response_type.__header_schema__)(frame, 0)
+        assert header.correlation_id == self.correlation
+        body, _ = entity_reader(response_type)(frame, used)
+        return body
+
+    async def closed(self) -> bool:
+        """True when the listener closed the connection (reads end)."""
+        try:
+            return await asyncio.wait_for(self.reader.read(1), 10) == b""
+        except ConnectionError:
+            return True
