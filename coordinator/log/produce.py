@@ -470,9 +470,17 @@ def sequence_rule(
         raise InvalidProducerEpoch(
             f"producer {pid} epoch {epoch} is older than its current epoch {view.current_epoch}"
         )
-    if epoch > view.current_epoch:
+    if epoch > view.current_epoch and transactional:
         raise InvalidProducerEpoch(
             f"producer {pid} epoch {epoch} is newer than its current epoch {view.current_epoch}"
+        )
+    # An idempotent producer may raise its own epoch (KIP-360: Kafka's Java client does, after a
+    # sequence it cannot resolve, and starts again from sequence 0), as Kafka's broker takes it:
+    # the newer epoch starts at sequence 0 on each partition, after which the older one is
+    # refused there.
+    if view.state_epoch is not None and epoch < view.state_epoch:
+        raise InvalidProducerEpoch(
+            f"producer {pid} epoch {epoch} is older than its epoch {view.state_epoch} on {where}"
         )
     if not transactional and view.open_txn_offset is not None:
         raise InvalidTxnState(

@@ -339,14 +339,21 @@ async def produce_idempotent(r: Run) -> None:
         await r.call("next", 0, v, acks=-1, timeout=30_000, topic_data=batch(2, b"c"))
         await r.call("duplicate", 0, v, acks=-1, timeout=30_000, topic_data=batch(0, b"a", b"b"))
         await r.call("gap", 0, v, acks=-1, timeout=30_000, topic_data=batch(9, b"z"))
-        # An epoch the coordinator never issued (InitProducerId gave `epoch`).
+        # An epoch the producer raised itself (KIP-360: InitProducerId gave `epoch`), not from
+        # sequence 0, then from 0, then the older epoch again.
         await r.call(
-            "newer epoch",
+            "newer epoch, not from 0",
             0,
             v,
             acks=-1,
             timeout=30_000,
-            topic_data=batch(3, b"d", at=epoch + 5),
+            topic_data=batch(3, b"d", at=epoch + 1),
+        )
+        await r.call(
+            "newer epoch", 0, v, acks=-1, timeout=30_000, topic_data=batch(0, b"d", at=epoch + 1)
+        )
+        await r.call(
+            "older epoch", 0, v, acks=-1, timeout=30_000, topic_data=batch(3, b"e", at=epoch)
         )
 
 
@@ -1239,19 +1246,6 @@ KNOWN: list[tuple[str, str]] = [
         "create-topics/validate only/v7/topics/0/topic_id",
         "A validate-only CreateTopics makes no topic, so it has no id to answer (zero); Kafka "
         "makes one up.",
-    ),
-    (
-        "produce-idempotent/*/v3/*",
-        "Observed: Kafka 4.4 appends idempotent batches sent with Produce v3 without "
-        "deduplicating them or checking their sequences (the duplicate and the gap are "
-        "appended); the listener applies the idempotence rules at every version.",
-    ),
-    (
-        "produce-idempotent/newer epoch/*",
-        "A batch at an epoch newer than the one InitProducerId issued: Kafka answers NONE and "
-        "appends nothing (base offset -1); the listener refuses it with INVALID_PRODUCER_EPOCH, "
-        "as API.md says. Java's idempotent producer raises its own epoch after an unresolved "
-        "sequence (KIP-360) and goes on from sequence 0: accepting that is open work.",
     ),
     (
         "produce-idempotent/duplicate/v*/responses/0/partition_responses/0/log_append_time",

@@ -117,14 +117,22 @@ async def test_lower_unknown_sequence_is_out_of_order(client: httpx.AsyncClient)
     assert await high_watermark(client, "t") == 6
 
 
-async def test_epoch_newer_than_issued_is_invalid_producer_epoch(
+async def test_an_idempotent_producer_may_raise_its_own_epoch_from_sequence_0(
     client: httpx.AsyncClient,
 ) -> None:
+    # KIP-360 as Kafka's broker takes it (API.md is silent): Kafka's Java client raises an
+    # idempotent producer's epoch itself after a sequence it cannot resolve, and starts again
+    # at sequence 0; the older epoch is refused on that partition from then on.
     await create_topic(client, "t")
     pid = await init_pid(client)
-    response = await produce(client, "t", 0, batch(["a"], pid, 1, 0))
+    await produce(client, "t", 0, batch(["a"], pid, 0, 0))
+    response = await produce(client, "t", 0, batch(["b"], pid, 1, 1))
+    assert_problem(response, 409, "OUT_OF_ORDER_SEQUENCE_NUMBER")
+    raised = await produce(client, "t", 0, batch(["b"], pid, 1, 0))
+    assert raised.json() == {"base_offset": 1, "last_offset": 1, "duplicate": False}
+    response = await produce(client, "t", 0, batch(["c"], pid, 0, 1))
     assert_problem(response, 409, "INVALID_PRODUCER_EPOCH")
-    assert await high_watermark(client, "t") == 0
+    assert await high_watermark(client, "t") == 2
 
 
 async def test_producer_id_never_issued_is_unknown_producer_id(client: httpx.AsyncClient) -> None:
