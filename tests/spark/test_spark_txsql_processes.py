@@ -163,6 +163,15 @@ def test_speculation_and_retries_on_a_cluster_txsql_once_jdbc_twice_and_each_pay
             "description": "txsql",
             "rows": rows,
             "partitions": partitions,
+            # The copy waits for the straggler's 3 staged rows, as the JDBC step's does: on a busy
+            # machine the copy could otherwise commit before the straggler staged any (seen once:
+            # nothing discarded).
+            "fault": {
+                "kind": "none",
+                "at": 3,
+                "attempts": [0],
+                "copies_wait_for": {"url": url, "txsql_job": job},
+            },
             "options": {
                 "url": url,
                 "dbtable": dbtable,

@@ -71,7 +71,9 @@ def ledger_rows(
     failure). With `"copies_wait_for": {"url": postgresql_url, "table": name}` the other attempts of
     the partition holding `at` (a speculative copy, a retry) first wait until that table holds the
     rows the listed attempts write before `at`: a copy never finishes, and gets the straggler
-    killed, before the straggler wrote them, however long its start took."""
+    killed, before the straggler wrote them, however long its start took. `"txsql_job": job_id`
+    in place of `"table"` waits on that txsql job's staging table (the straggler's rows are
+    staged there), and kind `"none"` injects nothing else."""
     df = spark.range(rows, numPartitions=partitions)
     if fault is None:
         return df.selectExpr("id", "cast(id as string) as value")
@@ -90,7 +92,8 @@ def ledger_rows(
         listed = context is not None and context.attemptNumber() in attempts
         if copies is not None and value == first and not listed:
             where = f"id >= {first} AND id < {at}"
-            _wait_for_rows(copies["url"], copies["table"], at - first, where)
+            table = copies.get("table") or _staging_of(copies["url"], copies["txsql_job"])
+            _wait_for_rows(copies["url"], table, at - first, where)
         hit = value == at and listed
         if hit and after is not None:
             _wait_for_rows(after["url"], after["table"], after["rows"])
@@ -100,6 +103,19 @@ def ledger_rows(
     return df.withColumn("fault", decide("id")).selectExpr(
         "id", f"concat(cast(id as string), coalesce({action}, '')) as value"
     )
+
+
+def _staging_of(url: str, job_id: str) -> str:
+    """The staging table of a txsql job's current run (made by the driver before its tasks)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as connection:
+        row = connection.execute(
+            "SELECT staging FROM txsql_jobs WHERE job_id = %s", (job_id,)
+        ).fetchone()
+    if row is None or row[0] is None:
+        raise RuntimeError(f"txsql job {job_id!r} has no staging table")
+    return str(row[0])
 
 
 def _wait_for_rows(
