@@ -61,7 +61,7 @@ from coordinator.groups.membership import (
     remove,
     write,
 )
-from coordinator.groups.models import CLASSIC, ConsumerGroup, GroupMember
+from coordinator.groups.models import CLASSIC, CONSUMER_PROTOCOL, ConsumerGroup, GroupMember
 from coordinator.groups.schemas import JOIN_EPOCH
 
 log = logging.getLogger("coordinator.groups")
@@ -103,6 +103,8 @@ class JoinRequest:
     client_host: str
     # JoinGroup v4+ (KIP-394): a new dynamic member is given its id first, and joins again.
     require_known_member_id: bool
+    # The members' protocol type: Kafka's consumer protocol, or another kept opaque.
+    protocol_type: str = CONSUMER_PROTOCOL
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,14 @@ class JoinAnswer:
     protocol_name: str | None
     leader: str
     members: list[JoinedMember]  # the leader's answer only
+    protocol_type: str = CONSUMER_PROTOCOL
+
+
+@dataclass(frozen=True)
+class SyncAnswer:
+    protocol_type: str
+    protocol_name: str | None
+    assignment: bytes
 
 
 @dataclass(frozen=True)
@@ -213,6 +223,28 @@ def classic_state(state: GroupState, now: int) -> str | None:
 
 def _stored(protocols: Iterable[Protocol]) -> list[list[str]]:
     return [[p.name, base64.b64encode(p.metadata).decode()] for p in protocols]
+
+
+def protocol_type_of(group: ConsumerGroup) -> str | None:
+    """A classic group's protocol type (its members' metadata is that protocol's); None for a
+    group that is not classic."""
+    if group.protocol_type != CLASSIC:
+        return None
+    return group.classic_protocol_type or CONSUMER_PROTOCOL
+
+
+def _take_protocol_type(locked: _Locked, protocol_type: str) -> None:
+    """A joining member's protocol type: an empty group takes it, as Kafka's does; a group with
+    members runs theirs, and any other is INCONSISTENT_GROUP_PROTOCOL."""
+    group = locked.group
+    if not locked.state.members:
+        group.classic_protocol_type = protocol_type
+        return
+    current = group.classic_protocol_type or CONSUMER_PROTOCOL
+    if protocol_type != current:
+        raise InconsistentGroupProtocol(
+            f"group {group.group_id!r} runs protocol type {current!r}, not {protocol_type!r}"
+        )
 
 
 def is_classic(group: ConsumerGroup) -> bool:
@@ -408,6 +440,7 @@ def _answer(group: ConsumerGroup, members: Iterable[GroupMember], member_id: str
     the generation with its metadata for the chosen protocol."""
     generation = [m for m in members if m.member_epoch == group.group_epoch]
     return JoinAnswer(
+        protocol_type=group.classic_protocol_type or CONSUMER_PROTOCOL,
         member_id=member_id,
         generation=group.group_epoch,
         protocol_name=group.protocol_name,
@@ -729,6 +762,7 @@ async def join(db: Database, settings: Settings, request: JoinRequest) -> JoinAn
     _check_session_timeout(settings, request.session_timeout_ms)
 
     def step(locked: _Locked) -> JoinAnswer | str:
+        _take_protocol_type(locked, request.protocol_type)
         if not request.member_id:
             return _join_new(locked, request)
         return _join_known(locked, request)
@@ -767,17 +801,30 @@ async def sync(
     generation: int,
     protocol_name: str | None,
     assignments: dict[str, Assignment],
-) -> tuple[str | None, bytes]:
+    protocol_type: str | None = None,
+) -> SyncAnswer:
     """A SyncGroup: the member's assignment for `generation` and the group's protocol. The
     leader's carries every member's assignment (a member it leaves out gets an empty one); a
-    follower's waits for the leader's."""
+    follower's waits for the leader's. `protocol_type` (SyncGroup v5+) must be the group's."""
 
-    def step(locked: _Locked) -> tuple[str | None, bytes] | None:
+    def answer(group: ConsumerGroup, member: GroupMember) -> SyncAnswer:
+        return SyncAnswer(
+            group.classic_protocol_type or CONSUMER_PROTOCOL,
+            group.protocol_name,
+            member.classic_assignment or b"",
+        )
+
+    def step(locked: _Locked) -> SyncAnswer | None:
         group, state, now = locked.group, locked.state, locked.now
         if not state.members:
             raise UnknownMemberId(f"group {group_id!r} has no members")
         member = _validate_member(state, member_id, group_instance_id)
         _check_generation(group, generation)
+        runs = group.classic_protocol_type or CONSUMER_PROTOCOL
+        if protocol_type is not None and protocol_type != runs:
+            raise InconsistentGroupProtocol(
+                f"group {group_id!r} runs protocol type {runs!r}, not {protocol_type!r}"
+            )
         if protocol_name is not None and protocol_name != group.protocol_name:
             raise InconsistentGroupProtocol(
                 f"group {group_id!r} runs protocol {group.protocol_name!r}, not {protocol_name!r}"
@@ -800,7 +847,7 @@ async def sync(
         elif group.classic_state == COMPLETING:
             member.awaiting = SYNC
             return None
-        return group.protocol_name, member.classic_assignment or b""
+        return answer(group, member)
 
     synced = await _locked_step(db, settings, group_id, step, keep=member_id)
     if synced is not None:
@@ -808,11 +855,11 @@ async def sync(
 
     def ready(
         group: ConsumerGroup, member: GroupMember, members: list[GroupMember]
-    ) -> tuple[str | None, bytes] | None:
+    ) -> SyncAnswer | None:
         if group.group_epoch != generation or group.classic_state == PREPARING:
             raise RebalanceInProgress(f"group {group_id!r} is rebalancing: join again")
         if group.classic_state == STABLE:
-            return group.protocol_name, member.classic_assignment or b""
+            return answer(group, member)
         return None
 
     try:

@@ -35,6 +35,15 @@ class GroupMaxSizeReached(CoordinatorError):
     title = "Group max size reached"
 
 
+class InvalidGroupId(CoordinatorError):
+    """A group id no group may have: empty, or longer than the store keeps (255 characters).
+    The HTTP door's path validation refuses it first; Kafka's clients get INVALID_GROUP_ID."""
+
+    code = "INVALID_GROUP_ID"
+    status = 400
+    title = "Invalid group id"
+
+
 class GroupIdNotFound(CoordinatorError):
     code = "GROUP_ID_NOT_FOUND"
     status = 404

@@ -35,6 +35,7 @@ from coordinator.groups.errors import (
     FencedMemberEpoch,
     GroupIdNotFound,
     GroupMaxSizeReached,
+    InvalidGroupId,
     InvalidSessionTimeout,
     UnknownMemberId,
 )
@@ -88,6 +89,10 @@ def is_gone(member: Deadlines, now: int) -> bool:
     )
 
 
+# The longest group id the store keeps (`ConsumerGroup.group_id`).
+GROUP_ID_MAX = 255
+
+
 async def lock_group(
     session: AsyncSession, group_id: str, *, create: bool, share: bool = False
 ) -> ConsumerGroup | None:
@@ -97,6 +102,10 @@ async def lock_group(
     query = query.with_for_update(read=share)
     group = (await session.scalars(query)).one_or_none()
     if group is None and create:
+        if not 0 < len(group_id) <= GROUP_ID_MAX:
+            raise InvalidGroupId(
+                f"a group id is 1 to {GROUP_ID_MAX} characters, not {len(group_id)}"
+            )
         now = now_ms()
         await insert_ignore(
             session,

@@ -19,6 +19,7 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     String,
+    Text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -31,6 +32,8 @@ from coordinator.core.database import Base, FreeText
 # protocol, where a leader among the members assigns (`coordinator.groups.classic`).
 CONSUMER = "consumer"
 CLASSIC = "classic"
+# Kafka's consumer protocol's type: the classic protocol type whose metadata the coordinator reads.
+CONSUMER_PROTOCOL = "consumer"
 
 
 class GroupOffset(Base):
@@ -77,6 +80,11 @@ class ConsumerGroup(Base):
     leader_id: Mapped[str | None] = mapped_column(String(255), nullable=True)
     # The protocol (assignor) chosen among the members' for the generation.
     protocol_name: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    # The protocol type a classic group's members join with: Kafka's consumer protocol, or
+    # another that the coordinator keeps opaque (Kafka Connect's "connect", Schema Registry's
+    # "sr"); set by the first member of an empty group (null: "consumer").
+    # Text: Kafka bounds it only by its frame (a string of up to 32767 bytes).
+    classic_protocol_type: Mapped[str | None] = mapped_column(Text, nullable=True)
     # PreparingRebalance: the join phase ends by then whoever joined; CompletingRebalance: the
     # leader's SyncGroup is due by then.
     phase_deadline_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)

@@ -116,6 +116,7 @@ class GroupDescription(BaseModel):
     # For Kafka's DescribeGroups only: a classic group's state by Kafka's name, and its protocol.
     classic_state: str | None = Field(default=None, exclude=True)
     protocol_name: str | None = Field(default=None, exclude=True)
+    classic_protocol_type: str | None = Field(default=None, exclude=True)
 
 
 class GroupSummary(BaseModel):
@@ -123,8 +124,9 @@ class GroupSummary(BaseModel):
     state: str
     type: str | None
     members: int
-    # For Kafka's ListGroups only: a classic group's state by Kafka's name.
+    # For Kafka's ListGroups only: a classic group's state by Kafka's name, its protocol type.
     classic_state: str | None = Field(default=None, exclude=True)
+    classic_protocol_type: str | None = Field(default=None, exclude=True)
 
 
 class GroupList(BaseModel):

@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from coordinator.core.clock import now_ms, rfc3339
 from coordinator.core.database import Database
 from coordinator.core.errors import CoordinatorError, InvalidRequest
-from coordinator.groups.classic import classic_metadata, classic_state
+from coordinator.groups.classic import classic_metadata, classic_state, protocol_type_of
 from coordinator.groups.committing import commit_as_member
 from coordinator.groups.errors import (
     GroupIdNotFound,
@@ -210,6 +210,7 @@ async def _describe(session: AsyncSession, state: GroupState, now: int) -> Group
         ],
         classic_state=classic_state(state, now),
         protocol_name=group.protocol_name,
+        classic_protocol_type=protocol_type_of(group),
     )
 
 
@@ -279,6 +280,7 @@ async def list_groups(db: Database, visible: Callable[[str], bool]) -> GroupList
                 type=group.protocol_type,
                 members=sum(not is_gone(m, now) for m in state.members.values()),
                 classic_state=classic_state(state, now),
+                classic_protocol_type=protocol_type_of(group),
             )
         )
     return GroupList(groups=summaries)

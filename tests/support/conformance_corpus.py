@@ -932,27 +932,67 @@ async def classic_group(r: Run) -> None:
 
     for v in r.versions(16):
         await r.call("list", 16, v, keep=own, states_filter=["Stable"], types_filter=["classic"])
-    # Metadata the consumer protocol cannot read (Kafka keeps it opaque).
-    opaque = {"session_timeout": 30_000, "rebalance_timeout": 30_000, "member_id": ""}
+    # A group id no group may have.
     await r.call(
-        "join, opaque metadata",
+        "join, empty group id",
         11,
         7,
-        group_id=r.topic("opaque"),
+        member_id="",
+        group_id="",
+        session_timeout=30_000,
+        rebalance_timeout=30_000,
         protocol_type="consumer",
-        protocols=[{"name": "range", "metadata": b"\x00\x01"}],
-        **opaque,
+        protocols=protocols,
     )
-    # Another protocol type (Kafka Connect's workers, Schema Registry's leader election).
-    await r.call(
-        "join, connect protocol",
-        11,
-        7,
-        group_id=r.topic("connect"),
-        protocol_type="connect",
-        protocols=[{"name": "sessioned", "metadata": b"\x00\x01"}],
-        **opaque,
-    )
+    # Groups whose metadata the coordinator keeps opaque: the consumer protocol's that it cannot
+    # read, and another protocol type's (Kafka Connect's workers; Schema Registry's is "sr").
+    for kind, protocol_type, name in (
+        ("opaque", "consumer", "range"),
+        ("connect", "connect", "sessioned"),
+    ):
+        group = r.topic(kind)
+        fields = {
+            "group_id": group,
+            "session_timeout": 30_000,
+            "rebalance_timeout": 30_000,
+            "protocol_type": protocol_type,
+            "protocols": [{"name": name, "metadata": b"\x00\x01"}],
+        }
+        first = await r.call(f"{kind}: join", 11, 7, member_id="", **fields)
+        member = first.member_id if first is not None else ""
+        joined = await r.call(f"{kind}: join with the id", 11, 7, member_id=member, **fields)
+        generation = joined.generation_id if joined is not None else -1
+        await r.call(
+            f"{kind}: sync",
+            14,
+            5,
+            group_id=group,
+            generation_id=generation,
+            member_id=member,
+            protocol_type=protocol_type,
+            protocol_name=name,
+            assignments=[{"member_id": member, "assignment": b"\x00\x02"}],
+        )
+        await r.call(
+            f"{kind}: sync, another protocol type",
+            14,
+            5,
+            group_id=group,
+            generation_id=generation,
+            member_id=member,
+            protocol_type="other",
+            protocol_name=name,
+            assignments=[],
+        )
+        await r.call(
+            f"{kind}: another member of another type",
+            11,
+            7,
+            member_id="",
+            **{**fields, "protocol_type": "other"},
+        )
+        await r.call(f"{kind}: describe", 15, 5, groups=[group])
+        await r.call(f"{kind}: leave", 13, 4, group_id=group, members=[{"member_id": member}])
     for v in r.versions(42):
         await r.call("delete", 42, v, groups_names=[r.topic(f"v{v}"), r.topic("nobody")])
 
@@ -1201,12 +1241,6 @@ _EPOCHS = (
     "one-node cluster) and stamps it into each batch. Clients then skip leader-epoch fencing "
     "(KIP-320), which guards against stale leaders; there are none."
 )
-_PROTOCOLS = (
-    "The listener reads each member's subscription and assignment as Kafka's consumer protocol "
-    "(to authorise its topics and to show lag), so it refuses other protocol types (Kafka "
-    "Connect's, Schema Registry's) and metadata it cannot read with INCONSISTENT_GROUP_PROTOCOL, "
-    "where Kafka keeps them opaque."
-)
 _GROUP_EPOCHS = (
     "Epoch numbering: Kafka's group epoch also rises when it first resolves the subscribed "
     "topics (2 after one join); the listener's counts membership and assignment changes only "
@@ -1262,8 +1296,6 @@ KNOWN: list[tuple[str, str]] = [
         "A completed transaction's start time: Kafka keeps the last one; the listener keeps none "
         "and answers -1, which kio (the corpus's codec) cannot read as a time.",
     ),
-    ("classic-group/join, opaque metadata/*", _PROTOCOLS),
-    ("classic-group/join, connect protocol/*", _PROTOCOLS),
     ("consumer-group/*/member_epoch", _GROUP_EPOCHS),
     ("consumer-group/*/group_epoch", _GROUP_EPOCHS),
     ("consumer-group/*/assignment_epoch", _GROUP_EPOCHS),

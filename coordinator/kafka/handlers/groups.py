@@ -11,6 +11,7 @@ groups take classic members during an upgrade.
 
 from __future__ import annotations
 
+import contextlib
 import io
 from typing import Any
 
@@ -27,7 +28,8 @@ from kio.serial import entity_writer
 
 from coordinator.groups import classic, classic_members
 from coordinator.groups import service as groups_service
-from coordinator.groups.errors import MemberIdRequired
+from coordinator.groups.errors import InconsistentGroupProtocol, MemberIdRequired
+from coordinator.groups.models import CONSUMER_PROTOCOL
 from coordinator.groups.schemas import (
     CommitOffsetsRequest,
 )
@@ -37,7 +39,6 @@ from coordinator.kafka.errors import FAILURES, error_code
 from coordinator.kafka.handlers.cluster import NOT_ASKED
 from coordinator.kafka.wire import Request, milliseconds
 
-CONSUMER_PROTOCOL = "consumer"
 _SUBSCRIPTIONS = [subscription_v0, subscription_v1, subscription_v2, subscription_v3]
 _ASSIGNMENTS = [assignment_v0, assignment_v1, assignment_v2, assignment_v3]
 
@@ -112,18 +113,19 @@ async def join_group(client: Client, request: Request) -> Any:
     assert client.access is not None
     try:
         client.access.group(body.group_id, "consumer")
-        if body.protocol_type != CONSUMER_PROTOCOL or not body.protocols:
+        if not body.protocol_type or not body.protocols:
             return reply.body(
                 error_code=ErrorCode.inconsistent_group_protocol,
                 **_failed_join(body.member_id, request.version),
             )
-        try:
-            topics, owned = parse_subscription(body.protocols[0].metadata)
-        except Exception:
-            return reply.body(
-                error_code=ErrorCode.inconsistent_group_protocol,
-                **_failed_join(body.member_id, request.version),
-            )
+        # The consumer protocol's subscription names topics the principal must be allowed to
+        # read; another protocol's metadata (Kafka Connect's, Schema Registry's), or one that
+        # cannot be read, stays opaque, as Kafka keeps it.
+        topics: list[str] = []
+        owned: list[tuple[str, int]] = []
+        if body.protocol_type == CONSUMER_PROTOCOL:
+            with contextlib.suppress(Exception):
+                topics, owned = parse_subscription(body.protocols[0].metadata)
         client.access.join(body.group_id, topics)
         session_ms = milliseconds(body.session_timeout)
         rebalance_ms = milliseconds(getattr(body, "rebalance_timeout", None))
@@ -138,10 +140,16 @@ async def join_group(client: Client, request: Request) -> Any:
             client_id=client.client_id[:255] or "kafka",
             client_host=client.client_host[:255],
             require_known_member_id=request.version >= 4,
+            protocol_type=body.protocol_type,
         )
         try:
             answer = await classic.join(client.db, client.settings, joining)
         except classic.NotClassic:
+            if body.protocol_type != CONSUMER_PROTOCOL:
+                raise InconsistentGroupProtocol(
+                    f"group {body.group_id!r} is a consumer group: its classic members speak "
+                    f"the consumer protocol, not {body.protocol_type!r}"
+                ) from None
             return await _join_consumer_group(client, request, joining, owned)
     except MemberIdRequired as required:
         return reply.body(
@@ -155,7 +163,7 @@ async def join_group(client: Client, request: Request) -> Any:
     return reply.body(
         error_code=ErrorCode.none,
         generation_id=answer.generation,
-        protocol_type=CONSUMER_PROTOCOL,
+        protocol_type=answer.protocol_type,
         protocol_name=answer.protocol_name,
         leader=answer.leader,
         member_id=answer.member_id,
@@ -206,14 +214,12 @@ def _assignments(body: Any) -> dict[str, classic.Assignment]:
 async def sync_group(client: Client, request: Request) -> Any:
     body = request.body
     assert client.access is not None
-    failed = {"protocol_type": CONSUMER_PROTOCOL, "protocol_name": None, "assignment": b""}
+    failed = {"protocol_type": None, "protocol_name": None, "assignment": b""}  # Kafka's
     try:
         client.access.group(body.group_id, "consumer")
         protocol_type = getattr(body, "protocol_type", None)
-        if protocol_type is not None and protocol_type != CONSUMER_PROTOCOL:
-            return request.reply.body(error_code=ErrorCode.inconsistent_group_protocol, **failed)
         try:
-            protocol_name, assignment = await classic.sync(
+            synced = await classic.sync(
                 client.db,
                 client.settings,
                 body.group_id,
@@ -222,16 +228,21 @@ async def sync_group(client: Client, request: Request) -> Any:
                 body.generation_id,
                 getattr(body, "protocol_name", None),
                 _assignments(body),
+                protocol_type,
             )
         except classic.NotClassic:
+            if protocol_type is not None and protocol_type != CONSUMER_PROTOCOL:
+                return request.reply.body(
+                    error_code=ErrorCode.inconsistent_group_protocol, **failed
+                )
             return await _sync_consumer_group(client, request)
     except FAILURES as failure:
         return request.reply.body(error_code=error_code(failure), **failed)
     return request.reply.body(
         error_code=ErrorCode.none,
-        assignment=assignment,
-        protocol_type=CONSUMER_PROTOCOL,
-        protocol_name=protocol_name,
+        assignment=synced.assignment,
+        protocol_type=synced.protocol_type,
+        protocol_name=synced.protocol_name,
     )
 
 
@@ -466,7 +477,7 @@ async def list_groups(client: Client, request: Request) -> Any:
             reply(
                 "ListedGroup",
                 group_id=g.group_id,
-                protocol_type=CONSUMER_PROTOCOL,
+                protocol_type=g.classic_protocol_type or CONSUMER_PROTOCOL,
                 group_state=state,
                 group_type=kind,
             )
@@ -524,7 +535,7 @@ async def describe_groups(client: Client, request: Request) -> Any:
                 group_id=group_id,
                 # A classic group by Kafka's classic states; a consumer group by API.md's.
                 group_state=d.classic_state if classic_group else d.state,
-                protocol_type=CONSUMER_PROTOCOL,
+                protocol_type=d.classic_protocol_type or CONSUMER_PROTOCOL,
                 protocol_data=(
                     d.protocol_name or ""
                     if classic_group

@@ -73,7 +73,7 @@ class Group:
         assignments: dict[str, bytes] | None = None,
         instance: str | None = None,
     ) -> bytes:
-        _, data = await classic.sync(
+        synced = await classic.sync(
             self.db,
             self.settings,
             "g",
@@ -83,7 +83,7 @@ class Group:
             None,
             {m: classic.Assignment(a, None) for m, a in (assignments or {}).items()},
         )
-        return data
+        return synced.assignment
 
     async def beat(self, member_id: str, generation: int, instance: str | None = None) -> None:
         await classic.heartbeat(self.db, self.settings, "g", member_id, instance, generation)
