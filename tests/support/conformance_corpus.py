@@ -10,9 +10,9 @@ scenarios may run in any order against one broker.
 from __future__ import annotations
 
 import struct
+import uuid
 from typing import Any
 
-from sdk import recordbatch
 from tests.support.conformance import TIMESTAMP, Run, Scenario, batch_of
 
 SCENARIOS: dict[str, Scenario] = {}
@@ -436,8 +436,6 @@ async def fetch(r: Run) -> None:
         await r.call("out of range", 1, v, topics=ask(99), **common)
         await r.call("read committed", 1, v, topics=ask(0), **{**common, "isolation_level": 1})
         await r.call("unknown partition", 1, v, topics=ask(0, partition=4), **common)
-        import uuid
-
         await r.call(
             "unknown topic",
             1,
@@ -473,41 +471,16 @@ async def init_producer_id(r: Run) -> None:
     await r.coordinators(*((1, r.topic(f"v{v}")) for v in r.versions(22)))
     for v in r.versions(22):
         tid = r.topic(f"v{v}")
-        await r.call(
-            "idempotent",
-            22,
-            v,
-            transactional_id=None,
-            transaction_timeout=60_000,
-            producer_id=-1,
-            producer_epoch=-1,
-        )
-        first = await r.call(
-            "transactional",
-            22,
-            v,
-            transactional_id=tid,
-            transaction_timeout=60_000,
-            producer_id=-1,
-            producer_epoch=-1,
-        )
-        await r.call(
-            "again",
-            22,
-            v,
-            transactional_id=tid,
-            transaction_timeout=60_000,
-            producer_id=-1,
-            producer_epoch=-1,
-        )
+        fresh = {"transaction_timeout": 60_000, "producer_id": -1, "producer_epoch": -1}
+        await r.call("idempotent", 22, v, transactional_id=None, **fresh)
+        first = await r.call("transactional", 22, v, transactional_id=tid, **fresh)
+        await r.call("again", 22, v, transactional_id=tid, **fresh)
         await r.call(
             "timeout too long",
             22,
             v,
             transactional_id=tid,
-            transaction_timeout=3_600_000,
-            producer_id=-1,
-            producer_epoch=-1,
+            **{**fresh, "transaction_timeout": 3_600_000},
         )
         if v >= 3 and first is not None:
             await r.call(
@@ -515,9 +488,11 @@ async def init_producer_id(r: Run) -> None:
                 22,
                 v,
                 transactional_id=tid,
-                transaction_timeout=60_000,
-                producer_id=first.producer_id,
-                producer_epoch=first.producer_epoch,
+                **{
+                    **fresh,
+                    "producer_id": first.producer_id,
+                    "producer_epoch": first.producer_epoch,
+                },
             )
 
 
@@ -530,6 +505,7 @@ async def transactions(r: Run) -> None:
     for v in range(0, 5):
         tid = r.topic(f"v{v}")
         pid, epoch = await r.init_producer(tid)
+        caller = {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch}
         add_version = min(v, 3)
 
         def add(*partitions: int, name: str = topic, at: int = epoch) -> dict[str, Any]:
@@ -563,9 +539,7 @@ async def transactions(r: Run) -> None:
             "commit",
             26,
             v,
-            transactional_id=tid,
-            producer_id=pid,
-            producer_epoch=epoch,
+            **caller,
             committed=True,
         )
         await r.settled(tid)
@@ -573,18 +547,14 @@ async def transactions(r: Run) -> None:
             "commit again",
             26,
             v,
-            transactional_id=tid,
-            producer_id=pid,
-            producer_epoch=epoch,
+            **caller,
             committed=True,
         )
         await r.call(
             "abort with none open",
             26,
             v,
-            transactional_id=tid,
-            producer_id=pid,
-            producer_epoch=epoch,
+            **caller,
             committed=False,
         )
         await r.call(
@@ -621,6 +591,7 @@ async def transactions_v2(r: Run) -> None:
     await r.coordinators(*((1, tid) for tid in tids), (0, r.topic("g")))
     tid = tids[0]
     pid, epoch = await r.init_producer(tid)
+    caller = {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch}
     data = batch_of(
         [b"v2"], producer_id=pid, producer_epoch=epoch, base_sequence=0, transactional=True
     )
@@ -633,17 +604,13 @@ async def transactions_v2(r: Run) -> None:
         timeout=30_000,
         topic_data=_topic_data(topic, data),
     )
-    ended = await r.call(
-        "commit", 26, 5, transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=True
-    )
+    ended = await r.call("commit", 26, 5, **caller, committed=True)
     await r.settled(tid)
     await r.call(
         "commit again",
         26,
         5,
-        transactional_id=tid,
-        producer_id=pid,
-        producer_epoch=epoch,
+        **caller,
         committed=True,
     )
     if ended is not None:
@@ -658,6 +625,7 @@ async def transactions_v2(r: Run) -> None:
         )
     for v, tid in zip((4, 5), tids[1:], strict=True):
         pid, epoch = await r.init_producer(tid)
+        caller = {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch}
         await r.call(
             "add partitions, batched",
             24,
@@ -676,17 +644,14 @@ async def transactions_v2(r: Run) -> None:
             "end",
             26,
             5,
-            transactional_id=tid,
-            producer_id=pid,
-            producer_epoch=epoch,
+            **caller,
             committed=False,
         )
         await r.settled(tid)
     tid = tids[0]
     pid, epoch = await r.init_producer(tid)
-    await r.quiet(
-        25, 0, transactional_id=tid, producer_id=pid, producer_epoch=epoch, group_id=r.topic("g")
-    )
+    caller = {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch}
+    await r.quiet(25, 0, **caller, group_id=r.topic("g"))
     await r.call(
         "commit offsets v0",
         28,
@@ -697,9 +662,7 @@ async def transactions_v2(r: Run) -> None:
         producer_epoch=epoch,
         topics=_committing(topic, 1, ""),
     )
-    await r.call(
-        "end", 26, 3, transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=True
-    )
+    await r.call("end", 26, 3, **caller, committed=True)
 
 
 @scenario
@@ -711,13 +674,12 @@ async def transaction_offsets(r: Run) -> None:
     for v in r.versions(25):
         tid = r.topic(f"v{v}")
         pid, epoch = await r.init_producer(tid)
+        caller = {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch}
         await r.call(
             "add offsets",
             25,
             v,
-            transactional_id=tid,
-            producer_id=pid,
-            producer_epoch=epoch,
+            **caller,
             group_id=group,
         )
         await r.call(
@@ -760,9 +722,7 @@ async def transaction_offsets(r: Run) -> None:
             "end",
             26,
             4,
-            transactional_id=tid,
-            producer_id=pid,
-            producer_epoch=epoch,
+            **caller,
             committed=False,
         )
 
@@ -1227,8 +1187,6 @@ async def write_txn_markers(r: Run) -> None:
 @scenario
 async def unsupported_versions(r: Run) -> None:
     # Below the versions served: Kafka 4 serves Produce from 3 and Fetch from 4.
-    produce = recordbatch.build([(TIMESTAMP, None, b"x", ())])
-    del produce
     await r.raw("produce v2", 0, 2, 0, b"")
     await r.raw("fetch v3", 1, 3, 4, b"")
 
