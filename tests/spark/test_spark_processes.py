@@ -162,14 +162,14 @@ def test_a_speculative_duplicate_attempt_leaves_one_copy(
                 "spark.eventLog.dir": event_logs.as_uri(),
                 "spark.eventLog.compress": "false",
                 "spark.eventLog.rolling.enabled": "false",
-                # No copy before the straggler has written its 3 records: on a loaded machine its
-                # Python worker can take over the default 500 ms just to start, and a copy that
-                # wins before the straggler wrote anything leaves no fault to check.
-                "spark.speculation.minTaskRuntime": "4s",
             },
             "job": "batch",
             "rows": rows,
             "partitions": partitions,
+            # No copy wins before the straggler has written its 3 records: on a loaded machine
+            # its Python worker can take seconds just to start, and a copy that won before the
+            # straggler wrote anything would leave no fault to check.
+            "copies_wait_for": {"url": log.url, "topic": topic, "partition": 0, "records": 3},
             "options": {**options, "testing.delay": json.dumps(straggler)},
         }
         driver_processes(spec, "speculating").wait(timeout=STARTUP_S)

@@ -4,11 +4,11 @@ it, or its SparkContext must not meet the test session's). A rerun in the test p
 same functions, so it is the same job.
 
 Spec: `{"master": ..., "speculation": false, "conf": {...}, "job": "batch", "stream", "mirror"
-or "steps", ...}` with, for "batch", `rows`, `partitions` and `options` (the txlog writer's), for
-"stream", `source`, `checkpoint` and `options`, for "mirror" those of `run_mirror`, and for
-"steps" a list of `steps`, run in order, each a write into a SQL table (`format` "txsql" or
-"jdbc", `options`, `rows`, `partitions`, `fault`: see `ledger_rows`) or `format` "effects" (see
-`pay_each`).
+or "steps", ...}` with, for "batch", `rows`, `partitions`, `options` (the txlog writer's) and
+`copies_wait_for` (see `numbers`), for "stream", `source`, `checkpoint` and `options`, for
+"mirror" those of `run_mirror`, and for "steps" a list of `steps`, run in order, each a write
+into a SQL table (`format` "txsql" or "jdbc", `options`, `rows`, `partitions`, `fault`: see
+`ledger_rows`) or `format` "effects" (see `pay_each`).
 """
 
 from __future__ import annotations
@@ -22,13 +22,59 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 
-def numbers(spark: SparkSession, rows: int, partitions: int) -> DataFrame:
+def numbers(
+    spark: SparkSession, rows: int, partitions: int, copies_wait_for: dict[str, Any] | None = None
+) -> DataFrame:
     """Values "0".."rows-1" in `partitions` Spark partitions of consecutive ranges; each row
     goes to the output partition numbered as its Spark partition, so every task attempt writes
-    one output partition of its own."""
-    return spark.range(rows, numPartitions=partitions).selectExpr(
-        "cast(id as string) as value", "spark_partition_id() as partition"
+    one output partition of its own. With `copies_wait_for` `{"url": coordinator_url, "topic":
+    name, "partition": p, "records": n, "attempts": [0]}` the other attempts of Spark partition p
+    (a speculative copy) first wait until the coordinator's log holds n records in that output
+    partition (the straggler's, not yet committed): a copy never wins, and gets the straggler
+    killed, before the straggler wrote them, however long its Python worker took to start."""
+    df = spark.range(rows, numPartitions=partitions)
+    if copies_wait_for is None:
+        return df.selectExpr("cast(id as string) as value", "spark_partition_id() as partition")
+    from pyspark.sql import functions as F
+
+    wait = copies_wait_for
+    first = wait["partition"] * rows // partitions
+    listed = tuple(wait.get("attempts", [0]))
+
+    @F.udf("string", useArrow=False)  # pandas is not installed; plain rows will do
+    def guard(value: int) -> str:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        if value == first and context is not None and context.attemptNumber() not in listed:
+            _wait_for_records(wait["url"], wait["topic"], wait["partition"], wait["records"])
+        return ""
+
+    # The guard's (empty) answer is part of the value, so Spark cannot prune the UDF away.
+    return df.select(
+        F.concat(F.col("id").cast("string"), guard("id")).alias("value"),
+        F.spark_partition_id().alias("partition"),
     )
+
+
+def _wait_for_records(
+    url: str, topic: str, partition: int, records: int, deadline_s: float = 120.0
+) -> None:
+    """A poll, with a deadline, until the partition's high watermark reaches `records`."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + deadline_s
+    with httpx.Client(base_url=url, timeout=10) as http:
+        while True:
+            answer = http.get(f"/v1/topics/{topic}")
+            answer.raise_for_status()
+            if answer.json()["partitions"][partition]["high_watermark"] >= records:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic}[{partition}] did not reach {records} records")
+            time.sleep(0.1)
 
 
 def write_batch(df: DataFrame, options: dict[str, str]) -> None:
@@ -213,7 +259,8 @@ def main(spec: dict[str, Any]) -> None:
     register(spark)
     try:
         if spec["job"] == "batch":
-            write_batch(numbers(spark, spec["rows"], spec["partitions"]), spec["options"])
+            df = numbers(spark, spec["rows"], spec["partitions"], spec.get("copies_wait_for"))
+            write_batch(df, spec["options"])
         elif spec["job"] == "steps":
             run_steps(spark, spec["steps"])
         elif spec["job"] == "mirror":
