@@ -38,6 +38,7 @@ FIRST = (
     "tests/jobs/",
     "tests/service/transactions/test_transactions_model.py",
     "tests/kafka/test_java_client.py",
+    "tests/kafka/test_kafka_streams.py",
     "tests/service/test_schema.py",
     "tests/sdk/test_sdk_install.py",
     "tests/kafka/test_kafka_matrix.py",
