@@ -146,7 +146,7 @@ def test_kafka_streams_exactly_once_v2_survives_two_kills_and_a_lost_state_direc
     assert configs["cleanup.policy"] == "delete" and configs["retention.ms"] == "-1"
     # Streams purged the repartition topic of what it had consumed (DeleteRecords).
     described = httpx.get(f"{broker.url}/v1/topics/{repartition}").json()["partitions"]
-    assert any(p["log_start_offset"] > 0 for p in described), described
+    assert any(d["log_start_offset"] > 0 for d in described), described
 
 
 def _records(broker: Broker, topic: str, partition: int) -> list[dict[str, str]]:
