@@ -128,8 +128,8 @@ def test_kafka_streams_exactly_once_v2_survives_two_kills_and_a_lost_state_direc
     counted: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for p in range(2):
         for record in _records(broker, output, p):
-            ident, total = record["value"].split(":")
-            counted[record["key"]].append((int(ident), int(total)))
+            ident, text = record["value"].split(":")
+            counted[record["key"]].append((int(ident), int(text)))
     assert sorted(i for group in counted.values() for i, _ in group) == list(range(INPUTS))
     for group, updates in counted.items():
         assert all(f"g{i % GROUPS}" == group for i, _ in updates), group
