@@ -72,7 +72,8 @@ WITH g AS (
 ), renewed AS (
   UPDATE group_members
   SET last_heartbeat_ms = $6, session_deadline_ms = $6::bigint + $7::int, session_timeout_ms = $7,
-      rebalance_timeout_ms = $8, client_id = $9, client_host = $10, assignor = $11
+      rebalance_timeout_ms = coalesce($8::int, rebalance_timeout_ms), client_id = $9,
+      client_host = $10, assignor = $11
   WHERE group_id = $1 AND member_id = $2 AND (SELECT passes FROM checked)
 )
 SELECT passes FROM checked
@@ -127,7 +128,7 @@ class Renewal:
     """What the locking path writes of a steady heartbeat."""
 
     session_timeout_ms: int
-    rebalance_timeout_ms: int
+    rebalance_timeout_ms: int | None  # None: the member's, unchanged
     client_id: str
     client_host: str
     assignor: str | None

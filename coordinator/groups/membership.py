@@ -379,9 +379,12 @@ async def heartbeat(
     *,
     protocol: str = CONSUMER,
     assignor: str | None = None,
+    keep_rebalance_timeout: bool = False,
 ) -> HeartbeatResponse:
     """Join (epoch 0), heartbeat (the current epoch, or the previous one after a lost answer)
-    or leave (epoch -1); answers the member's epoch and the partitions it may own now.
+    or leave (epoch -1); answers the member's epoch and the partitions it may own now. With
+    `keep_rebalance_timeout` a member that is not joining keeps the rebalance timeout it has
+    (Kafka's -1: unchanged since its last heartbeat), whatever `body` holds.
 
     Members of the group whose timeouts passed are removed on the way, and stay removed even
     when this call is refused: the refusal is raised once that is committed.
@@ -399,7 +402,11 @@ async def heartbeat(
             body.subscribed_topics,
             None if owned is None else [(p.topic, p.partition) for p in owned],
             Renewal(
-                session_timeout_ms, body.rebalance_timeout_ms, client_id, client_host, assignor
+                session_timeout_ms,
+                None if keep_rebalance_timeout else body.rebalance_timeout_ms,
+                client_id,
+                client_host,
+                assignor,
             ),
             now_ms(),
         )
@@ -470,7 +477,8 @@ async def heartbeat(
                 member.protocol = protocol
                 member.assignor = assignor
                 member.session_timeout_ms = session_timeout_ms
-                member.rebalance_timeout_ms = body.rebalance_timeout_ms
+                if body.member_epoch == JOIN_EPOCH or not keep_rebalance_timeout:
+                    member.rebalance_timeout_ms = body.rebalance_timeout_ms
                 member.last_heartbeat_ms = now
                 member.session_deadline_ms = now + session_timeout_ms
                 await rebalance_if_needed(session, state, now)

@@ -977,3 +977,56 @@ async def test_client_quotas_show_the_mutation_rate_as_the_default_users(
     assert (await describe(True, ("user", 0, "alice"))).entries == ()
     assert (await describe(False, ("client-id", 2, None))).entries == ()
     assert (await describe(False, ("nonsense", 0, "x"))).error_code == ErrorCode.invalid_request
+
+
+async def test_a_consumer_group_member_keeps_its_rebalance_timeout_when_it_sends_minus_one(
+    listener: KafkaListener,
+) -> None:
+    """KIP-848: a member sends its rebalance timeout to join and -1 ("unchanged") after, as
+    Kafka's clients and franz-go do. A member that must give a partition up has that rebalance
+    timeout to do so, not 1 ms; a join without one is INVALID_REQUEST, as Kafka answers it."""
+    beat: Any = __import__("kio.schema.consumer_group_heartbeat.v1.request", fromlist=["x"])
+    metadata: Any = __import__("kio.schema.metadata.v12.request", fromlist=["x"])
+    await log_topics.create_topic(listener.db, CreateTopic(name="rto", partitions=2))
+    connection = await connect(listener)
+    answer = await connection.call(
+        3,
+        12,
+        topics=(metadata.MetadataRequestTopic(topic_id=uuid.UUID(int=0), name="rto"),),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    topic_id = answer.topics[0].topic_id
+
+    async def heartbeat(member: str, epoch: int, timeout_ms: int, owned: list[int] | None) -> Any:
+        return await connection.call(
+            68,
+            1,
+            group_id="rto-g",
+            member_id=member,
+            member_epoch=epoch,
+            instance_id=None,
+            rack_id=None,
+            rebalance_timeout=datetime.timedelta(milliseconds=timeout_ms),
+            subscribed_topic_names=("rto",) if epoch == 0 else None,
+            subscribed_topic_regex=None,
+            server_assignor=None,
+            topic_partitions=None
+            if owned is None
+            else (beat.TopicPartitions(topic_id=topic_id, partitions=tuple(owned)),),
+        )
+
+    refused = await heartbeat("a", 0, -1, [])
+    assert refused.error_code == ErrorCode.invalid_request
+    first = await heartbeat("a", 0, 30_000, [])
+    assert first.error_code == ErrorCode.none
+    owned = await heartbeat("a", first.member_epoch, -1, [0, 1])
+    assert owned.error_code == ErrorCode.none
+    assert sorted(owned.assignment.topic_partitions[0].partitions) == [0, 1]
+    second = await heartbeat("b", 0, 30_000, [])
+    assert second.error_code == ErrorCode.none
+    # "a" is told to give one partition up; it has not yet, twice, well within its 30 s.
+    for _ in range(2):
+        told = await heartbeat("a", owned.member_epoch, -1, [0, 1])
+        assert told.error_code == ErrorCode.none, told.error_message
+        assert len(told.assignment.topic_partitions[0].partitions) == 1

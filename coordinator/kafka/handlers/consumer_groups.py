@@ -63,10 +63,17 @@ async def consumer_group_heartbeat(client: Client, request: Request) -> Any:
         if topics is not None:
             client.access.join(body.group_id, topics)
         leaving = body.member_epoch in (LEAVE_EPOCH, _STATIC_LEAVE_EPOCH)
+        # -1: unchanged since the member's last heartbeat (a client sends it only to join).
+        rebalance_timeout_ms = milliseconds(body.rebalance_timeout)
+        unchanged = rebalance_timeout_ms < 0
+        if unchanged and body.member_epoch == 0:
+            raise Refused(
+                ErrorCode.invalid_request, "RebalanceTimeoutMs must be provided in first request."
+            )
         beat = {
             "member_id": member_id,
             "member_epoch": LEAVE_EPOCH if leaving else body.member_epoch,
-            "rebalance_timeout_ms": max(1, milliseconds(body.rebalance_timeout)),
+            "rebalance_timeout_ms": max(1, rebalance_timeout_ms),
         }
         if topics is not None:
             beat["subscribed_topics"] = list(topics)
@@ -85,6 +92,7 @@ async def consumer_group_heartbeat(client: Client, request: Request) -> Any:
             client.client_id[:255] or "kafka",
             client.client_host[:255],
             protocol=CONSUMER,
+            keep_rebalance_timeout=unchanged,
         )
     except FAILURES as failure:
         return reply.body(
