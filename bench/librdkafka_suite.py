@@ -2,17 +2,20 @@
 part of the test suite (it needs librdkafka's source, which CI cannot fetch).
 
     python bench/librdkafka_suite.py --source ~/src/librdkafka [--build] [--tests 0001,0012]
-        [--timeout 180] [--group-protocol classic|consumer]
+        [--timeout 900] [--quick] [--group-protocol classic|consumer]
         [--out docs/pages/librdkafka-findings.md]
 
 It builds the tests from the source directory when asked (`./configure` without the optional
 dependencies, `make libs`, `make -C tests build`), starts `coordinator serve --kafka-listener` on
-a fresh SQLite store with a short initial rebalance delay, points `tests/test.conf` at it, and
-runs each broker test (the ones librdkafka marks local run against its own mock cluster and
-are left out) alone, with `TEST_KAFKA_VERSION=4.0.0`, in quick mode (-Q), under a timeout. It
-writes a findings table: test, verdict, cause. A cause comes from `CAUSES` below (what a failure
-was traced to, or why a test is outside this project's scope); a failing test that has none is
-listed as "unexplained" with its last error line, so the table never hides one.
+a fresh SQLite store with a short initial rebalance delay, points `tests/test.conf` at it (and
+KAFKA_PATH at Kafka's own `kafka-topics` tool, from the jars the README's test command resolved),
+and runs each broker test (the ones librdkafka marks local run against its own mock cluster and
+are left out) alone, with `TEST_KAFKA_VERSION=4.0.0`, under a timeout, in full mode as a user
+runs it (`--quick` passes -Q, which skips every sub-test not marked quick, so a test can pass
+there having run nothing). It writes a findings table: test, verdict, cause. A cause comes from
+`CAUSES` below (what a failure was traced to, or why a test is outside this project's scope); a
+failing test that has none is listed as "unexplained" with its last error line, so the table
+never hides one.
 """
 
 from __future__ import annotations
@@ -33,19 +36,15 @@ from coordinator.launcher import Launched, free_port
 # What a test needs that one broker over a database does not have, or what its failure was
 # traced to. Keep it true: a test that starts passing leaves this table.
 OUT_OF_SCOPE = "outside scope"
-SHELL_TOOLS = f"{OUT_OF_SCOPE}: drives Kafka's shell tools (KAFKA_PATH: kafka-topics.sh, ...)"
 CAUSES: dict[str, str] = {
     "0009_mock_cluster": f"{OUT_OF_SCOPE}: librdkafka's mock cluster",
     "0049_consume_conn_close": f"{OUT_OF_SCOPE}: sockem (needs librdkafka built with it)",
-    "0052_msg_timestamps": SHELL_TOOLS,
     "0064_interceptors": "this tool's build of librdkafka has no OpenSSL (the test sets ssl)",
-    "0077_compaction": SHELL_TOOLS,
     "0081_admin": "CreateAcls must succeed; ACLs are not kept here (SECURITY_DISABLED, "
     "docs/pages/kafka.md)",
     "0101_fetch_from_follower": f"{OUT_OF_SCOPE}: needs replicas and racks (one broker)",
-    "0107_topic_recreate": f"{OUT_OF_SCOPE}: creates topics with replication factor 3",
-    "0109_auto_create_topics": SHELL_TOOLS,
-    "0111_delay_create_topics": f"{OUT_OF_SCOPE}: creates topics with replication factor 3",
+    "0109_auto_create_topics": f"{OUT_OF_SCOPE}: denies a topic with kafka-acls.sh (ACLs are not "
+    "kept: SECURITY_DISABLED)",
     "0115_producer_auth": f"{OUT_OF_SCOPE}: needs Kafka ACLs (ACL APIs answer SECURITY_DISABLED)",
     "0119_consumer_auth": f"{OUT_OF_SCOPE}: needs Kafka ACLs (ACL APIs answer SECURITY_DISABLED)",
     "0126_oauthbearer_oidc": f"{OUT_OF_SCOPE}: SASL/OAUTHBEARER with an OIDC server",
@@ -125,10 +124,35 @@ class Listener(Launched):
                 # As the clusters librdkafka's tests are written for (trivup's num.partitions).
                 "COORDINATOR_NUM_PARTITIONS": "4",
                 "COORDINATOR_AUTO_CREATE_TOPICS_ENABLE": "false" if no_auto_create else "true",
+                # The cleaner every second, as a test cluster's log.cleaner.backoff.ms: 0077
+                # waits 20 s for its compacted topic to be cleaned.
+                "COORDINATOR_LOG_RETENTION_CHECK_INTERVAL_MS": "1000",
             },
             log=workdir / "serve.log",
         )
         self.start()
+
+
+# Kafka's command-line tools, as the README's test command resolves them with Maven.
+KAFKA_TOOLS = Path(__file__).resolve().parents[1] / "tests" / "clients" / "java" / "target" / "lib"
+
+
+def kafka_path(workdir: Path, tools: Path) -> Path:
+    """A KAFKA_PATH for the tests that run Kafka's shell tools (`bin/kafka-topics.sh`: 0045's
+    partition changes and deletions, 0052, 0077): each script runs the tool's main class from
+    Kafka's own jars."""
+    if not list(tools.glob("kafka-tools-*.jar")):
+        sys.exit(f"Kafka's tools are not in {tools}: run the README's test command (mvn package)")
+    path = workdir / "kafka"
+    (path / "bin").mkdir(parents=True)
+    script = path / "bin" / "kafka-topics.sh"
+    script.write_text(
+        "#!/bin/sh\n"
+        f"exec java -Dorg.slf4j.simpleLogger.defaultLogLevel=warn -cp '{tools}/*' "
+        'org.apache.kafka.tools.TopicCommand "$@"\n'
+    )
+    script.chmod(0o755)
+    return path
 
 
 def run_test(
@@ -137,10 +161,13 @@ def run_test(
     timeout_s: float,
     group_protocol: str | None,
     log_dir: Path | None,
+    quick: bool,
+    tools_env: dict[str, str],
 ) -> tuple[str, str, float]:
     name = test.name
     env = {
         **os.environ,
+        **tools_env,
         "TESTS": name,
         "TEST_KAFKA_VERSION": "4.0.0",
         "TEST_LEVEL": "2",
@@ -152,7 +179,7 @@ def run_test(
     started = time.monotonic()
     try:
         done = subprocess.run(
-            ["./test-runner", "-L", "-Q", "-V", "4.0.0", "-s", test.scenario],
+            ["./test-runner", "-L", *(["-Q"] if quick else []), "-V", "4.0.0", "-s", test.scenario],
             cwd=source / "tests",
             env=env,
             capture_output=True,
@@ -193,14 +220,16 @@ def _skip_reason(output: str) -> str:
     return "skipped by the test"
 
 
-def write_table(findings: list[Finding], out: Path, source_version: str) -> None:
+def write_table(findings: list[Finding], out: Path, source_version: str, quick: bool) -> None:
     counts: dict[str, int] = {}
     for f in findings:
         counts[f.verdict] = counts.get(f.verdict, 0) + 1
     lines = [
         "# librdkafka's test suite against the Kafka listener",
         "",
-        f"Written by `bench/librdkafka_suite.py` (librdkafka {source_version}); "
+        f"Written by `bench/librdkafka_suite.py` (librdkafka {source_version}, "
+        + ("quick mode, -Q" if quick else "full mode")
+        + "); "
         + ", ".join(f"{v}: {n}" for v, n in sorted(counts.items()))
         + ".",
         "",
@@ -218,11 +247,20 @@ def main() -> None:
     parser.add_argument("--source", type=Path, required=True, help="librdkafka's source tree")
     parser.add_argument("--build", action="store_true", help="build the library and tests first")
     parser.add_argument("--tests", help="comma-separated test numbers or names (default: all)")
-    parser.add_argument("--timeout", type=float, default=180.0, help="seconds per test")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per test")
+    parser.add_argument(
+        "--quick", action="store_true", help="librdkafka's quick mode (-Q): quick sub-tests only"
+    )
     parser.add_argument("--group-protocol", choices=["classic", "consumer"], default=None)
     parser.add_argument("--group-delay-ms", type=int, default=300)
     parser.add_argument("--out", type=Path, default=Path("docs/pages/librdkafka-findings.md"))
     parser.add_argument("--logs", type=Path, default=None, help="keep each test's output here")
+    parser.add_argument(
+        "--kafka-tools",
+        type=Path,
+        default=KAFKA_TOOLS,
+        help="the jars of Kafka's tools, for KAFKA_PATH (default: tests/clients/java's)",
+    )
     args = parser.parse_args()
     source: Path = args.source.resolve()
     if args.logs is not None:
@@ -237,6 +275,7 @@ def main() -> None:
         names = [n for n in names if any(n.name.startswith(w) for w in wanted)]
     version = librdkafka_version(source)
     workdir = Path(tempfile.mkdtemp(prefix="librdkafka-suite-"))
+    tools = kafka_path(workdir, args.kafka_tools)
     findings = []
     for test in names:
         name = test.name
@@ -252,8 +291,15 @@ def main() -> None:
             (source / "tests" / "test.conf").write_text(
                 f"metadata.broker.list=127.0.0.1:{listener.kafka_port}\ntest.timeout.multiplier=2\n"
             )
+            bootstrap = f"127.0.0.1:{listener.kafka_port}"
             verdict, detail, seconds = run_test(
-                source, test, args.timeout, args.group_protocol, args.logs
+                source,
+                test,
+                args.timeout,
+                args.group_protocol,
+                args.logs,
+                args.quick,
+                {"KAFKA_PATH": str(tools), "BROKERS": bootstrap},
             )
         finally:
             listener.stop()
@@ -264,8 +310,8 @@ def main() -> None:
             cause = cause or detail
         findings.append(Finding(name, verdict, cause, seconds))
         print(f"{name}: {verdict} {cause}", flush=True)
-        write_table(findings, args.out, version)
-    write_table(findings, args.out, version)
+        write_table(findings, args.out, version, args.quick)
+    write_table(findings, args.out, version, args.quick)
     shutil.rmtree(workdir, ignore_errors=True)
 
 
