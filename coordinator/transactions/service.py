@@ -532,22 +532,20 @@ async def end(
     body: EndTxnRequest,
     *,
     version: int = 2,
-    timed_out_abort_is_retry: bool = False,
-    abort_of_nothing_raises: bool = False,
+    kafka_aborts: bool = False,
 ) -> EndTxnResponse:
     """EndTxn. Transaction version 2 (KIP-890, the HTTP API's) raises the epoch at every end;
     version 1 (Kafka's clients before KIP-890) keeps it, so the producer's next transaction
     runs at the same epoch, and a retry is recognised only while no transaction is open.
 
-    `timed_out_abort_is_retry` (Kafka's EndTxn 5): an abort from the epoch whose transaction the
-    coordinator aborted after its timeout, with nothing since, is the retry of that abort, as a
-    Kafka 4 coordinator answers a client of transaction version 2, which then goes on at the
-    epoch the answer gives; the HTTP door keeps API.md's TRANSACTION_TIMED_OUT.
-
-    `abort_of_nothing_raises` (Kafka's EndTxn 5): an abort with no transaction open at the
-    caller's current epoch raises the epoch and answers it (`Op.ABORT_NOTHING`), as a Kafka 4
-    coordinator does for a client of transaction version 2, which cannot know whether its
-    produce reached the coordinator; the HTTP door keeps API.md's INVALID_TXN_STATE."""
+    `kafka_aborts` (Kafka's EndTxn 5) answers two aborts as a Kafka 4 coordinator answers a
+    client of transaction version 2, where the HTTP door keeps API.md's refusals:
+    - an abort from the epoch whose transaction the coordinator aborted after its timeout, with
+      nothing since, is the retry of that abort (not TRANSACTION_TIMED_OUT); the client goes on
+      at the epoch the answer gives;
+    - an abort with no transaction open at the caller's current epoch raises the epoch and
+      answers it (`Op.ABORT_NOTHING`; not INVALID_TXN_STATE): the client cannot know whether its
+      produce reached the coordinator."""
     wanted = State.COMPLETE_COMMIT if body.commit else State.COMPLETE_ABORT
     op = Op.COMMIT if body.commit else Op.ABORT
     if version >= 2:
@@ -568,7 +566,7 @@ async def end(
             )
             return EndTxnResponse(state=wanted, producer_id=producer_id, producer_epoch=epoch)
         if (
-            timed_out_abort_is_retry
+            kafka_aborts
             and not body.commit
             and await _aborted_on_timeout(session, locked, body.producer_id, body.producer_epoch)
         ):
@@ -576,7 +574,7 @@ async def end(
                 state=State.COMPLETE_ABORT, producer_id=txn.producer_id, producer_epoch=locked.epoch
             )
         await check_caller(session, txn, locked.epoch, body.producer_id, body.producer_epoch)
-        if abort_of_nothing_raises and not body.commit and txn.state not in OPEN:
+        if kafka_aborts and not body.commit and txn.state not in OPEN:
             op = Op.ABORT_NOTHING
         state = await _finish(session, locked, op, BY_CLIENT, now, raise_epoch=version >= 2)
         producer_id, epoch = txn.producer_id, locked.epoch

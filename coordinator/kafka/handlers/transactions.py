@@ -223,8 +223,7 @@ async def end_txn(client: Client, request: Request) -> Any:
                 commit=body.committed,
             ),
             version=2 if raising else 1,
-            timed_out_abort_is_retry=raising,
-            abort_of_nothing_raises=raising,
+            kafka_aborts=raising,
         )
     except FAILURES as failure:
         return request.reply.body(error_code=error_code(failure))
