@@ -97,6 +97,15 @@ class FencedInstanceId(CoordinatorError):
     title = "Fenced instance id"
 
 
+class UnreleasedInstanceId(CoordinatorError):
+    """A member joined with the instance id of a member that is still in the group and has not
+    left for now (KIP-848 static membership)."""
+
+    code = "UNRELEASED_INSTANCE_ID"
+    status = 409
+    title = "Unreleased instance id"
+
+
 class InconsistentGroupProtocol(CoordinatorError):
     """The member's protocol type, or every protocol it offers, differs from the group's."""
 

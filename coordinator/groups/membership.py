@@ -38,6 +38,7 @@ from coordinator.groups.errors import (
     InvalidGroupId,
     InvalidSessionTimeout,
     UnknownMemberId,
+    UnreleasedInstanceId,
 )
 from coordinator.groups.heartbeats import Renewal, renew_if_steady
 from coordinator.groups.models import (
@@ -51,6 +52,7 @@ from coordinator.groups.models import (
 from coordinator.groups.schemas import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
+    STATIC_LEAVE_EPOCH,
     HeartbeatRequest,
     HeartbeatResponse,
     TopicPartitionOut,
@@ -380,11 +382,19 @@ async def heartbeat(
     protocol: str = CONSUMER,
     assignor: str | None = None,
     keep_rebalance_timeout: bool = False,
+    instance_id: str | None = None,
+    static_leave: bool = False,
 ) -> HeartbeatResponse:
     """Join (epoch 0), heartbeat (the current epoch, or the previous one after a lost answer)
     or leave (epoch -1); answers the member's epoch and the partitions it may own now. With
     `keep_rebalance_timeout` a member that is not joining keeps the rebalance timeout it has
     (Kafka's -1: unchanged since its last heartbeat), whatever `body` holds.
+
+    Static membership (KIP-848, Kafka's listener): a member joins with its `instance_id`. A leave
+    with `static_leave` (Kafka's epoch -2) from such a member keeps its place and partitions
+    (epoch -2) until its session runs out; its instance joining again under a new member id
+    takes that place, target and partitions with no rebalance. Joining with the instance id of
+    a member that has not left is UNRELEASED_INSTANCE_ID.
 
     Members of the group whose timeouts passed are removed on the way, and stay removed even
     when this call is refused: the refusal is raised once that is committed.
@@ -436,12 +446,18 @@ async def heartbeat(
         member = state.members.get(body.member_id)
         try:
             if body.member_epoch == LEAVE_EPOCH:
-                _require_member(group_id, body.member_id, member)
-                remove(session, state, body.member_id, "left")
-                await rebalance_if_needed(session, state, now)
+                member = _require_member(group_id, body.member_id, member)
+                if static_leave and member.group_instance_id is not None:
+                    # Gone for now: its partitions stay its own, its epochs are no longer valid.
+                    member.member_epoch = member.previous_member_epoch = STATIC_LEAVE_EPOCH
+                    left = STATIC_LEAVE_EPOCH
+                else:
+                    remove(session, state, body.member_id, "left")
+                    await rebalance_if_needed(session, state, now)
+                    left = LEAVE_EPOCH
                 answer = HeartbeatResponse(
                     member_id=body.member_id,
-                    member_epoch=LEAVE_EPOCH,
+                    member_epoch=left,
                     heartbeat_interval_ms=_interval(settings, session_timeout_ms),
                     assignment=[],
                 )
@@ -453,7 +469,12 @@ async def heartbeat(
                             f"group {group_id!r} has {len(state.members)} members, its most "
                             "(COORDINATOR_GROUP_CONSUMER_MAX_SIZE)"
                         )
-                    member = _join(session, state, body, member, now)
+                    held = _instance_holder(state, instance_id, body.member_id, now)
+                    if held is not None:
+                        member = await _take_place(session, state, body, held, now)
+                    else:
+                        member = _join(session, state, body, member, now)
+                        member.group_instance_id = instance_id
                 else:
                     member = _require_member(group_id, body.member_id, member)
                     if member.session_deadline_ms < now:
@@ -543,7 +564,17 @@ def _join(
         member.joined_ms = now
         state.rebalance_reasons.append("rejoined")
         return member
-    member = GroupMember(
+    member = _new_member(group, body, topics, now)
+    session.add(member)
+    state.members[member.member_id] = member
+    state.rebalance_reasons.append("joined")
+    return member
+
+
+def _new_member(
+    group: ConsumerGroup, body: HeartbeatRequest, topics: list[str], now: int
+) -> GroupMember:
+    return GroupMember(
         group_id=group.group_id,
         member_id=body.member_id,
         member_epoch=JOIN_EPOCH,
@@ -559,9 +590,64 @@ def _join(
         session_deadline_ms=now,
         revoke_deadline_ms=None,
     )
+
+
+def _instance_holder(
+    state: GroupState, instance_id: str | None, member_id: str, now: int
+) -> GroupMember | None:
+    """The member whose place a static member joining as `member_id` takes: the one with its
+    instance id that left for now; UNRELEASED_INSTANCE_ID while that one has not left."""
+    if instance_id is None:
+        return None
+    for other in state.members.values():
+        if other.group_instance_id != instance_id or other.member_id == member_id:
+            continue
+        if other.member_epoch != STATIC_LEAVE_EPOCH and not is_gone(other, now):
+            raise UnreleasedInstanceId(
+                f"instance {instance_id!r} of group {state.group.group_id!r} is member "
+                f"{other.member_id!r}, which has not left"
+            )
+        return other
+    return None
+
+
+async def _take_place(
+    session: AsyncSession,
+    state: GroupState,
+    body: HeartbeatRequest,
+    held: GroupMember,
+    now: int,
+) -> GroupMember:
+    """A static member back under a new member id: it takes the place of the member that left
+    for now, its target and the partitions it owns, with no rebalance (but for a changed
+    subscription)."""
+    old_id, topics = held.member_id, sorted(set(body.subscribed_topics or ()))
+    del state.members[old_id]
+    if held in session.new:
+        session.expunge(held)
+    else:
+        # Gone before its successor is added (the instance id is unique in the group); its
+        # target and owned rows go with it, and `write` stores them anew as the successor's.
+        await session.delete(held)
+        await session.flush()
+    member = _new_member(state.group, body, topics, now)
+    member.group_instance_id = held.group_instance_id
     session.add(member)
     state.members[member.member_id] = member
-    state.rebalance_reasons.append("joined")
+    state.target = {tp: body.member_id if m == old_id else m for tp, m in state.target.items()}
+    state.owned = {
+        tp: (body.member_id, epoch) if owner == old_id else (owner, epoch)
+        for tp, (owner, epoch) in state.owned.items()
+    }
+    if topics != held.subscribed_topics:
+        state.rebalance_reasons.append("subscription changed")
+    log.info(
+        "group %r: instance %r back as member %s (was %s)",
+        state.group.group_id,
+        held.group_instance_id,
+        member.member_id,
+        old_id,
+    )
     return member
 
 

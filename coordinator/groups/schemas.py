@@ -19,6 +19,9 @@ from coordinator.groups.identity import MemberEpoch, MemberId, MemberIdentity
 TimeoutMs = Annotated[int, Field(ge=1, le=INT32_MAX)]
 LEAVE_EPOCH = -1
 JOIN_EPOCH = 0
+# A static member (KIP-848 with an instance id) that left for now: it keeps its place, and its
+# partitions, until its session runs out or its instance joins again under a new member id.
+STATIC_LEAVE_EPOCH = -2
 
 
 class OffsetIn(RequestModel):

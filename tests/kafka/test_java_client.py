@@ -6,7 +6,8 @@ describeCluster; an idempotent producer; transactions committed and aborted unde
 the exactly-once loop with `sendOffsetsToTransaction(offsets, consumer.groupMetadata())` and one
 aborted round; a zombie fenced as the client documents, ProducerFencedException; a transaction
 the coordinator aborted on its timeout, which the producer aborts and goes on from; a group of two
-under `group.protocol=classic` and under `group.protocol=consumer`; static membership), and each
+under `group.protocol=classic` and under `group.protocol=consumer`; static membership under
+both), and each
 scenario is a test here, so a gap shows as a failing cell. The client runs transaction version 2
 (KIP-890), which the listener finalizes: the transactions scenario checks the epoch each end
 raised. The README's test command builds it (`mvn package`); a missing build fails, never skips.
@@ -39,6 +40,7 @@ SCENARIOS = [
     "group_of_two_classic",
     "group_of_two_consumer",
     "static_membership",
+    "static_membership_consumer",
 ]
 
 

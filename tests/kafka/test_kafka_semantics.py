@@ -1030,3 +1030,88 @@ async def test_a_consumer_group_member_keeps_its_rebalance_timeout_when_it_sends
         told = await heartbeat("a", owned.member_epoch, -1, [0, 1])
         assert told.error_code == ErrorCode.none, told.error_message
         assert len(told.assignment.topic_partitions[0].partitions) == 1
+
+
+async def test_a_static_consumer_group_member_leaves_for_now_and_its_instance_takes_its_place(
+    listener: KafkaListener,
+) -> None:
+    """KIP-848 static membership, as Kafka answers it: a member's instance id is unique while it
+    has not left; a leave with epoch -2 keeps its place and partitions; its instance joining
+    again under a new member id takes them with no rebalance; a -2 without an instance id is
+    INVALID_REQUEST; a member gone for now is removed once its session runs out."""
+    from coordinator.groups import membership
+
+    beat: Any = __import__("kio.schema.consumer_group_heartbeat.v1.request", fromlist=["x"])
+    metadata: Any = __import__("kio.schema.metadata.v12.request", fromlist=["x"])
+    await log_topics.create_topic(listener.db, CreateTopic(name="static", partitions=2))
+    connection = await connect(listener)
+    answer = await connection.call(
+        3,
+        12,
+        topics=(metadata.MetadataRequestTopic(topic_id=uuid.UUID(int=0), name="static"),),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    topic_id = answer.topics[0].topic_id
+
+    async def heartbeat(member: str, epoch: int, instance: str | None, owned: list[int]) -> Any:
+        return await connection.call(
+            68,
+            1,
+            group_id="static-g",
+            member_id=member,
+            member_epoch=epoch,
+            instance_id=instance,
+            rack_id=None,
+            rebalance_timeout=datetime.timedelta(seconds=30),
+            subscribed_topic_names=("static",),
+            subscribed_topic_regex=None,
+            server_assignor=None,
+            topic_partitions=(beat.TopicPartitions(topic_id=topic_id, partitions=tuple(owned)),),
+        )
+
+    async def members() -> dict[str, tuple[str | None, int, tuple[int, ...]]]:
+        found = await connection.call(
+            69, 0, group_ids=("static-g",), include_authorized_operations=False
+        )
+        return {
+            m.member_id: (
+                m.instance_id,
+                m.member_epoch,
+                tuple(p for tp in m.assignment.topic_partitions for p in tp.partitions),
+            )
+            for m in found.groups[0].members
+        }
+
+    first = await heartbeat("a", 0, "i-1", [])
+    owned = await heartbeat("a", first.member_epoch, "i-1", [0, 1])
+    assert sorted(owned.assignment.topic_partitions[0].partitions) == [0, 1]
+    taken = await heartbeat("b", 0, "i-1", [])
+    assert taken.error_code == ErrorCode.unreleased_instance_id
+    nameless = await heartbeat("a", -2, None, [0, 1])
+    assert nameless.error_code == ErrorCode.invalid_request
+
+    left = await heartbeat("a", -2, "i-1", [0, 1])
+    assert (left.error_code, left.member_epoch) == (ErrorCode.none, -2)
+    epoch = (await members())["a"][1]
+    assert epoch == -2  # still in the group, its partitions its own
+    described = await connection.call(
+        69, 0, group_ids=("static-g",), include_authorized_operations=False
+    )
+    group_epoch = described.groups[0].group_epoch
+
+    back = await heartbeat("a2", 0, "i-1", [])
+    assert back.error_code == ErrorCode.none
+    assert sorted(p for tp in back.assignment.topic_partitions for p in tp.partitions) == [0, 1]
+    now = await members()
+    assert "a" not in now and now["a2"][:1] == ("i-1",)
+    described = await connection.call(
+        69, 0, group_ids=("static-g",), include_authorized_operations=False
+    )
+    assert described.groups[0].group_epoch == group_epoch  # no rebalance
+
+    # Gone for now, then for good once its session runs out.
+    again = await heartbeat("a2", -2, "i-1", [0, 1])
+    assert again.member_epoch == -2
+    removed = await membership.expire_members(listener.db, now=2**62)
+    assert ("static-g", "a2") in removed

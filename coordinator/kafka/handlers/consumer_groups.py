@@ -63,6 +63,9 @@ async def consumer_group_heartbeat(client: Client, request: Request) -> Any:
         if topics is not None:
             client.access.join(body.group_id, topics)
         leaving = body.member_epoch in (LEAVE_EPOCH, _STATIC_LEAVE_EPOCH)
+        static_leave = body.member_epoch == _STATIC_LEAVE_EPOCH
+        if static_leave and body.instance_id is None:
+            raise Refused(ErrorCode.invalid_request, "InstanceId can't be null.")
         # -1: unchanged since the member's last heartbeat (a client sends it only to join).
         rebalance_timeout_ms = milliseconds(body.rebalance_timeout)
         unchanged = rebalance_timeout_ms < 0
@@ -93,6 +96,8 @@ async def consumer_group_heartbeat(client: Client, request: Request) -> Any:
             client.client_host[:255],
             protocol=CONSUMER,
             keep_rebalance_timeout=unchanged,
+            instance_id=body.instance_id,
+            static_leave=static_leave,
         )
     except FAILURES as failure:
         return reply.body(
@@ -187,7 +192,7 @@ async def consumer_group_describe(client: Client, request: Request) -> Any:
                     reply(
                         "Member",
                         member_id=m.member_id,
-                        instance_id=None,
+                        instance_id=m.group_instance_id,
                         rack_id=None,
                         member_epoch=m.member_epoch,
                         client_id=m.client_id,

@@ -75,7 +75,8 @@ public final class Scenarios {
         all.put("timed_out_transaction", s::timedOutTransaction);
         all.put("group_of_two_classic", () -> s.groupOfTwo("classic"));
         all.put("group_of_two_consumer", () -> s.groupOfTwo("consumer"));
-        all.put("static_membership", s::staticMembership);
+        all.put("static_membership", () -> s.staticMembership("classic"));
+        all.put("static_membership_consumer", () -> s.staticMembership("consumer"));
         List<String> chosen = args.length > 1 ? List.of(args).subList(1, args.length) : new ArrayList<>(all.keySet());
         ExecutorService runner = Executors.newCachedThreadPool(r -> {
             Thread t = new Thread(r);
@@ -480,7 +481,7 @@ public final class Scenarios {
         }
     }
 
-    String staticMembership() throws Exception {
+    String staticMembership(String protocol) throws Exception {
         String topic = unique("java-static");
         String group = unique("java-static");
         try (Admin admin = admin()) {
@@ -489,7 +490,7 @@ public final class Scenarios {
         Map<String, Object> config = Map.of(
             ConsumerConfig.GROUP_ID_CONFIG, group,
             ConsumerConfig.GROUP_INSTANCE_ID_CONFIG, "instance-1",
-            ConsumerConfig.GROUP_PROTOCOL_CONFIG, "classic");
+            ConsumerConfig.GROUP_PROTOCOL_CONFIG, protocol);
         String firstMember;
         Set<TopicPartition> firstAssignment;
         long deadline = System.nanoTime() + DEADLINE.toNanos();
@@ -505,7 +506,8 @@ public final class Scenarios {
                 check(m.groupInstanceId().orElse("").equals("instance-1"), "instance id " + m.groupInstanceId());
                 firstMember = m.consumerId();
             }
-            // A static member's close sends no leave: the group keeps it until its session ends.
+            // A static member's close leaves for now (classic: no LeaveGroup; consumer: epoch -2):
+            // the group keeps it until its session ends.
             MemberDescription kept = single(admin, group);
             check(kept.consumerId().equals(firstMember), "after close: " + kept);
             try (KafkaConsumer<String, String> c = consumer(config)) {
@@ -517,7 +519,7 @@ public final class Scenarios {
                 check(c.assignment().equals(firstAssignment), "assignment " + c.assignment());
                 MemberDescription m = single(admin, group);
                 check(m.groupInstanceId().orElse("").equals("instance-1"), "instance id after the restart " + m.groupInstanceId());
-                return "instance-1 kept its place through a restart (member " + firstMember + " then " + m.consumerId() + ")";
+                return protocol + ": instance-1 kept its place through a restart (member " + firstMember + " then " + m.consumerId() + ")";
             }
         }
     }
