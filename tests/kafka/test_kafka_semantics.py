@@ -979,41 +979,64 @@ async def test_client_quotas_show_the_mutation_rate_as_the_default_users(
     assert (await describe(False, ("nonsense", 0, "x"))).error_code == ErrorCode.invalid_request
 
 
+async def _topic_id(connection: Any, name: str) -> uuid.UUID:
+    """A topic's id, as Metadata 12 answers it (KIP-848's heartbeats name topics by id)."""
+    metadata: Any = __import__("kio.schema.metadata.v12.request", fromlist=["x"])
+    answer = await connection.call(
+        3,
+        12,
+        topics=(metadata.MetadataRequestTopic(topic_id=uuid.UUID(int=0), name=name),),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    found: uuid.UUID = answer.topics[0].topic_id
+    return found
+
+
+async def _consumer_heartbeat(
+    connection: Any,
+    group: str,
+    topic: tuple[str, uuid.UUID],
+    member: str,
+    epoch: int,
+    instance: str | None,
+    timeout_ms: int,
+    owned: list[int],
+) -> Any:
+    """ConsumerGroupHeartbeat 1 for a member of one topic (its name and id), owning `owned`; the
+    subscription is sent to join only, as Kafka's clients send it."""
+    beat: Any = __import__("kio.schema.consumer_group_heartbeat.v1.request", fromlist=["x"])
+    name, topic_id = topic
+    return await connection.call(
+        68,
+        1,
+        group_id=group,
+        member_id=member,
+        member_epoch=epoch,
+        instance_id=instance,
+        rack_id=None,
+        rebalance_timeout=datetime.timedelta(milliseconds=timeout_ms),
+        subscribed_topic_names=(name,) if epoch == 0 else None,
+        subscribed_topic_regex=None,
+        server_assignor=None,
+        topic_partitions=(beat.TopicPartitions(topic_id=topic_id, partitions=tuple(owned)),),
+    )
+
+
 async def test_a_consumer_group_member_keeps_its_rebalance_timeout_when_it_sends_minus_one(
     listener: KafkaListener,
 ) -> None:
     """KIP-848: a member sends its rebalance timeout to join and -1 ("unchanged") after, as
     Kafka's clients and franz-go do. A member that must give a partition up has that rebalance
     timeout to do so, not 1 ms; a join without one is INVALID_REQUEST, as Kafka answers it."""
-    beat: Any = __import__("kio.schema.consumer_group_heartbeat.v1.request", fromlist=["x"])
-    metadata: Any = __import__("kio.schema.metadata.v12.request", fromlist=["x"])
     await log_topics.create_topic(listener.db, CreateTopic(name="rto", partitions=2))
     connection = await connect(listener)
-    answer = await connection.call(
-        3,
-        12,
-        topics=(metadata.MetadataRequestTopic(topic_id=uuid.UUID(int=0), name="rto"),),
-        allow_auto_topic_creation=False,
-        include_topic_authorized_operations=False,
-    )
-    topic_id = answer.topics[0].topic_id
+    topic_id = await _topic_id(connection, "rto")
 
-    async def heartbeat(member: str, epoch: int, timeout_ms: int, owned: list[int] | None) -> Any:
-        return await connection.call(
-            68,
-            1,
-            group_id="rto-g",
-            member_id=member,
-            member_epoch=epoch,
-            instance_id=None,
-            rack_id=None,
-            rebalance_timeout=datetime.timedelta(milliseconds=timeout_ms),
-            subscribed_topic_names=("rto",) if epoch == 0 else None,
-            subscribed_topic_regex=None,
-            server_assignor=None,
-            topic_partitions=None
-            if owned is None
-            else (beat.TopicPartitions(topic_id=topic_id, partitions=tuple(owned)),),
+    async def heartbeat(member: str, epoch: int, timeout_ms: int, owned: list[int]) -> Any:
+        topic = ("rto", topic_id)
+        return await _consumer_heartbeat(
+            connection, "rto-g", topic, member, epoch, None, timeout_ms, owned
         )
 
     refused = await heartbeat("a", 0, -1, [])
@@ -1041,33 +1064,14 @@ async def test_a_static_consumer_group_member_leaves_for_now_and_its_instance_ta
     INVALID_REQUEST; a member gone for now is removed once its session runs out."""
     from coordinator.groups import membership
 
-    beat: Any = __import__("kio.schema.consumer_group_heartbeat.v1.request", fromlist=["x"])
-    metadata: Any = __import__("kio.schema.metadata.v12.request", fromlist=["x"])
     await log_topics.create_topic(listener.db, CreateTopic(name="static", partitions=2))
     connection = await connect(listener)
-    answer = await connection.call(
-        3,
-        12,
-        topics=(metadata.MetadataRequestTopic(topic_id=uuid.UUID(int=0), name="static"),),
-        allow_auto_topic_creation=False,
-        include_topic_authorized_operations=False,
-    )
-    topic_id = answer.topics[0].topic_id
+    topic_id = await _topic_id(connection, "static")
 
     async def heartbeat(member: str, epoch: int, instance: str | None, owned: list[int]) -> Any:
-        return await connection.call(
-            68,
-            1,
-            group_id="static-g",
-            member_id=member,
-            member_epoch=epoch,
-            instance_id=instance,
-            rack_id=None,
-            rebalance_timeout=datetime.timedelta(seconds=30),
-            subscribed_topic_names=("static",),
-            subscribed_topic_regex=None,
-            server_assignor=None,
-            topic_partitions=(beat.TopicPartitions(topic_id=topic_id, partitions=tuple(owned)),),
+        topic = ("static", topic_id)
+        return await _consumer_heartbeat(
+            connection, "static-g", topic, member, epoch, instance, 30_000, owned
         )
 
     async def members() -> dict[str, tuple[str | None, int, tuple[int, ...]]]:
