@@ -232,7 +232,9 @@ def _cause(finding: Finding) -> str:
     said = [
         line.strip()
         for line in finding.output
-        if line.strip() and not line.strip().startswith(("=== ", "--- "))
+        if line.strip()
+        and not line.strip().startswith(("=== ", "--- "))
+        and "NOT DELETING" not in line  # the test's cleanup, after its failure
     ]
     if finding.verdict == "SKIPPED":
         return said[-1][:200] if said else "skipped by the test"
