@@ -1003,6 +1003,64 @@ async def consumer_group(r: Run) -> None:
         await r.call("leave", 68, v, group_id=group, member_id=joined.member_id, member_epoch=-1)
 
 
+@scenario
+async def static_consumer_group(r: Run) -> None:
+    """KIP-848's rebalance timeout (-1: unchanged, not to join) and static membership."""
+    topic = r.topic("t")
+    await r.topics(topic, partitions=2)
+    await r.coordinators(*((0, r.topic(f"v{v}")) for v in r.versions(68)))
+    for v in r.versions(68):
+        group, instance = r.topic(f"v{v}"), f"instance-{v}"
+        first, second = f"a{v}-aaaaaaaaaaaaaaaaaaaa"[:22], f"b{v}-bbbbbbbbbbbbbbbbbbbb"[:22]
+        joining = {"group_id": group, "member_epoch": 0, "subscribed_topic_names": [topic]}
+        joining |= {"server_assignor": "uniform", "topic_partitions": []}
+        await r.call("join, no rebalance timeout", 68, v, member_id=first, **joining)
+        joined = await r.call(
+            "join",
+            68,
+            v,
+            member_id=first,
+            instance_id=instance,
+            rebalance_timeout=30_000,
+            **joining,
+        )
+        if joined is None:
+            continue
+        await r.call(
+            "join, instance in use",
+            68,
+            v,
+            member_id=second,
+            instance_id=instance,
+            rebalance_timeout=30_000,
+            **joining,
+        )
+        await r.call(
+            "leave for now, no instance", 68, v, group_id=group, member_id=first, member_epoch=-2
+        )
+        await r.call(
+            "leave for now",
+            68,
+            v,
+            group_id=group,
+            member_id=first,
+            member_epoch=-2,
+            instance_id=instance,
+        )
+        await r.call(
+            "back",
+            68,
+            v,
+            member_id=second,
+            instance_id=instance,
+            rebalance_timeout=30_000,
+            **joining,
+        )
+        await r.call(
+            "leave", 68, v, group_id=group, member_id=second, member_epoch=-1, instance_id=instance
+        )
+
+
 # -- one broker ------------------------------------------------------------------------------------
 
 
@@ -1255,6 +1313,7 @@ KNOWN: list[tuple[str, str]] = [
         "and answers -1, which kio (the corpus's codec) cannot read as a time.",
     ),
     ("consumer-group/*/member_epoch", _GROUP_EPOCHS),
+    ("static-consumer-group/*/member_epoch", _GROUP_EPOCHS),
     ("consumer-group/*/group_epoch", _GROUP_EPOCHS),
     ("consumer-group/*/assignment_epoch", _GROUP_EPOCHS),
     ("consumer-group/join/v0/assignment/topic_partitions", _FIRST_ASSIGNMENT),
