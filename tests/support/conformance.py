@@ -363,13 +363,20 @@ class Run:
 
     async def coordinators(self, *keys: tuple[int, str]) -> None:
         """Wait until the broker coordinates these (key type, key): Kafka answers
-        COORDINATOR_NOT_AVAILABLE while it makes its internal topics (not compared)."""
+        COORDINATOR_NOT_AVAILABLE while it makes its internal topics, and a group's calls
+        NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS while its partition of them loads,
+        after FindCoordinator already names the broker (not compared)."""
+        groups = [key for key_type, key in keys if key_type == 0]
         for _ in range(400):
             answers = [
                 await self.quiet(10, 3, key=key, key_type=key_type) for key_type, key in keys
             ]
             if all(a.error_code.value == 0 for a in answers):
-                return
+                described = await self.quiet(
+                    15, 5, groups=groups, include_authorized_operations=False
+                )
+                if all(g.error_code.value not in _LOADING for g in described.groups):
+                    return
             await asyncio.sleep(0.05)
         raise RuntimeError(f"no coordinator for {keys}")
 
