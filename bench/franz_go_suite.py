@@ -183,6 +183,7 @@ def run_tests(
     records: int,
     timeout_minutes: int,
     run: str | None,
+    events: Path | None,
 ) -> dict[str, Finding]:
     env = {
         **os.environ,
@@ -199,9 +200,12 @@ def run_tests(
         command += ["-test.run", run]
     found: dict[str, Finding] = {}
     output: dict[str, list[str]] = defaultdict(list)
+    kept = events.open("w") if events is not None else None
     with subprocess.Popen(command, cwd=package, env=env, stdout=subprocess.PIPE, text=True) as go:
         assert go.stdout is not None
         for line in go.stdout:
+            if kept is not None:
+                kept.write(line)
             try:
                 event = json.loads(line)
             except json.JSONDecodeError:
@@ -217,6 +221,8 @@ def run_tests(
                 verdict = {"pass": "PASSED", "fail": "FAILED", "skip": "SKIPPED"}[action]
                 found[top] = Finding(top, False, verdict, event.get("Elapsed", 0.0))
                 log(f"{top}: {verdict}")
+    if kept is not None:
+        kept.close()
     for name, finding in found.items():
         finding.output = output[name]
     for name in output.keys() - found.keys():  # still running when the binary's timeout hit
@@ -292,6 +298,7 @@ def main() -> None:
         help="a COORDINATOR_ setting for the listener, over the tool's (repeatable)",
     )
     parser.add_argument("--out", type=Path, default=Path("docs/pages/franz-go-findings.md"))
+    parser.add_argument("--log", type=Path, help="keep go test's events (JSON lines) here")
     args = parser.parse_args()
 
     source = module_dir(args.version)
@@ -328,6 +335,7 @@ def main() -> None:
             args.records,
             args.timeout_minutes,
             args.run,
+            args.log,
         )
     finally:
         listener.stop()

@@ -699,17 +699,22 @@ async def _locked_step(
 
 
 async def _look(db: Database, group_id: str) -> tuple[ConsumerGroup | None, list[GroupMember]]:
-    """The group and its members as stored now, for a parked request (no lock)."""
+    """The group and its members as stored now, for a parked request (no lock): one statement,
+    so one snapshot. (Read apart, on Postgres each read sees the commits before it: a group a
+    generation ahead of its members, and a parked JoinGroup answered REBALANCE_IN_PROGRESS,
+    which Kafka never answers there and franz-go takes as its group session's end.)"""
     async with db.read() as session:
-        group = await session.get(ConsumerGroup, group_id, populate_existing=True)
-        if group is None:
+        rows = (
+            await session.execute(
+                select(ConsumerGroup, GroupMember)
+                .outerjoin(GroupMember, GroupMember.group_id == ConsumerGroup.group_id)
+                .where(ConsumerGroup.group_id == group_id)
+                .execution_options(populate_existing=True)
+            )
+        ).all()
+        if not rows:
             return None, []
-        members = await session.scalars(
-            select(GroupMember)
-            .where(GroupMember.group_id == group_id)
-            .execution_options(populate_existing=True)
-        )
-        return group, list(members)
+        return rows[0][0], [member for _, member in rows if member is not None]
 
 
 def _gone(
