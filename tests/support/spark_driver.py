@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -60,21 +61,28 @@ def numbers(
 def _wait_for_records(
     url: str, topic: str, partition: int, records: int, deadline_s: float = 120.0
 ) -> None:
-    """A poll, with a deadline, until the partition's high watermark reaches `records`."""
-    import time
-
+    """Until the partition's high watermark reaches `records`."""
     import httpx
 
-    deadline = time.monotonic() + deadline_s
     with httpx.Client(base_url=url, timeout=10) as http:
-        while True:
+
+        def reached() -> bool:
             answer = http.get(f"/v1/topics/{topic}")
             answer.raise_for_status()
-            if answer.json()["partitions"][partition]["high_watermark"] >= records:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{topic}[{partition}] did not reach {records} records")
-            time.sleep(0.1)
+            return bool(answer.json()["partitions"][partition]["high_watermark"] >= records)
+
+        _poll(reached, f"{topic}[{partition}] did not reach {records} records", deadline_s)
+
+
+def _poll(done: Callable[[], bool], failure: str, deadline_s: float) -> None:
+    """Ask `done` every 0.1 s until it holds; TimeoutError(`failure`) past the deadline."""
+    import time
+
+    deadline = time.monotonic() + deadline_s
+    while not done():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{failure} in {deadline_s} s")
+        time.sleep(0.1)
 
 
 def write_batch(df: DataFrame, options: dict[str, str]) -> None:
@@ -167,17 +175,15 @@ def _staging_of(url: str, job_id: str) -> str:
 def _wait_for_rows(
     url: str, table: str, rows: int, where: str = "true", deadline_s: float = 120.0
 ) -> None:
-    import time
-
     import psycopg
 
-    deadline = time.monotonic() + deadline_s
     query = f"SELECT count(*) FROM {table} WHERE {where}"
     with psycopg.connect(url, autocommit=True) as connection:
-        while connection.execute(query).fetchone()[0] < rows:  # type: ignore[index]
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{table} did not reach {rows} rows in {deadline_s} s")
-            time.sleep(0.1)
+
+        def reached() -> bool:
+            return bool(connection.execute(query).fetchone()[0] >= rows)  # type: ignore[index]
+
+        _poll(reached, f"{table} did not reach {rows} rows", deadline_s)
 
 
 def write_sql(df: DataFrame, fmt: str, options: dict[str, str]) -> None:
