@@ -1,6 +1,7 @@
 """Every table, imported in one place so `Base.metadata` is complete (for Alembic and tests)."""
 
 from coordinator.core.database import Base
+from coordinator.core.quotas import ClientQuota
 from coordinator.core.scram import ScramCredential
 from coordinator.effects.models import Effect
 from coordinator.groups.models import (
@@ -22,6 +23,7 @@ from coordinator.transactions.models import (
 __all__ = [
     "Base",
     "Batch",
+    "ClientQuota",
     "ConsumerGroup",
     "Effect",
     "GroupMember",

@@ -64,6 +64,7 @@ __all__ = [
     "check",
     "control_type",
     "iter_batches",
+    "joined_with_leader_epoch",
     "read_header",
     "records",
     "with_base_offset",
@@ -105,6 +106,7 @@ MAX_UNCOMPRESSED_BYTES = 256 * 1024 * 1024
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _BASE_OFFSET = struct.Struct(">q")
+_LEADER_EPOCH = struct.Struct(">i")
 _CRC = struct.Struct(">I")
 _ATTRIBUTES_AND_MAX = struct.Struct(">h")
 _MAX_TIMESTAMP = struct.Struct(">q")
@@ -670,6 +672,17 @@ def build_control(
 def with_base_offset(data: bytes, base_offset: int) -> bytes:
     """The batch with its base offset set (outside the CRC: nothing else changes)."""
     return _BASE_OFFSET.pack(base_offset) + data[8:]
+
+
+def joined_with_leader_epoch(batches: Sequence[bytes], partition_leader_epoch: int) -> bytearray:
+    """Whole batches back to back, each with its partition leader epoch set (outside the CRC),
+    as a Kafka leader's fetch answer carries them; one copy, the join's."""
+    out = bytearray().join(batches)
+    at = 0
+    for batch in batches:
+        _LEADER_EPOCH.pack_into(out, at + 12, partition_leader_epoch)
+        at += len(batch)
+    return out
 
 
 def with_log_append_time(data: bytes, timestamp: int) -> bytes:

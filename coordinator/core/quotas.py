@@ -6,15 +6,27 @@ principal's bucket is positive, whatever its size (one large topic is never refu
 and its partitions are then taken, possibly below zero; the next request waits until the bucket
 has refilled. Per process by design, like Kafka's per-broker quotas: it bounds load, it does not
 decide correctness.
+
+The rate is a user's own where one is stored (Kafka's AlterClientQuotas, `kafka-configs
+--entity-type users`), else the default user's stored one, else the setting
+(`COORDINATOR_CONTROLLER_MUTATION_RATE`): Kafka's precedence for user quotas. It is the one
+quota kept, because it is the one enforced: a byte-rate or request quota stored here would be
+a promise nobody keeps, so it is refused.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import ClassVar
 
-from coordinator.core.errors import CoordinatorError
+from sqlalchemy import Float, String, delete, or_, select
+from sqlalchemy.orm import Mapped, mapped_column
+
+from coordinator.core.database import Base, Database
+from coordinator.core.errors import CoordinatorError, InvalidRequest
 
 # The bucket holds this many seconds of the rate (Kafka's quota window: 11 samples of 1 s).
 _BURST_S = 10
@@ -34,23 +46,121 @@ class MutationQuota:
         self._buckets: dict[str, tuple[float, float]] = {}  # principal: (tokens, at)
         self._lock = threading.Lock()
 
-    def admit(self, principal: str, partitions: int) -> None:
-        """Take `partitions` from the principal's bucket, or raise `ThrottlingQuotaExceeded`
-        (with `throttle_time_ms`) while it is empty."""
+    async def admit(self, db: Database, principal: str, partitions: int) -> None:
+        """Take `partitions` from the principal's bucket, at the principal's rate (`rate_of`),
+        or raise `ThrottlingQuotaExceeded` (with `throttle_time_ms`) while it is empty."""
+        stored = await rate_of(db, principal)
+        self.take(principal, partitions, self.rate if stored is None else stored)
+
+    def take(self, principal: str, partitions: int, rate: float) -> None:
         from coordinator.core.metrics import record_limit_refusal
 
-        capacity = self.rate * _BURST_S
+        capacity = rate * _BURST_S
         with self._lock:
             now: float = self._clock()  # type: ignore[operator]
             tokens, at = self._buckets.get(principal, (capacity, now))
-            tokens = min(capacity, tokens + (now - at) * self.rate)
+            tokens = min(capacity, tokens + (now - at) * rate)
             if tokens <= 0:
                 self._buckets[principal] = (tokens, now)
-                wait_ms = int(-tokens / self.rate * 1000) + 1
+                wait_ms = int(-tokens / rate * 1000) + 1
                 record_limit_refusal("partition_mutation_rate")
                 raise ThrottlingQuotaExceeded(
-                    f"principal {principal!r} is over its {self.rate:g} partition mutations per "
-                    f"second (COORDINATOR_CONTROLLER_MUTATION_RATE); retry in {wait_ms} ms",
+                    f"principal {principal!r} is over its {rate:g} partition mutations per "
+                    f"second ({CONTROLLER_MUTATION_RATE}); retry in {wait_ms} ms",
                     {"throttle_time_ms": wait_ms},
                 )
             self._buckets[principal] = (tokens - partitions, now)
+
+
+# -- stored quotas (Kafka's client quotas, per user) -----------------------------------------------
+
+CONTROLLER_MUTATION_RATE = "controller_mutation_rate"
+# Kafka's quota keys for user and client-id entities: each is known, only the first is kept.
+KAFKA_USER_QUOTAS = (
+    CONTROLLER_MUTATION_RATE,
+    "producer_byte_rate",
+    "consumer_byte_rate",
+    "request_percentage",
+)
+# The default user's row: Kafka refuses an empty user name, so it names no user.
+_DEFAULT = ""
+
+
+class ClientQuota(Base):
+    __tablename__ = "client_quotas"
+
+    user_name: Mapped[str] = mapped_column(String(255), primary_key=True)  # "": the default
+    quota_key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[float] = mapped_column(Float)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredQuota:
+    user: str | None  # None: the default user
+    key: str
+    value: float
+
+
+async def rate_of(db: Database, principal: str) -> float | None:
+    """The principal's stored mutation rate, else the default user's, else None (the
+    setting's). With auth off every caller is "" (`Access.name`), so the default user."""
+    async with db.read() as session:
+        rows = dict(
+            (
+                await session.execute(
+                    select(ClientQuota.user_name, ClientQuota.value).where(
+                        ClientQuota.quota_key == CONTROLLER_MUTATION_RATE,
+                        or_(ClientQuota.user_name == principal, ClientQuota.user_name == _DEFAULT),
+                    )
+                )
+            ).all()
+        )
+    return rows.get(principal, rows.get(_DEFAULT))
+
+
+async def stored_quotas(db: Database) -> list[StoredQuota]:
+    async with db.read() as session:
+        rows = await session.execute(
+            select(ClientQuota.user_name, ClientQuota.quota_key, ClientQuota.value).order_by(
+                ClientQuota.user_name, ClientQuota.quota_key
+            )
+        )
+        return [StoredQuota(u if u != _DEFAULT else None, k, v) for u, k, v in rows]
+
+
+def check_quotas(changes: Mapping[str, float | None]) -> None:
+    """Kafka's checks of a user's quota changes (None: remove), then this service's: only the
+    quota it enforces may be set."""
+    for key, value in changes.items():
+        if key not in KAFKA_USER_QUOTAS:
+            raise InvalidRequest(f"Invalid configuration key {key}")
+        if value is None:
+            continue
+        if value <= 0:
+            raise InvalidRequest(f"Quota {key} must be greater than 0")
+        if key != CONTROLLER_MUTATION_RATE:
+            raise InvalidRequest(
+                f"quota {key} is not enforced by this coordinator, so it is not kept; the "
+                f"quota it enforces is {CONTROLLER_MUTATION_RATE}"
+            )
+
+
+async def alter_quotas(
+    db: Database, user: str | None, changes: Mapping[str, float | None], *, validate_only: bool
+) -> None:
+    """Set or remove (None) a user's quotas (`user` None: the default user's), all or none."""
+    if user == _DEFAULT:
+        raise InvalidRequest("Empty user not supported")
+    check_quotas(changes)
+    if validate_only:
+        return
+    name = _DEFAULT if user is None else user
+    async with db.write() as session:
+        for key, value in changes.items():
+            await session.execute(
+                delete(ClientQuota).where(
+                    ClientQuota.user_name == name, ClientQuota.quota_key == key
+                )
+            )
+            if value is not None:
+                session.add(ClientQuota(user_name=name, quota_key=key, value=value))

@@ -49,6 +49,7 @@ SUPPORTED: Mapping[int, tuple[int, int]] = {
     20: (1, 6),  # DeleteTopics
     21: (0, 2),  # DeleteRecords
     22: (0, 5),  # InitProducerId
+    23: (2, 4),  # OffsetForLeaderEpoch (KIP-320; the log's one epoch, `log.epochs`)
     24: (0, 5),  # AddPartitionsToTxn (4 on: batched, verify_only)
     25: (0, 4),  # AddOffsetsToTxn
     26: (0, 5),  # EndTxn (5: the epoch raised at every end, KIP-890)
@@ -68,6 +69,7 @@ SUPPORTED: Mapping[int, tuple[int, int]] = {
     46: (0, 0),  # ListPartitionReassignments
     47: (0, 0),  # OffsetDelete
     48: (0, 1),  # DescribeClientQuotas
+    49: (0, 1),  # AlterClientQuotas (a user's controller mutation rate)
     50: (0, 0),  # DescribeUserScramCredentials
     51: (0, 0),  # AlterUserScramCredentials
     60: (0, 1),  # DescribeCluster

@@ -80,3 +80,16 @@ class InvalidTxnState(CoordinatorError):
 class BatchTooLarge(RecordListTooLarge):
     """One batch over its topic's `max.message.bytes`: RECORD_LIST_TOO_LARGE over HTTP, as
     API.md says; Kafka's broker names it MESSAGE_TOO_LARGE, and so does the Kafka door."""
+
+
+class FencedLeaderEpoch(CoordinatorError):
+    code = "FENCED_LEADER_EPOCH"
+    status = 409
+    title = "Fenced leader epoch"
+
+
+class UnknownLeaderEpoch(CoordinatorError):
+    code = "UNKNOWN_LEADER_EPOCH"
+    status = 409
+    retriable = True
+    title = "Unknown leader epoch"

@@ -57,7 +57,7 @@ PartitionPath = Annotated[int, Digits, Path(ge=0, le=INT32_MAX, description="par
 @router.post("", status_code=201, response_model=TopicSummary)
 async def create_topic(body: CreateTopic, db: DB, access: AccessDep, quota: Quota) -> Response:
     access.cluster()
-    quota.admit(access.name, body.partitions)
+    await quota.admit(db, access.name, body.partitions)
     return json_response(await log_topics.create_topic(db, body), 201)
 
 

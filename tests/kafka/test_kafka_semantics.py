@@ -1119,3 +1119,102 @@ async def test_a_static_consumer_group_member_leaves_for_now_and_its_instance_ta
     assert again.member_epoch == -2
     removed = await membership.expire_members(listener.db, now=2**62)
     assert ("static-g", "a2") in removed
+
+
+async def test_the_log_s_one_leader_epoch_is_stamped_reported_and_answered(
+    listener: KafkaListener,
+) -> None:
+    # KIP-320 (log.epochs): epoch 0 in Metadata and in every batch a fetch answers (the log
+    # keeps the producer's -1); OffsetForLeaderEpoch ends epoch 0 at the log end, later or
+    # undefined epochs at (-1, -1), as Kafka's leader epoch cache does; a current epoch other
+    # than 0 is refused.
+    await log_topics.create_topic(listener.db, CreateTopic(name="epochs", partitions=1))
+    connection = await connect(listener)
+    batch = recordbatch.build([(1, b"k", b"v", [])], producer_id=-1, producer_epoch=-1)
+    await produce.produce_batch(listener.db, listener.settings, "epochs", 0, batch, None)
+    await produce.produce_batch(listener.db, listener.settings, "epochs", 0, batch, None)
+    stored = await log_fetch.fetch_batches(
+        listener.db, "epochs", 0, 0, max_bytes=1 << 20, read_committed=False
+    )
+    assert [recordbatch.check(b).header.partition_leader_epoch for b in stored.batches] == [-1, -1]
+
+    metadata: Any = __import__("kio.schema.metadata.v12.request", fromlist=["x"])
+    described = await connection.call(
+        3,
+        12,
+        topics=(metadata.MetadataRequestTopic(topic_id=None, name="epochs"),),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    assert [p.leader_epoch for p in described.topics[0].partitions] == [0]
+
+    module: Any = __import__("kio.schema.offset_for_leader_epoch.v4.request", fromlist=["x"])
+
+    async def end_of(
+        epoch: int, current: int = -1, topic: str = "epochs", partition: int = 0
+    ) -> tuple[Any, int, int]:
+        answer = await connection.call(
+            23,
+            4,
+            replica_id=-1,
+            topics=(
+                module.OffsetForLeaderTopic(
+                    topic=topic,
+                    partitions=(
+                        module.OffsetForLeaderPartition(
+                            partition=partition, current_leader_epoch=current, leader_epoch=epoch
+                        ),
+                    ),
+                ),
+            ),
+        )
+        (found,) = answer.topics[0].partitions
+        return found.error_code, found.leader_epoch, found.end_offset
+
+    assert await end_of(0) == (ErrorCode.none, 0, 2)
+    assert await end_of(0, current=0) == (ErrorCode.none, 0, 2)
+    assert await end_of(3) == (ErrorCode.none, -1, -1)
+    assert await end_of(-1) == (ErrorCode.none, -1, -1)
+    assert await end_of(0, current=1) == (ErrorCode.unknown_leader_epoch, -1, -1)
+    assert await end_of(0, current=-2) == (ErrorCode.fenced_leader_epoch, -1, -1)
+    assert (await end_of(0, partition=4))[0] == ErrorCode.unknown_topic_or_partition
+    assert (await end_of(0, topic="no-such-topic"))[0] == ErrorCode.unknown_topic_or_partition
+
+    fetch: Any = __import__("kio.schema.fetch.v12.request", fromlist=["x"])
+
+    async def fetch_at(current: int) -> Any:
+        answer = await connection.call(
+            1,
+            12,
+            cluster_id=None,
+            replica_id=-1,
+            max_wait=datetime.timedelta(0),
+            min_bytes=1,
+            max_bytes=1 << 20,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=(
+                fetch.FetchTopic(
+                    topic="epochs",
+                    partitions=(
+                        fetch.FetchPartition(
+                            partition=0,
+                            current_leader_epoch=current,
+                            fetch_offset=0,
+                            last_fetched_epoch=-1,
+                            log_start_offset=-1,
+                            partition_max_bytes=1 << 20,
+                        ),
+                    ),
+                ),
+            ),
+            forgotten_topics_data=(),
+            rack_id="",
+        )
+        return answer.responses[0].partitions[0]
+
+    answered = (await fetch_at(0)).records
+    assert [h.partition_leader_epoch for _, h in recordbatch.iter_batches(answered, True)] == [0, 0]
+    refused = await fetch_at(5)
+    assert (refused.error_code, refused.records) == (ErrorCode.unknown_leader_epoch, b"")

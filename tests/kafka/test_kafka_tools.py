@@ -1,9 +1,10 @@
 """Kafka's command-line tools (the `kafka-tools` jar's main classes, pinned in
 tests/clients/java/pom.xml), unchanged, against `coordinator serve`'s Kafka listener on SQLite and
 on Postgres: kafka-topics (create with a replication factor of 3, describe, alter partitions),
-kafka-configs (a topic's configs, a user's SCRAM credential), kafka-consumer-groups (list,
-describe, reset offsets with execute, delete), kafka-transactions (list, describe,
-describe-producers, find-hanging, abort) and kafka-producer-perf-test with a transactional id.
+kafka-configs (a topic's configs, a user's SCRAM credential and mutation rate),
+kafka-consumer-groups (list, describe, reset offsets with execute, delete), kafka-transactions
+(list, describe, describe-producers, find-hanging, abort) and kafka-producer-perf-test with a
+transactional id.
 
 One JVM per store runs every command as its script would (`Tools.java`), in order; each command
 is a test here, checked on what the tool printed.
@@ -67,6 +68,13 @@ def _commands(bootstrap: str, n: Names) -> dict[str, list[str]]:
         "configs_alter": [*configs, *entity, "--alter", "--add-config", "retention.ms=1200000"],
         "configs_describe": [*configs, *entity, "--describe"],
         "configs_scram_alter": [*configs, *user, "--alter", "--add-config", SCRAM],
+        "configs_quota_alter": [
+            *configs,
+            *user,
+            "--alter",
+            "--add-config",
+            "controller_mutation_rate=50",
+        ],
         "configs_scram_describe": [*configs, *user, "--describe"],
         "topics_create_perf": [*topics, "--create", "--topic", n.perf, "--partitions", "1"],
         "producer_perf_test": [
@@ -210,6 +218,11 @@ def test_kafka_configs_alters_and_describes(ran: Any) -> None:
 def test_kafka_configs_sets_and_describes_a_scram_credential(ran: Any) -> None:
     assert f"Completed updating config for user {ran[0].user}." in _ok(ran, "configs_scram_alter")
     assert "SCRAM-SHA-256=iterations=8192" in _ok(ran, "configs_scram_describe")
+
+
+def test_kafka_configs_sets_and_describes_a_user_s_mutation_rate(ran: Any) -> None:
+    assert f"Completed updating config for user {ran[0].user}." in _ok(ran, "configs_quota_alter")
+    assert "controller_mutation_rate=50.0" in _ok(ran, "configs_scram_describe")
 
 
 def test_kafka_producer_perf_test_writes_transactionally(ran: Any) -> None:

@@ -16,6 +16,7 @@ from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 
+from coordinator.core import quotas
 from coordinator.core.metrics import LIMIT_REFUSALS
 from coordinator.core.quotas import MutationQuota, ThrottlingQuotaExceeded
 from coordinator.kafka.handlers.groups import encode_subscription
@@ -71,14 +72,14 @@ class Clock:
 
 def test_the_quota_admits_while_positive_goes_into_debt_and_refills() -> None:
     clock = Clock()
-    quota = MutationQuota(2.0, clock)  # a bucket of 20
-    quota.admit("p", 25)  # admitted whole while positive: one large topic is never refused
+    quota = MutationQuota(2.0, clock)
+    quota.take("p", 25, 2.0)  # a bucket of 20, admitted whole while positive
     with pytest.raises(ThrottlingQuotaExceeded) as refused:
-        quota.admit("p", 1)
+        quota.take("p", 1, 2.0)
     assert refused.value.extensions["throttle_time_ms"] == 2501  # 5 in debt at 2 a second
-    quota.admit("q", 1)  # another principal has a bucket of its own
+    quota.take("q", 1, 2.0)  # another principal has a bucket of its own
     clock.now = 2.6
-    quota.admit("p", 1)
+    quota.take("p", 1, 2.0)
 
 
 async def test_a_group_past_its_max_size_refuses_a_new_member_over_http(
@@ -189,3 +190,78 @@ async def test_topic_creation_past_the_mutation_quota_is_throttled_over_kafka(
     answer = await create("b", 1)
     assert answer.topics[0].error_code == ErrorCode.throttling_quota_exceeded
     assert answer.throttle_time > datetime.timedelta(0)
+
+
+async def test_quotas_stored_by_alter_client_quotas_replace_the_setting_user_by_user(
+    client: httpx.AsyncClient, kafka: Connection, app: Any
+) -> None:
+    # kafka-configs --entity-type users: a user's stored controller_mutation_rate, else the
+    # default user's, else the setting (Kafka's precedence). What is not enforced is refused.
+    alter = load_payload_module(49, 1, EntityType.request)
+    describe = load_payload_module(48, 1, EntityType.request)
+
+    async def set_quota(
+        entity: tuple[tuple[str, str | None], ...],
+        *ops: tuple[str, float | None],
+        validate_only: bool = False,
+    ) -> tuple[ErrorCode, str | None]:
+        answer = await kafka.call(
+            49,
+            1,
+            entries=(
+                alter.EntryData(
+                    entity=tuple(alter.EntityData(entity_type=t, entity_name=n) for t, n in entity),
+                    ops=tuple(
+                        alter.OpData(key=k, value=v or 0.0, remove=v is None) for k, v in ops
+                    ),
+                ),
+            ),
+            validate_only=validate_only,
+        )
+        (entry,) = answer.entries
+        return entry.error_code, entry.error_message
+
+    rate = "controller_mutation_rate"
+    default, alice = (("user", None),), (("user", "alice"),)
+    assert await set_quota(default, (rate, RATE / 2)) == (ErrorCode.none, None)
+    assert await set_quota(alice, (rate, 7.0)) == (ErrorCode.none, None)
+    assert await set_quota((("user", "bob"),), (rate, 9.0), validate_only=True) == (
+        ErrorCode.none,
+        None,
+    )
+    refused = [
+        await set_quota((("client-id", "c"),), (rate, 3.0)),
+        await set_quota((("user", "u"), ("client-id", "c")), (rate, 3.0)),
+        await set_quota(alice, ("producer_byte_rate", 1024.0)),
+        await set_quota(alice, (rate, 0.0)),
+        await set_quota(alice, ("no_such_quota", 1.0)),
+        await set_quota((), (rate, 3.0)),
+        await set_quota((("user", ""),), (rate, 3.0)),
+        await set_quota(alice, (rate, 3.0), (rate, 4.0)),
+    ]
+    assert [code for code, _ in refused] == [ErrorCode.invalid_request] * len(refused)
+    assert "not enforced" in (refused[2][1] or "")
+
+    described = await kafka.call(48, 1, components=(), strict=False)
+    assert {
+        e.entity[0].entity_name: [(v.key, v.value) for v in e.values] for e in described.entries
+    } == {None: [(rate, RATE / 2)], "alice": [(rate, 7.0)]}
+    only_alice = await kafka.call(
+        48,
+        1,
+        components=(describe.ComponentData(entity_type="user", match_type=0, match="alice"),),
+        strict=True,
+    )
+    assert [e.entity[0].entity_name for e in only_alice.entries] == ["alice"]
+
+    # Auth is off here: every caller is the default user, at half the setting's rate (a
+    # bucket of 5 partitions, where the setting's holds 10).
+    assert (await client.post("/v1/topics", json={"name": "a", "partitions": 6})).status_code == 201
+    response = await client.post("/v1/topics", json={"name": "b", "partitions": 1})
+    assert_problem(response, 429, "THROTTLING_QUOTA_EXCEEDED")
+
+    db = app.state.db
+    assert (await quotas.rate_of(db, "alice"), await quotas.rate_of(db, "bob")) == (7.0, RATE / 2)
+    assert await set_quota(default, (rate, None)) == (ErrorCode.none, None)
+    assert await set_quota(alice, (rate, None)) == (ErrorCode.none, None)
+    assert await quotas.rate_of(db, "alice") is None  # the setting's again

@@ -9,6 +9,7 @@ scenarios may run in any order against one broker.
 
 from __future__ import annotations
 
+import asyncio
 import struct
 import uuid
 from typing import Any
@@ -369,12 +370,14 @@ async def list_offsets(r: Run) -> None:
     await _filled(r, topic)
     for v in r.versions(2):
 
-        def ask(*pairs: tuple[int, int], name: str = topic) -> list[dict[str, Any]]:
+        def ask(
+            *pairs: tuple[int, int], name: str = topic, current: int = -1
+        ) -> list[dict[str, Any]]:
             return [
                 {
                     "name": name,
                     "partitions": [
-                        {"partition_index": p, "timestamp": ts, "current_leader_epoch": -1}
+                        {"partition_index": p, "timestamp": ts, "current_leader_epoch": current}
                         for p, ts in pairs
                     ],
                 }
@@ -386,6 +389,15 @@ async def list_offsets(r: Run) -> None:
         await r.call("after every record", 2, v, replica_id=-1, topics=ask((0, TIMESTAMP + 99)))
         if v >= 7:
             await r.call("max timestamp", 2, v, replica_id=-1, topics=ask((0, -3)))
+        if v >= 4:  # current_leader_epoch is checked from version 4 (KIP-320)
+            for current in (0, 3):
+                await r.call(
+                    f"current leader epoch {current}",
+                    2,
+                    v,
+                    replica_id=-1,
+                    topics=ask((0, -1), current=current),
+                )
         await r.call("unknown partition", 2, v, replica_id=-1, topics=ask((5, -1)))
         await r.call(
             "unknown topic", 2, v, replica_id=-1, topics=ask((0, -1), name=r.topic("missing"))
@@ -401,7 +413,11 @@ async def fetch(r: Run) -> None:
     for v in r.versions(1):
 
         def ask(
-            offset: int, name: str = topic, tid: Any = topic_id, partition: int = 0
+            offset: int,
+            name: str = topic,
+            tid: Any = topic_id,
+            partition: int = 0,
+            current: int = -1,
         ) -> list[dict[str, Any]]:
             return [
                 {
@@ -412,7 +428,7 @@ async def fetch(r: Run) -> None:
                             "partition": partition,
                             "fetch_offset": offset,
                             "partition_max_bytes": 1 << 20,
-                            "current_leader_epoch": -1,
+                            "current_leader_epoch": current,
                             "last_fetched_epoch": -1,
                             "log_start_offset": -1,
                         }
@@ -435,6 +451,15 @@ async def fetch(r: Run) -> None:
         await r.call("at the end", 1, v, topics=ask(5), **common)
         await r.call("out of range", 1, v, topics=ask(99), **common)
         await r.call("read committed", 1, v, topics=ask(0), **{**common, "isolation_level": 1})
+        if v >= 9:  # current_leader_epoch is checked from version 9 (KIP-320)
+            for current in (0, 3):
+                await r.call(
+                    f"current leader epoch {current}",
+                    1,
+                    v,
+                    topics=ask(3, current=current),
+                    **common,
+                )
         await r.call("unknown partition", 1, v, topics=ask(0, partition=4), **common)
         await r.call(
             "unknown topic",
@@ -443,6 +468,39 @@ async def fetch(r: Run) -> None:
             topics=ask(0, name=r.topic("missing"), tid=uuid.UUID(int=12345)),
             **common,
         )
+
+
+@scenario
+async def offset_for_leader_epoch(r: Run) -> None:
+    """KIP-320's check of a position: the current epoch's end is the log end; an epoch the log
+    never had, or none, is undefined; the client's current epoch is checked as Fetch's is."""
+    topic = r.topic("t")
+    await _filled(r, topic)
+    for v in r.versions(23):
+
+        def ask(
+            epoch: int, current: int = -1, name: str = topic, partition: int = 0
+        ) -> list[dict[str, Any]]:
+            return [
+                {
+                    "topic": name,
+                    "partitions": [
+                        {
+                            "partition": partition,
+                            "current_leader_epoch": current,
+                            "leader_epoch": epoch,
+                        }
+                    ],
+                }
+            ]
+
+        await r.call("current epoch", 23, v, replica_id=-1, topics=ask(0))
+        await r.call("current epoch, said", 23, v, replica_id=-1, topics=ask(0, current=0))
+        await r.call("a later epoch", 23, v, replica_id=-1, topics=ask(4))
+        await r.call("no epoch", 23, v, replica_id=-1, topics=ask(-1))
+        await r.call("current epoch newer", 23, v, replica_id=-1, topics=ask(0, current=2))
+        await r.call("unknown partition", 23, v, replica_id=-1, topics=ask(0, partition=3))
+        await r.call("unknown topic", 23, v, replica_id=-1, topics=ask(0, name=r.topic("missing")))
 
 
 @scenario
@@ -1201,6 +1259,71 @@ async def scram_credentials(r: Run) -> None:
 
 
 @scenario
+async def client_quotas(r: Run) -> None:
+    """`kafka-configs --entity-type users --add-config controller_mutation_rate=N`: set,
+    described, removed; Kafka's checks of an entity, a key and a value. What Kafka keeps and
+    the listener refuses (a byte rate, a client id's quota) is asked validate-only, so Kafka
+    keeps nothing that other scenarios would see."""
+    user = r.topic("user")
+    rate = "controller_mutation_rate"
+
+    def entry(entity: tuple[tuple[str, str | None], ...], key: str, value: float | None) -> Any:
+        return {
+            "entity": [{"entity_type": t, "entity_name": n} for t, n in entity],
+            "ops": [{"key": key, "value": value or 0.0, "remove": value is None}],
+        }
+
+    mine = (("user", user),)
+    asked = [{"entity_type": "user", "match_type": 0, "match": user}]
+    for v in r.versions(49):
+        await r.call("set", 49, v, entries=[entry(mine, rate, 50.0 + v)], validate_only=False)
+        await r.call(
+            "validate only",
+            49,
+            v,
+            entries=[entry((("user", r.topic("other")),), rate, 5.0)],
+            validate_only=True,
+        )
+        await r.call(
+            "not above zero", 49, v, entries=[entry(mine, rate, -1.0)], validate_only=False
+        )
+        await r.call(
+            "unknown key", 49, v, entries=[entry(mine, "no_such", 1.0)], validate_only=False
+        )
+        await r.call("empty entity", 49, v, entries=[entry((), rate, 1.0)], validate_only=False)
+        await r.call(
+            "a byte rate",
+            49,
+            v,
+            entries=[entry(mine, "producer_byte_rate", 1024.0)],
+            validate_only=True,
+        )
+        await r.call(
+            "a client id",
+            49,
+            v,
+            entries=[entry((("client-id", "c"),), rate, 1.0)],
+            validate_only=True,
+        )
+    # Kafka's broker serves quotas from its metadata, a moment behind its controller.
+    for _ in range(100):
+        found = await r.quiet(48, 1, components=asked, strict=True)
+        if found.entries and found.entries[0].values[0].value == 50.0 + max(r.versions(49)):
+            break
+        await asyncio.sleep(0.05)
+    for v in r.versions(48):
+        await r.call("describe the user", 48, v, components=asked, strict=True)
+        await r.call(
+            "describe a client id",
+            48,
+            v,
+            components=[{"entity_type": "client-id", "match_type": 2}],
+            strict=False,
+        )
+    await r.call("remove", 49, 1, entries=[entry(mine, rate, None)], validate_only=False)
+
+
+@scenario
 async def write_txn_markers(r: Run) -> None:
     """What `kafka-transactions.sh abort` sends for a hanging transaction (Admin's
     abortTransaction): an abort marker straight to the partition."""
@@ -1251,12 +1374,6 @@ async def unsupported_versions(r: Run) -> None:
 
 # The differences that remain, by `scenario/step/vVERSION/path` pattern (fnmatch), with their
 # reasons. `docs/pages/conformance.md` is made from the run and these.
-_EPOCHS = (
-    "No leader elections here: a partition's leader epoch is reported as -1 (unknown) and batches "
-    "keep the -1 their producer wrote, where Kafka reports its leader's epoch (0 on a fresh "
-    "one-node cluster) and stamps it into each batch. Clients then skip leader-epoch fencing "
-    "(KIP-320), which guards against stale leaders; there are none."
-)
 _GROUP_EPOCHS = (
     "Epoch numbering: Kafka's group epoch also rises when it first resolves the subscribed "
     "topics (2 after one join); the listener's counts membership and assignment changes only "
@@ -1290,8 +1407,6 @@ KNOWN: list[tuple[str, str]] = [
         "Kafka's broker asks its controller to make it and answers UNKNOWN_TOPIC_OR_PARTITION "
         "until it exists; clients retry.",
     ),
-    ("*/leader_epoch", _EPOCHS),
-    ("*/partition_leader_epoch", _EPOCHS),
     (
         "create-topics/validate only/v7/topics/0/topic_id",
         "A validate-only CreateTopics makes no topic, so it has no id to answer (zero); Kafka "
@@ -1324,6 +1439,16 @@ KNOWN: list[tuple[str, str]] = [
     (
         "one-broker/log dirs/v4/results/0/*_bytes",
         "The store's size and free space are the database's: the listener reports -1 (unknown).",
+    ),
+    (
+        "client-quotas/a byte rate/v*/entries/0/error_*",
+        "Only the quota enforced here, controller_mutation_rate, is kept; a byte-rate or request "
+        "quota that nothing enforces is refused (INVALID_REQUEST, saying so) where Kafka keeps it.",
+    ),
+    (
+        "client-quotas/a client id/v*/entries/0/error_*",
+        "Quotas are kept per user here (the mutation rate is per principal): a client id's or an "
+        "IP's is refused (INVALID_REQUEST, saying so) where Kafka keeps it.",
     ),
     (
         "one-broker/client quotas/v*/entries",

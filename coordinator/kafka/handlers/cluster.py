@@ -14,6 +14,7 @@ from coordinator.kafka.connection import Client
 from coordinator.kafka.errors import FAILURES, error_code
 from coordinator.kafka.wire import SUPPORTED, Reply, Request
 from coordinator.log import topics as log_topics
+from coordinator.log.epochs import LEADER_EPOCH
 from coordinator.log.errors import TopicAlreadyExists
 from coordinator.log.schemas import CreateTopic
 
@@ -88,7 +89,7 @@ async def _auto_create(client: Client, request: Request, name: str) -> tuple[Err
         return ErrorCode.unknown_topic_or_partition, 0
     try:
         client.access.cluster()
-        client.quota.admit(client.access.name, spec.partitions)
+        await client.quota.admit(client.db, client.access.name, spec.partitions)
         await log_topics.create_topic(client.db, spec)
     except TopicAlreadyExists:
         pass  # another client's request created it meanwhile
@@ -186,8 +187,7 @@ async def metadata(client: Client, request: Request) -> Any:
                         error_code=ErrorCode.none,
                         partition_index=i,
                         leader_id=NODE_ID,
-                        # -1: no leader epochs (KIP-320's checks do not apply to one broker).
-                        leader_epoch=-1,
+                        leader_epoch=LEADER_EPOCH,
                         # As many replicas as the topic's stated factor, all this broker.
                         replica_nodes=(NODE_ID,) * factors.get(name, 1),
                         isr_nodes=(NODE_ID,) * factors.get(name, 1),
@@ -353,7 +353,7 @@ async def describe_topic_partitions(client: Client, request: Request) -> Any:
                         error_code=ErrorCode.none,
                         partition_index=i,
                         leader_id=NODE_ID,
-                        leader_epoch=-1,
+                        leader_epoch=LEADER_EPOCH,
                         replica_nodes=replicas,
                         isr_nodes=replicas,
                         eligible_leader_replicas=(),

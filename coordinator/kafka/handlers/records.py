@@ -15,15 +15,25 @@ from pydantic import ValidationError
 from coordinator.kafka.connection import Client
 from coordinator.kafka.errors import FAILURES, Refused, error_code, outcome
 from coordinator.kafka.wire import Request, milliseconds
+from coordinator.log import epochs
 from coordinator.log import fetch as log_fetch
 from coordinator.log import produce as appending
 from coordinator.log import topics as log_topics
 from coordinator.log.schemas import DeleteRecords
+from sdk import recordbatch
 
 READ_COMMITTED = 1
 # How often a waiting fetch looks again when nothing was appended through this process (an
 # append through another process or the HTTP door is seen within this).
 _RECHECK_S = 0.1
+
+# What Kafka's broker refuses in the read itself, where a refused partition's aborted list is
+# null (an unknown partition is refused before the read: an empty list).
+_READS_REFUSALS = (
+    ErrorCode.offset_out_of_range,
+    ErrorCode.fenced_leader_epoch,
+    ErrorCode.unknown_leader_epoch,
+)
 
 # Set by every append through this process's Kafka door: a waiting fetch looks again at once.
 _appended = asyncio.Event()
@@ -149,6 +159,7 @@ async def _fetch_once(
                 continue
             try:
                 client.access.fetch(name)
+                epochs.check_current_epoch(getattr(asked, "current_leader_epoch", epochs.NO_EPOCH))
                 if total >= budget:
                     # Over the fetch's budget: where the partition stands, no data (Kafka's way).
                     fetched = await log_fetch.fetch_batches(
@@ -180,7 +191,9 @@ async def _fetch_once(
                         at_least_one=total == 0,
                         aborted_list=read_committed,
                     )
-                records = b"".join(fetched.batches)
+                # The log keeps each batch as its producer wrote it; a Kafka leader's answer
+                # carries the leader's epoch in each (`log.epochs`).
+                records = recordbatch.joined_with_leader_epoch(fetched.batches, epochs.LEADER_EPOCH)
                 total += len(records)
                 # Kafka's broker: null unless read_committed (then a list, maybe empty).
                 aborted = (
@@ -201,7 +214,7 @@ async def _fetch_once(
                 }
             except FAILURES as failure:
                 answer["error_code"] = error_code(failure)
-                if answer["error_code"] is ErrorCode.offset_out_of_range and not read_committed:
+                if answer["error_code"] in _READS_REFUSALS and not read_committed:
                     answer["aborted_transactions"] = None  # a read's answer, as Kafka's is
             partitions.append(reply("PartitionData", partition_index=asked.partition, **answer))
         topics.append(
@@ -233,7 +246,14 @@ async def list_offsets(client: Client, request: Request) -> Any:
                     asked.timestamp,
                     read_committed=read_committed,
                 )
-                answer |= {"offset": offset, "timestamp": timestamp, "error_code": ErrorCode.none}
+                epochs.check_current_epoch(getattr(asked, "current_leader_epoch", epochs.NO_EPOCH))
+                answer |= {
+                    "offset": offset,
+                    "timestamp": timestamp,
+                    # Every offset of the log is in the one epoch; none found, none given.
+                    "leader_epoch": epochs.NO_EPOCH if offset < 0 else epochs.LEADER_EPOCH,
+                    "error_code": ErrorCode.none,
+                }
             except FAILURES as failure:
                 answer["error_code"] = error_code(failure)
             partitions.append(
@@ -243,6 +263,40 @@ async def list_offsets(client: Client, request: Request) -> Any:
             )
         topics.append(
             reply("ListOffsetsTopicResponse", name=topic.name, partitions=tuple(partitions))
+        )
+    return reply.body(topics=tuple(topics))
+
+
+async def offset_for_leader_epoch(client: Client, request: Request) -> Any:
+    """Where each asked leader epoch ends (KIP-320: a consumer checks its position for
+    truncation), answered from the log's one epoch (`log.epochs`); a topic the principal may
+    not describe is TOPIC_AUTHORIZATION_FAILED, partition by partition, as on Kafka."""
+    reply, body = request.reply, request.body
+    assert client.access is not None
+    topics = []
+    for topic in body.topics:
+        partitions = []
+        for asked in topic.partitions:
+            answer: dict[str, Any] = {"leader_epoch": epochs.NO_EPOCH, "end_offset": -1}
+            try:
+                client.access.describe_topic(topic.topic)
+                end = await epochs.end_offset_for_epoch(
+                    client.db,
+                    topic.topic,
+                    asked.partition,
+                    asked.leader_epoch,
+                    getattr(asked, "current_leader_epoch", epochs.NO_EPOCH),
+                )
+                answer = {
+                    "leader_epoch": end.leader_epoch,
+                    "end_offset": end.end_offset,
+                    "error_code": ErrorCode.none,
+                }
+            except FAILURES as failure:
+                answer["error_code"] = error_code(failure)
+            partitions.append(reply("EpochEndOffset", partition=asked.partition, **answer))
+        topics.append(
+            reply("OffsetForLeaderTopicResult", topic=topic.topic, partitions=tuple(partitions))
         )
     return reply.body(topics=tuple(topics))
 

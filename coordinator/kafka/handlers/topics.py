@@ -135,7 +135,7 @@ async def create_topics(client: Client, request: Request) -> Any:
                         ErrorCode.topic_already_exists, f"topic {topic.name!r} already exists"
                     )
             else:
-                client.quota.admit(client.access.name, spec.partitions)
+                await client.quota.admit(client.db, client.access.name, spec.partitions)
                 created = await log_topics.create_topic(client.db, spec, replication_factor=factor)
                 topic_id = created.topic_id or _NO_TOPIC_ID
             if request.version >= 5:
@@ -215,7 +215,7 @@ async def create_partitions(client: Client, request: Request) -> Any:
                 client.db, topic.name, topic.count, validate_only=True
             )
             if not body.validate_only:
-                client.quota.admit(client.access.name, added)
+                await client.quota.admit(client.db, client.access.name, added)
                 await log_topics.grow_topic(client.db, topic.name, topic.count)
         except FAILURES as failure:
             answer = outcome(failure)

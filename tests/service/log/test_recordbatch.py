@@ -240,3 +240,12 @@ def test_iter_batches_walks_a_fetch_answer_and_verifies_crcs() -> None:
         list(rb.iter_batches(first + _corrupt(second, 80, b"\x00"), verify=True))
     with pytest.raises(rb.CorruptBatch, match="past the end"):
         list(rb.iter_batches(first + second[:-1]))
+
+
+def test_a_fetch_answer_carries_the_leader_epoch_in_each_batch_and_stays_valid() -> None:
+    first = rb.with_base_offset(rb.build(RECORDS[:2]), 0)
+    second = rb.with_base_offset(rb.build(RECORDS[:3], compression=rb.COMPRESSION_GZIP), 2)
+    joined = rb.joined_with_leader_epoch([first, second], 5)
+    found = [(h.base_offset, h.partition_leader_epoch) for _, h in rb.iter_batches(joined, True)]
+    assert found == [(0, 5), (2, 5)]  # the CRCs still hold: the epoch is outside them
+    assert first[12:16] == second[12:16] == b"\xff\xff\xff\xff"  # the stored bytes are unchanged
