@@ -2,11 +2,12 @@
 
 Every partition's leader epoch is 0 from its creation, as a fresh Kafka partition's first
 leader's is, and it stays 0: no election ever happens here (durability and failover are the
-store's, below the log, and they neither lose nor rewrite an acknowledged offset). The log stamps
-it into each batch it appends (Kafka's leader does the same); the Kafka door reports it in
-Metadata and ListOffsets, checks a request's `current_leader_epoch` against it, and answers
-OffsetForLeaderEpoch from it, as Kafka's leader epoch cache answers with its one entry: epoch 0,
-from the log start offset to the log end.
+store's, below the log, and they neither lose nor rewrite an acknowledged offset). The Kafka
+door sets it in each batch a fetch answers, as Kafka's leader stamps its epoch into what it
+appends (the log itself keeps each batch as its producer wrote it, which the HTTP API promises);
+it reports it in Metadata and ListOffsets, checks a request's `current_leader_epoch` against it,
+and answers OffsetForLeaderEpoch from it, as Kafka's leader epoch cache answers with its one
+entry: epoch 0, from the log start offset to the log end.
 
 So a client that checks its position after a reassignment (KIP-320: the Java consumer, franz-go,
 librdkafka) finds no truncation, because there never is any.
