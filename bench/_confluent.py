@@ -3,6 +3,7 @@ listener: the coordinator's (bench/kafka.py) or Apache Kafka's (bench/side_by_si
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -21,9 +22,20 @@ def kafka_producer(
     **extra: Any,
 ) -> Tally:
     """Produce to one partition of `topic` until `end`; counts what is acknowledged between
-    start and end."""
+    start and end, and samples librdkafka's statistics of the broker connection meanwhile
+    (what bounds a producer that waits on its answers: their round trip, how many are out)."""
     tally = Tally()
     failures: list[Any] = []
+    clock = time.perf_counter
+
+    def sampled(text: str) -> None:
+        if not start <= clock() <= end:
+            return
+        for broker in json.loads(text).get("brokers", {}).values():
+            if broker.get("nodeid", -1) >= 0 and broker["rtt"]["cnt"]:
+                tally.request_rtt_ms.append(broker["rtt"]["avg"] / 1000)
+                tally.in_flight.append(broker["waitresp_cnt"])
+
     config = {
         "bootstrap.servers": bootstrap,
         "enable.idempotence": True,
@@ -32,11 +44,12 @@ def kafka_producer(
         "batch.num.messages": len(payload.values),
         "queue.buffering.max.messages": 20 * len(payload.values),
         "log_level": 3,
+        "statistics.interval.ms": 1000,
+        "stats_cb": sampled,
         **extra,
     }
     producer = ck.Producer(config)
     size = len(payload.values[0])
-    clock = time.perf_counter
 
     def delivered(error: Any, _: Any) -> None:
         if error is not None:

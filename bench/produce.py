@@ -123,6 +123,10 @@ class Tally:
     records: int = 0
     value_bytes: int = 0
     latencies: list[float] = field(default_factory=list)
+    # librdkafka's statistics, one sample a second inside the window (confluent-kafka only):
+    # the average round trip of its requests to the broker, and its requests awaiting an answer.
+    request_rtt_ms: list[float] = field(default_factory=list)
+    in_flight: list[int] = field(default_factory=list)
 
     def count(
         self, window: Window, sent: float, done: float, batches: int, records: int, size: int
@@ -139,6 +143,8 @@ class Tally:
         self.records += other.records
         self.value_bytes += other.value_bytes
         self.latencies.extend(other.latencies)
+        self.request_rtt_ms.extend(other.request_rtt_ms)
+        self.in_flight.extend(other.in_flight)
 
 
 def merged(tallies: list[Tally]) -> Tally:
