@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 LINK = re.compile(r"\]\(([^)\s]+)\)")
@@ -81,13 +83,21 @@ def _api_names() -> dict[int, str]:
     return names
 
 
-def test_the_kafka_page_names_every_api_key_not_served() -> None:
+@pytest.mark.parametrize(
+    ("page", "heading", "door"),
+    [
+        (DOCS / "pages" / "kafka.md", "## The API keys not served", "the listener"),
+        (ROOT / "README.md", "## Kafka's API keys not served", "the Kafka door"),
+    ],
+    ids=["kafka.md", "README"],
+)
+def test_the_docs_name_every_api_key_not_served(page: Path, heading: str, door: str) -> None:
     from coordinator.kafka.wire import SUPPORTED
 
-    page = (DOCS / "pages" / "kafka.md").read_text()
-    section = page[page.index("## The API keys not served") :]
+    text = page.read_text()
+    section = text[text.index(heading) :]
     section = section[: section.index("\n## ", 1)]
     names = _api_names()
-    assert f"define {len(names)} API keys; the listener serves {len(SUPPORTED)}" in section
+    assert f"define {len(names)} API keys; {door} serves {len(SUPPORTED)}" in section
     missing = [n for key, n in sorted(names.items()) if key not in SUPPORTED and n not in section]
     assert missing == []
