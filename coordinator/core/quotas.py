@@ -16,6 +16,7 @@ a promise nobody keeps, so it is refused.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Mapping
@@ -138,6 +139,8 @@ def check_quotas(changes: Mapping[str, float | None]) -> None:
             continue
         if value <= 0:
             raise InvalidRequest(f"Quota {key} must be greater than 0")
+        if not math.isfinite(value):
+            raise InvalidRequest(f"Quota {key} must be a finite number, not {value}")
         if key != CONTROLLER_MUTATION_RATE:
             raise InvalidRequest(
                 f"quota {key} is not enforced by this coordinator, so it is not kept; the "

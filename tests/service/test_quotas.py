@@ -234,6 +234,8 @@ async def test_quotas_stored_by_alter_client_quotas_replace_the_setting_user_by_
         await set_quota((("user", "u"), ("client-id", "c")), (rate, 3.0)),
         await set_quota(alice, ("producer_byte_rate", 1024.0)),
         await set_quota(alice, (rate, 0.0)),
+        await set_quota(alice, (rate, float("nan"))),
+        await set_quota(alice, (rate, float("inf"))),
         await set_quota(alice, ("no_such_quota", 1.0)),
         await set_quota((), (rate, 3.0)),
         await set_quota((("user", ""),), (rate, 3.0)),
