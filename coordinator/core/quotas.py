@@ -129,7 +129,7 @@ async def stored_quotas(db: Database) -> list[StoredQuota]:
         return [StoredQuota(u if u != _DEFAULT else None, k, v) for u, k, v in rows]
 
 
-def check_quotas(changes: Mapping[str, float | None]) -> None:
+def _check_changes(changes: Mapping[str, float | None]) -> None:
     """Kafka's checks of a user's quota changes (None: remove), then this service's: only the
     quota it enforces may be set."""
     for key, value in changes.items():
@@ -154,7 +154,7 @@ async def alter_quotas(
     """Set or remove (None) a user's quotas (`user` None: the default user's), all or none."""
     if user == _DEFAULT:
         raise InvalidRequest("Empty user not supported")
-    check_quotas(changes)
+    _check_changes(changes)
     if validate_only:
         return
     name = _DEFAULT if user is None else user

@@ -150,37 +150,7 @@ async def test_only_the_first_partition_with_data_may_exceed_the_fetch_budget(
         batch = recordbatch.build([(1, b"k", noise, [])], producer_id=-1, producer_epoch=-1)
         await produce.produce_batch(listener.db, listener.settings, topic, partition, batch, None)
     connection = await connect(listener)
-    module: Any = __import__("kio.schema.fetch.v12.request", fromlist=["x"])
-    answer = await connection.call(
-        1,
-        12,
-        cluster_id=None,
-        replica_id=-1,
-        max_wait=datetime.timedelta(0),
-        min_bytes=1,
-        max_bytes=max_bytes,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=(
-            module.FetchTopic(
-                topic=topic,
-                partitions=tuple(
-                    module.FetchPartition(
-                        partition=p,
-                        current_leader_epoch=-1,
-                        fetch_offset=0,
-                        last_fetched_epoch=-1,
-                        log_start_offset=-1,
-                        partition_max_bytes=1_000_000,
-                    )
-                    for p in range(3)
-                ),
-            ),
-        ),
-        forgotten_topics_data=(),
-        rack_id="",
-    )
+    answer = await connection.fetch(topic, (0, 1, 2), max_bytes=max_bytes)
     sizes = [len(p.records or b"") for p in answer.responses[0].partitions]
     # The first partition's batch comes whatever the budget; the others would pass it.
     assert sizes[0] > 600_000
@@ -1180,38 +1150,8 @@ async def test_the_log_s_one_leader_epoch_is_stamped_reported_and_answered(
     assert (await end_of(0, partition=4))[0] == ErrorCode.unknown_topic_or_partition
     assert (await end_of(0, topic="no-such-topic"))[0] == ErrorCode.unknown_topic_or_partition
 
-    fetch: Any = __import__("kio.schema.fetch.v12.request", fromlist=["x"])
-
     async def fetch_at(current: int) -> Any:
-        answer = await connection.call(
-            1,
-            12,
-            cluster_id=None,
-            replica_id=-1,
-            max_wait=datetime.timedelta(0),
-            min_bytes=1,
-            max_bytes=1 << 20,
-            isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
-            topics=(
-                fetch.FetchTopic(
-                    topic="epochs",
-                    partitions=(
-                        fetch.FetchPartition(
-                            partition=0,
-                            current_leader_epoch=current,
-                            fetch_offset=0,
-                            last_fetched_epoch=-1,
-                            log_start_offset=-1,
-                            partition_max_bytes=1 << 20,
-                        ),
-                    ),
-                ),
-            ),
-            forgotten_topics_data=(),
-            rack_id="",
-        )
+        answer = await connection.fetch("epochs", current_leader_epoch=current)
         return answer.responses[0].partitions[0]
 
     answered = (await fetch_at(0)).records

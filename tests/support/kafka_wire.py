@@ -63,6 +63,47 @@ class Connection:
             ),
         )
 
+    async def fetch(
+        self,
+        topic: str,
+        partitions: tuple[int, ...] = (0,),
+        *,
+        max_bytes: int = 1 << 20,
+        current_leader_epoch: int = -1,
+    ) -> Any:
+        """Fetch v12 from offset 0 of each partition, read_uncommitted, answered at once."""
+        module = load_payload_module(1, 12, EntityType.request)
+        return await self.call(
+            1,
+            12,
+            cluster_id=None,
+            replica_id=-1,
+            max_wait=datetime.timedelta(0),
+            min_bytes=1,
+            max_bytes=max_bytes,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=(
+                module.FetchTopic(
+                    topic=topic,
+                    partitions=tuple(
+                        module.FetchPartition(
+                            partition=p,
+                            current_leader_epoch=current_leader_epoch,
+                            fetch_offset=0,
+                            last_fetched_epoch=-1,
+                            log_start_offset=-1,
+                            partition_max_bytes=1_000_000,
+                        )
+                        for p in partitions
+                    ),
+                ),
+            ),
+            forgotten_topics_data=(),
+            rack_id="",
+        )
+
     async def send(self, frame: bytes) -> None:
         self.writer.write(struct.pack(">i", len(frame)) + frame)
         await self.writer.drain()
