@@ -46,6 +46,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is not a package
+from _confluent import kafka_producer
 from _support import (
     MB,
     Window,
@@ -62,7 +63,6 @@ from _support import (
     scratch_database,
     serving,
 )
-from kafka import kafka_producer
 from produce import SERVE, SERVE_OPTIONS, Payload, Tally, merged, run_service
 
 import sdk
