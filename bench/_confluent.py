@@ -19,11 +19,16 @@ def kafka_producer(
     start: float,
     end: float,
     topic: str,
-    **extra: Any,
+    batch_records: int | None = None,
 ) -> Tally:
     """Produce to one partition of `topic` until `end`; counts what is acknowledged between
-    start and end, and samples librdkafka's statistics of the broker connection meanwhile
-    (what bounds a producer that waits on its answers: their round trip, how many are out)."""
+    start and end, and samples librdkafka's statistics meanwhile (what bounds a producer that
+    waits on its answers: their round trip, how many are out, how big its batches are), and
+    the process's CPU time inside the window.
+
+    `batch_records` None: librdkafka batches as it does by default (up to 10,000 records or
+    1 MB a batch, 100,000 records queued), so a batch grows with what waits while a request is
+    out. A number: batches of at most that many records, 20 batches queued."""
     tally = Tally()
     failures: list[Any] = []
     clock = time.perf_counter
@@ -31,23 +36,27 @@ def kafka_producer(
     def sampled(text: str) -> None:
         if not start <= clock() <= end:
             return
-        for broker in json.loads(text).get("brokers", {}).values():
+        stats = json.loads(text)
+        for broker in stats.get("brokers", {}).values():
             if broker.get("nodeid", -1) >= 0 and broker["rtt"]["cnt"]:
                 tally.request_rtt_ms.append(broker["rtt"]["avg"] / 1000)
                 tally.in_flight.append(broker["waitresp_cnt"])
+        batches = stats.get("topics", {}).get(topic, {}).get("batchsize", {})
+        if batches.get("cnt"):
+            tally.batch_bytes.append(batches["avg"])
 
-    config = {
+    config: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
         "enable.idempotence": True,
         "acks": "all",
         "linger.ms": 5,
-        "batch.num.messages": len(payload.values),
-        "queue.buffering.max.messages": 20 * len(payload.values),
         "log_level": 3,
         "statistics.interval.ms": 1000,
         "stats_cb": sampled,
-        **extra,
     }
+    if batch_records is not None:
+        config["batch.num.messages"] = batch_records
+        config["queue.buffering.max.messages"] = 20 * batch_records
     producer = ck.Producer(config)
     size = len(payload.values[0])
 
@@ -59,7 +68,10 @@ def kafka_producer(
             tally.value_bytes += size
 
     i = 0
+    cpu_at_start = None
     while clock() < end:
+        if cpu_at_start is None and clock() >= start:
+            cpu_at_start = time.process_time()
         try:
             producer.produce(
                 topic,
@@ -71,6 +83,9 @@ def kafka_producer(
         except BufferError:
             producer.poll(0.005)
         producer.poll(0)
+    if cpu_at_start is not None:
+        # Every thread of the process: Python's produce() and callbacks, librdkafka's own.
+        tally.client_cpu_s = time.process_time() - cpu_at_start
     producer.flush(30)
     if failures:
         raise RuntimeError(f"{len(failures)} deliveries failed, e.g. {failures[0]}")
@@ -79,7 +94,13 @@ def kafka_producer(
 
 
 def producers_in_processes(
-    bootstrap: str, topic: str, producers: int, partitions: int, payload: Payload, window: Window
+    bootstrap: str,
+    topic: str,
+    producers: int,
+    partitions: int,
+    payload: Payload,
+    window: Window,
+    batch_records: int | None = None,
 ) -> Tally:
     """`producers` of `kafka_producer`, each in a process of its own (so the load generator,
     librdkafka's Python produce() per record, is not one interpreter's GIL), on partitions in
@@ -88,7 +109,15 @@ def producers_in_processes(
         [
             (
                 kafka_producer,
-                (bootstrap, i % partitions, payload, window.start, window.end, topic),
+                (
+                    bootstrap,
+                    i % partitions,
+                    payload,
+                    window.start,
+                    window.end,
+                    topic,
+                    batch_records,
+                ),
             )
             for i in range(producers)
         ]

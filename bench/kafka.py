@@ -11,9 +11,11 @@ What it measures, in one run on one machine, on a fresh Postgres database each:
 1b. kafka (confluent-kafka): `--producers` confluent-kafka
    (librdkafka) producers, each in a process of its own (one interpreter's GIL would bound the
    load, not the listener) and on its own partition, send 1 KB records (`--record-bytes`) with
-   acks=all and idempotence on, batched by librdkafka (`batch.num.messages` = `--batch-records`,
-   `linger.ms` 5), as fast as they are acknowledged. MB counted from delivery reports inside the
-   measured window.
+   acks=all and idempotence on, as fast as they are acknowledged: first batched as librdkafka
+   does by default (`linger.ms` 5, up to 10,000 records or 1 MB a batch), then with batches of
+   at most `--batch-records` (`batch.num.messages`), the prebuilt batches' size. MB counted from
+   delivery reports inside the measured window. `confluent_vs_prebuilt` is each over the
+   prebuilt batches' MB/s.
 2. http: bench/produce.py's service phase: the same records as Kafka record batches over
    `POST .../records` (`application/vnd.kafka.record-batch`), one request in flight per producer.
 3. raw: bench/produce.py's baseline: the same bytes, one asyncpg INSERT per batch.
@@ -182,12 +184,16 @@ async def prebuilt_producer(port: int, partition: int, payload: Payload, window:
 
 
 def run_kafka(
-    bootstrap: str, args: argparse.Namespace, payload: Payload, window: Window
+    bootstrap: str,
+    args: argparse.Namespace,
+    payload: Payload,
+    window: Window,
+    batch_records: int | None,
 ) -> tuple[Tally, float]:
     """Each producer in a process of its own, so the load generator (librdkafka's Python
     produce() per record) is not one interpreter's GIL."""
     return producers_in_processes(
-        bootstrap, TOPIC, args.producers, args.partitions, payload, window
+        bootstrap, TOPIC, args.producers, args.partitions, payload, window, batch_records
     ), args.seconds
 
 
@@ -208,15 +214,17 @@ async def bench(args: argparse.Namespace) -> None:
             )
             response.raise_for_status()
         await checkpoint(database_url)
-        log(f"kafka phase: {args.warmup:g} s warm-up + {args.seconds:g} s")
-        # Spawning the client processes takes a moment of its own: the window starts after it.
-        window = Window.after(args.warmup + 2.0, args.seconds)
-        kafka_cpu = asyncio.create_task(cpu_in_window(service.pid, window))
-        kafka_tally, kafka_seconds = await asyncio.to_thread(
-            run_kafka, bootstrap, args, payload, window
-        )
-        kafka_cpu_s = await kafka_cpu
-        await checkpoint(database_url)
+        confluent: dict[str, tuple[Tally, float, float]] = {}
+        for batching, records in (("own", None), ("fixed", args.batch_records)):
+            log(f"kafka phase, librdkafka's {batching} batches: {args.seconds:g} s")
+            # Spawning the client processes takes a moment of its own: the window starts after.
+            window = Window.after(args.warmup + 2.0, args.seconds)
+            service_cpu = asyncio.create_task(cpu_in_window(service.pid, window))
+            tally, seconds = await asyncio.to_thread(
+                run_kafka, bootstrap, args, payload, window, records
+            )
+            confluent[batching] = (tally, seconds, await service_cpu)
+            await checkpoint(database_url)
         log(f"kafka phase, prebuilt batches: {args.warmup:g} s warm-up + {args.seconds:g} s")
         window = Window.after(args.warmup, args.seconds)
         prebuilt_cpu = asyncio.create_task(cpu_in_window(service.pid, window))
@@ -256,7 +264,12 @@ async def bench(args: argparse.Namespace) -> None:
         raw_tally, raw_seconds = await run_raw(
             database_url, args.producers, args, payload, raw_writer
         )
+    kafka_tally, kafka_seconds, kafka_cpu_s = confluent["own"]
     kafka = Figures.of(kafka_tally, kafka_seconds)
+    fixed_tally, fixed_seconds, fixed_cpu_s = confluent["fixed"]
+    fixed = Figures.of(fixed_tally, fixed_seconds)
+    fixed_cpu_ms_per_mb = 1000 * fixed_cpu_s / (fixed_tally.value_bytes / MB or 1)
+    batch_kb = statistics.median(kafka_tally.batch_bytes or [float("nan")]) / 1024
     prebuilt_tally = merged(list(prebuilt_tallies))
     prebuilt = Figures.of(prebuilt_tally, args.seconds)
     prebuilt_cpu_ms_per_mb = 1000 * prebuilt_cpu_s / (prebuilt_tally.value_bytes / MB or 1)
@@ -273,6 +286,7 @@ async def bench(args: argparse.Namespace) -> None:
     for name, f, cpu in (
         ("kafka (prebuilt batches)", prebuilt, prebuilt_cpu_ms_per_mb),
         ("kafka (confluent-kafka)", kafka, kafka_cpu_ms_per_mb),
+        (f"  its batches of {args.batch_records}", fixed, fixed_cpu_ms_per_mb),
         ("http (record batches)", http, http_cpu_ms_per_mb),
         ("raw (INSERT)", raw, float("nan")),
     ):
@@ -285,6 +299,11 @@ async def bench(args: argparse.Namespace) -> None:
         f"kafka_vs_http: {prebuilt.mb_per_s / http.mb_per_s:.3f}  (prebuilt batches; "
         f"confluent-kafka: {kafka.mb_per_s / raw.mb_per_s:.3f}, "
         f"{kafka.mb_per_s / http.mb_per_s:.3f})"
+    )
+    print(
+        f"confluent_vs_prebuilt: {kafka.mb_per_s / prebuilt.mb_per_s:.3f} (librdkafka's own "
+        f"batches, {batch_kb:.0f} KB on average), "
+        f"{fixed.mb_per_s / prebuilt.mb_per_s:.3f} (at most {args.batch_records} records)"
     )
     print(
         f"txn_overhead (confluent-kafka, commit every {args.commit_ms:g} ms): {overhead:.4f} "
@@ -301,6 +320,10 @@ async def bench(args: argparse.Namespace) -> None:
                 "kafka_vs_raw": round(prebuilt.mb_per_s / raw.mb_per_s, 4),
                 "kafka_vs_http": round(prebuilt.mb_per_s / http.mb_per_s, 4),
                 "confluent_kafka_vs_http": round(kafka.mb_per_s / http.mb_per_s, 4),
+                "confluent_vs_prebuilt": round(kafka.mb_per_s / prebuilt.mb_per_s, 4),
+                "confluent_batch_kb": round(batch_kb, 1),
+                "confluent_fixed_batches_mb_per_s": round(fixed.mb_per_s, 3),
+                "confluent_fixed_batches_vs_prebuilt": round(fixed.mb_per_s / prebuilt.mb_per_s, 4),
                 "kafka_service_cpu_ms_per_mb": round(prebuilt_cpu_ms_per_mb, 2),
                 "confluent_kafka_service_cpu_ms_per_mb": round(kafka_cpu_ms_per_mb, 2),
                 "http_service_cpu_ms_per_mb": round(http_cpu_ms_per_mb, 2),

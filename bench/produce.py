@@ -127,6 +127,8 @@ class Tally:
     # the average round trip of its requests to the broker, and its requests awaiting an answer.
     request_rtt_ms: list[float] = field(default_factory=list)
     in_flight: list[int] = field(default_factory=list)
+    batch_bytes: list[float] = field(default_factory=list)  # librdkafka's average batch
+    client_cpu_s: float = 0.0  # the producer process's CPU inside the window
 
     def count(
         self, window: Window, sent: float, done: float, batches: int, records: int, size: int
@@ -145,6 +147,8 @@ class Tally:
         self.latencies.extend(other.latencies)
         self.request_rtt_ms.extend(other.request_rtt_ms)
         self.in_flight.extend(other.in_flight)
+        self.batch_bytes.extend(other.batch_bytes)
+        self.client_cpu_s += other.client_cpu_s
 
 
 def merged(tallies: list[Tally]) -> Tally:

@@ -167,7 +167,10 @@ def run_confluent(
     window = Window.after(args.warmup + SPAWN_SECONDS, args.seconds)
     tallies = in_processes(
         [
-            (kafka_producer, (bootstrap, i, payload, window.start, window.end, TOPIC))
+            (
+                kafka_producer,
+                (bootstrap, i, payload, window.start, window.end, TOPIC, len(payload.values)),
+            )
             for i in range(args.producers)
         ]
     )
