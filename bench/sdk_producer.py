@@ -83,11 +83,12 @@ def sdk_producer(
     end: float,
     compression: str,
     commit_ms: float | None,
-) -> tuple[Tally, list[float]]:
-    """One SDK producer until `end`: what was delivered between `start` and `end`, and every
-    produce() call's duration (seconds) in that window."""
+) -> tuple[Tally, list[float], list[tuple[float, float]]]:
+    """One SDK producer until `end`: what was delivered between `start` and `end`, every
+    produce() call's duration (seconds) in that window, and each commit's (flush, EndTxn)."""
     tally = Tally()
     calls: list[float] = []
+    commits: list[tuple[float, float]] = []
     failures: list[Any] = []
     size = len(values[0])
     clock = time.perf_counter
@@ -133,19 +134,26 @@ def sdk_producer(
                     calls.append(clock() - began)
                 producer.poll(0)
             if commit_ms is not None:
+                # The commit in its two parts: the flush (every record of the transaction
+                # acknowledged), then EndTxn.
+                committing = clock()
+                producer.flush(30)
+                flushed = clock()
                 producer.commit_transaction(30)
+                if start <= committing <= end:
+                    commits.append((flushed - committing, clock() - flushed))
         producer.flush(30)
     finally:
         producer.close(30)
     if failures:
         raise RuntimeError(f"{len(failures)} deliveries failed, e.g. {failures[0]}")
     tally.batches = tally.records // len(values)
-    return tally, calls
+    return tally, calls, commits
 
 
 def run_sdk(
     url: str, args: argparse.Namespace, payload: Payload, compression: str, commit_ms: float | None
-) -> tuple[Tally, list[float], Window]:
+) -> tuple[Tally, list[float], list[tuple[float, float]], Window]:
     """Every producer in a process of its own (one interpreter's GIL is not the load)."""
     window = Window.after(args.warmup + SPAWN_SECONDS, args.seconds)
     results = in_processes(
@@ -157,8 +165,9 @@ def run_sdk(
             for i in range(args.producers)
         ]
     )
-    calls = sorted(c for _, cs in results for c in cs)
-    return merged([t for t, _ in results]), calls, window
+    calls = sorted(c for _, cs, _ in results for c in cs)
+    commits = [c for _, _, cs in results for c in cs]
+    return merged([t for t, _, _ in results]), calls, commits, window
 
 
 def run_confluent(
@@ -209,13 +218,20 @@ async def bench(args: argparse.Namespace) -> None:
         for name, compression, commit_ms in runs:
             await checkpoint(database_url)
             log(f"{name} phase: {args.warmup:g} s warm-up + {args.seconds:g} s")
-            tally, calls, window = await asyncio.to_thread(
+            tally, calls, commits, window = await asyncio.to_thread(
                 run_sdk, service.url, args, payload, compression, commit_ms
             )
             figures[f"{name}_mb_per_s"] = tally.value_bytes / MB / window.seconds
             figures[f"{name}_produce_p50_us"] = 1000 * percentile_ms(calls, 0.50)
             figures[f"{name}_produce_p99_us"] = 1000 * percentile_ms(calls, 0.99)
             figures[f"{name}_produce_p999_us"] = 1000 * percentile_ms(calls, 0.999)
+            if commits:
+                # What a commit waits for: its records' acknowledgements, then EndTxn.
+                for part, times in (
+                    ("flush", [f for f, _ in commits]),
+                    ("end", [e for _, e in commits]),
+                ):
+                    figures[f"{name}_commit_{part}_p50_ms"] = percentile_ms(sorted(times), 0.50)
         await checkpoint(database_url)
         log(f"confluent-kafka phase: {args.warmup:g} s warm-up + {args.seconds:g} s")
         tally, window = await asyncio.to_thread(run_confluent, bootstrap, args, payload)
@@ -255,6 +271,10 @@ def report(args: argparse.Namespace, figures: dict[str, Any]) -> None:
         f"zstd_vs_none: {figures['zstd_vs_none']:.3f}  "
         f"sdk_txn_overhead: {figures['sdk_txn_overhead']:.3f}  "
         f"sdk_vs_confluent: {figures['sdk_vs_confluent']:.3f}"
+    )
+    print(
+        f"a commit, p50: the flush {figures['sdk_txn_commit_flush_p50_ms']:.1f} ms, then EndTxn "
+        f"{figures['sdk_txn_commit_end_p50_ms']:.1f} ms (every {args.commit_ms:g} ms)"
     )
     print(
         json.dumps(
