@@ -109,7 +109,8 @@ async def workloads(bootstrap: str, args: argparse.Namespace) -> dict[str, float
     payload = Payload.build(args.batch_records, args.record_bytes)
     figures: dict[str, float] = {}
     for batching, records in (("idempotent", None), ("fixed_batches", args.batch_records)):
-        log(f"(a) idempotent, {batching}: {args.warmup:g} s warm-up + {args.seconds:g} s")
+        how = "librdkafka's own batches" if records is None else f"batches of {records}"
+        log(f"(a) idempotent, {how}: {args.warmup:g} s warm-up + {args.seconds:g} s")
         window = Window.after(args.warmup + 2.0, args.seconds)  # after the processes' start
         tally = await asyncio.to_thread(
             producers_in_processes,
