@@ -9,9 +9,11 @@ transaction's own part of that. Two paths run these same statements:
 - the locking path (`service._finish`): every end, on both stores, after the locks and checks
   of `service`, the statements composed by `log.markers.write_markers`;
 - EndTxn in one statement on Postgres (`end_in_one_statement`): the producer's end of its own
-  transaction (transaction version 2), the hot call of every transactional pipeline, in one
-  round trip when the transaction is as its caller says it is; otherwise `service.end` takes
-  the locking path, which answers.
+  transaction, the hot call of every transactional pipeline, in one round trip when the
+  transaction is as its caller says it is; otherwise `service.end` takes the locking path,
+  which answers. Transaction version 2 raises the epoch in it; version 1 (librdkafka's, and
+  Kafka's clients before KIP-890) keeps the epoch and the row's recovered identity, as the
+  locking path does for it.
 
 The one statement locks the transaction row with its producer's row, then the transaction's
 partitions (the fixed lock order), and checks on the locked rows what `service.end` checks: the
@@ -76,11 +78,11 @@ ENDED = (
 )
 
 
-def end_writes(gate: Any = None) -> tuple[list[Any], Any]:
+def end_writes(gate: Any = None, columns: tuple[str, ...] = ENDED) -> tuple[list[Any], Any]:
     """The transaction's own rows at its end (bind parameters `tid` and `end_*`), written only
-    where `gate` holds (None: always): its partitions dropped and its end recorded; and, apart
-    because its rows are answered, its pending offsets taken (deleted, RETURNING the offsets a
-    commit applies to their groups)."""
+    where `gate` holds (None: always): its partitions dropped and its end recorded (`columns`
+    of `ENDED`); and, apart because its rows are answered, its pending offsets taken (deleted,
+    RETURNING the offsets a commit applies to their groups)."""
     where = () if gate is None else (gate,)
     dropped = delete(_txn_partitions).where(
         _txn_partitions.c.transactional_id == bindparam("tid"), *where
@@ -91,7 +93,7 @@ def end_writes(gate: Any = None) -> tuple[list[Any], Any]:
         .values(
             started_ms=None,
             deadline_ms=None,
-            **{column: bindparam(f"end_{column}") for column in ENDED},
+            **{column: bindparam(f"end_{column}") for column in columns},
         )
     )
     taken = (
@@ -165,12 +167,22 @@ _CHECKED = (
 )
 
 
-def _one_statement() -> tuple[str, tuple[str, ...], dict[str, Any]]:
+# What an end of transaction version 1 leaves as it was: the epoch is not raised, so the
+# identity a recovery gave the row stays (as `service._finish` keeps it without `raise_epoch`).
+_KEPT_BY_VERSION_1 = ("recovered_producer_id", "recovered_producer_epoch")
+
+
+def _one_statement(raise_epoch: bool) -> tuple[str, tuple[str, ...], dict[str, Any]]:
     """The statement, compiled once for asyncpg: its text, its parameters' names in order, and
-    the values of the literals it binds."""
+    the values of the literals it binds. `raise_epoch`: transaction version 2's end."""
     gate = select(_CHECKED.c.passes).scalar_subquery()
-    ends, taken = end_writes(gate)
-    writes = [*marker_writes(_LOCKED, gate), *ends, SET_EPOCH.where(gate)]
+    if raise_epoch:
+        ends, taken = end_writes(gate)
+        writes = [*marker_writes(_LOCKED, gate), *ends, SET_EPOCH.where(gate)]
+    else:
+        columns = tuple(c for c in ENDED if c not in _KEPT_BY_VERSION_1)
+        ends, taken = end_writes(gate, columns)
+        writes = [*marker_writes(_LOCKED, gate), *ends]
     taken_cte = taken.cte("taken")
     applied = (
         text(
@@ -196,7 +208,8 @@ def _one_statement() -> tuple[str, tuple[str, ...], dict[str, Any]]:
     return compiled.string, tuple(compiled.positiontup or ()), dict(compiled.params)
 
 
-_END_SQL, _END_ORDER, _END_LITERALS = _one_statement()
+# By whether it raises the epoch (transaction version 2) or not (version 1).
+_END = {raise_epoch: _one_statement(raise_epoch) for raise_epoch in (True, False)}
 
 
 async def end_in_one_statement(
@@ -207,16 +220,20 @@ async def end_in_one_statement(
     op: Op,
     reason: str,
     now: int,
+    *,
+    raise_epoch: bool = True,
 ) -> State | None:
     """End the transaction as `op` (commit or abort) for its producer `producer_id` at `epoch`
-    and raise the epoch, in one statement that commits by itself (Postgres); the state it
-    ended in, or None when it wrote nothing and the locking path must decide."""
-    if db.is_sqlite or epoch >= EPOCH_MAX:
+    and, with `raise_epoch` (transaction version 2), raise the epoch, in one statement that
+    commits by itself (Postgres); the state it ended in, or None when it wrote nothing and the
+    locking path must decide."""
+    if db.is_sqlite or (raise_epoch and epoch >= EPOCH_MAX):
         return None
+    sql, order, literals = _END[raise_epoch]
     (target,) = set(TRANSITIONS[op].values())
     commit = target is State.COMPLETE_COMMIT
     values = {
-        **_END_LITERALS,
+        **literals,
         **marker_params(commit, producer_id, epoch, now),
         "tid": transactional_id,
         "states": [str(state) for state in TRANSITIONS[op]],
@@ -233,5 +250,5 @@ async def end_in_one_statement(
         "end_recovered_producer_epoch": None,
     }
     async with db.autocommit() as connection:
-        rows = await on_driver(connection, _END_SQL, *(values[name] for name in _END_ORDER))
+        rows = await on_driver(connection, sql, *(values[name] for name in order))
     return target if rows and rows[0][0] else None

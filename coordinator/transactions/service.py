@@ -548,13 +548,16 @@ async def end(
       produce reached the coordinator."""
     wanted = State.COMPLETE_COMMIT if body.commit else State.COMPLETE_ABORT
     op = Op.COMMIT if body.commit else Op.ABORT
-    if version >= 2:
-        now = now_ms()
-        pid, epoch = body.producer_id, body.producer_epoch
-        ended = await end_in_one_statement(db, transactional_id, pid, epoch, op, BY_CLIENT, now)
-        if ended is not None:
-            record_end(body.commit, BY_CLIENT)
-            return EndTxnResponse(state=ended, producer_id=pid, producer_epoch=epoch + 1)
+    now = now_ms()
+    pid, epoch = body.producer_id, body.producer_epoch
+    raise_epoch = version >= 2
+    ended = await end_in_one_statement(
+        db, transactional_id, pid, epoch, op, BY_CLIENT, now, raise_epoch=raise_epoch
+    )
+    if ended is not None:
+        record_end(body.commit, BY_CLIENT)
+        after = epoch + 1 if raise_epoch else epoch
+        return EndTxnResponse(state=ended, producer_id=pid, producer_epoch=after)
     async with db.write() as session:
         now = now_ms()
         locked = await _lock_existing(session, transactional_id)

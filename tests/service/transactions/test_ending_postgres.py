@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from coordinator.transactions import service
+from coordinator.transactions.schemas import EndTxnRequest
 from coordinator.transactions.states import State
 from tests.support.api import create_topic, read_all
 from tests.support.locks import Blocking, waiting_for_a_lock
@@ -90,6 +91,44 @@ async def test_an_end_goes_in_one_statement_and_leaves_what_the_locking_path_lea
     assert (await producer.end(commit=True)).status_code == 200
     assert one_statement_ends == [wanted, State.COMPLETE_COMMIT]
     assert (await committed(client, 0))[-1:] == ["d"]
+
+
+@pytest.mark.parametrize("commit", [True, False])
+async def test_an_end_of_transaction_version_1_goes_in_one_statement_and_keeps_the_epoch(
+    app: Any, client: httpx.AsyncClient, one_statement_ends: list[State | None], commit: bool
+) -> None:
+    """Kafka's EndTxn before version 5 (librdkafka's, and every client of transaction version
+    1): the same end, with the producer's epoch left as it was for its next transaction."""
+    await create_topic(client, "t", partitions=2)
+    producer = await started(client, "a")
+    await producer.produce("t", 0, "a")
+    await producer.add(("t", 1))
+    await producer.offsets("g", ("t", 0, 1))
+    epoch = producer.epoch
+    request = EndTxnRequest(producer_id=producer.pid, producer_epoch=epoch, commit=commit)
+
+    answer = await service.end(app.state.db, "a", request, version=1)
+
+    wanted = State.COMPLETE_COMMIT if commit else State.COMPLETE_ABORT
+    assert (answer.state, answer.producer_id) == (wanted, producer.pid)
+    assert answer.producer_epoch == epoch
+    assert one_statement_ends == [wanted]
+    described = await producer.describe()
+    assert (described["state"], described["producer_epoch"]) == (str(wanted), epoch)
+    assert described["partitions"] == []
+    for partition, written in ((0, 1), (1, 0)):
+        state = await partition_state(client, "t", partition)
+        assert state["high_watermark"] == state["last_stable_offset"] == written + 1
+    assert await committed(client, 0) == (["a"] if commit else [])
+    assert await group_offsets(client) == ([("t", 0, 1)] if commit else [])
+    # Its retry finds the transaction ended: the locking path answers it, as the same end.
+    again = await service.end(app.state.db, "a", request, version=1)
+    assert (again.state, again.producer_epoch) == (wanted, epoch)
+    assert one_statement_ends == [wanted, None]
+    # The next transaction runs at the same epoch, and its end goes in one statement too.
+    assert (await producer.produce("t", 0, "b")).status_code == 200
+    assert (await service.end(app.state.db, "a", request, version=1)).state == wanted
+    assert one_statement_ends == [wanted, None, wanted]
 
 
 async def test_offsets_added_while_the_end_waits_for_its_lock_are_committed_with_it(
