@@ -40,6 +40,7 @@ from coordinator.producers.repository import (
     issue_producer_id,
     set_epoch,
 )
+from coordinator.transactions.adding import add_in_one_statement
 from coordinator.transactions.ending import ENDED, end_in_one_statement, end_writes
 from coordinator.transactions.errors import (
     InvalidProducerIdMapping,
@@ -406,6 +407,9 @@ async def add_partitions(
     db: Database, transactional_id: str, body: AddPartitionsRequest
 ) -> StateResponse:
     keys = sorted({(p.topic, p.partition) for p in body.partitions})
+    pid, epoch = body.producer_id, body.producer_epoch
+    if await add_in_one_statement(db, transactional_id, pid, epoch, keys, now_ms()):
+        return StateResponse(state=State.ONGOING)
     async with db.write() as session:
         now = now_ms()
         locked = await _lock_existing(session, transactional_id)

@@ -1,0 +1,117 @@
+"""AddPartitions in one statement on Postgres (coordinator.transactions.adding): a producer adding
+partitions to its own transaction goes in one round trip and leaves what the locking path
+leaves; every refusal writes nothing there and is the locking path's, which answers it as on
+SQLite (test_transactions runs those on both stores).
+
+Postgres only: SQLite always takes the locking path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from coordinator.transactions import service
+from coordinator.transactions.models import Transaction
+from tests.support.api import assert_problem, create_topic, read_all
+from tests.support.services import Store
+from tests.support.txn import Instance, started
+
+
+@pytest.fixture
+def store(postgres_store: Store) -> Store:
+    return postgres_store
+
+
+@pytest.fixture
+def one_statement_adds(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """What each AddPartitions' one statement returned: True when it added them."""
+    seen: list[bool] = []
+    real = service.add_in_one_statement
+
+    async def spy(*args: Any, **kwargs: Any) -> bool:
+        added = await real(*args, **kwargs)
+        seen.append(added)
+        return added
+
+    monkeypatch.setattr(service, "add_in_one_statement", spy)
+    return seen
+
+
+async def included(producer: Instance) -> tuple[str, list[tuple[str, int]]]:
+    described = await producer.describe()
+    return described["state"], sorted((p["topic"], p["partition"]) for p in described["partitions"])
+
+
+async def started_ms(app: Any, tid: str) -> int | None:
+    async with app.state.db.read() as session:
+        found: int | None = await session.scalar(
+            select(Transaction.started_ms).where(Transaction.transactional_id == tid)
+        )
+        return found
+
+
+async def test_partitions_are_added_in_one_statement_and_the_end_marks_them(
+    app: Any, client: httpx.AsyncClient, one_statement_adds: list[bool]
+) -> None:
+    await create_topic(client, "t", partitions=3)
+    producer = await started(client, "a")
+
+    answer = await producer.add(("t", 1), ("t", 0))
+
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {"state": "Ongoing"}
+    assert one_statement_adds == [True]
+    assert await included(producer) == ("Ongoing", [("t", 0), ("t", 1)])
+    started_at = await started_ms(app, "a")
+    assert started_at is not None
+    # Into the open transaction: one more partition, and one it holds already (kept once); the
+    # transaction keeps its start.
+    assert (await producer.add(("t", 2), ("t", 0))).status_code == 200
+    assert one_statement_adds == [True, True]
+    assert await included(producer) == ("Ongoing", [("t", 0), ("t", 1), ("t", 2)])
+    assert await started_ms(app, "a") == started_at
+    assert (await producer.produce("t", 1, "x")).status_code == 200
+    # The end writes a marker on each partition added, written to or not.
+    assert (await producer.end(commit=True)).status_code == 200
+    for partition, records in ((0, 0), (1, 1), (2, 0)):
+        answer = (await client.get("/v1/topics/t")).json()["partitions"][partition]
+        assert answer["high_watermark"] == answer["last_stable_offset"] == records + 1
+    assert [r["value"] for r in await read_all(client, "t", 1)] == ["x"]
+    # The next transaction (a new epoch) starts with an add in one statement too.
+    assert (await producer.add(("t", 0))).status_code == 200
+    assert one_statement_adds == [True, True, True]
+    assert await included(producer) == ("Ongoing", [("t", 0)])
+
+
+async def test_refusals_write_nothing_and_are_the_locking_paths(
+    client: httpx.AsyncClient, one_statement_adds: list[bool]
+) -> None:
+    await create_topic(client, "t", partitions=2)
+    producer = await started(client, "a")
+    assert (await producer.add(("t", 0))).status_code == 200
+
+    # A partition that does not exist, beside one that does: neither is added.
+    assert_problem(await producer.add(("t", 1), ("t", 7)), 404, "UNKNOWN_TOPIC_OR_PARTITION")
+    assert_problem(await producer.add(("u", 0)), 404, "UNKNOWN_TOPIC_OR_PARTITION")
+    # An epoch ahead of the producer's.
+    ahead = Instance(client, "a", pid=producer.pid, epoch=producer.epoch + 1)
+    assert_problem(await ahead.add(("t", 1)), 409, "INVALID_PRODUCER_EPOCH")
+    # A producer id that is not the transaction's.
+    stranger = Instance(client, "a", pid=producer.pid + 1000, epoch=producer.epoch)
+    assert_problem(await stranger.add(("t", 1)), 409, "INVALID_PRODUCER_ID_MAPPING")
+    # A prepared transaction takes no more partitions.
+    assert (await producer.prepare()).status_code == 200
+    assert_problem(await producer.add(("t", 1)), 409, "INVALID_TXN_STATE")
+    # Fenced by a new instance.
+    newer = await started(client, "a")
+    assert_problem(await producer.add(("t", 1)), 409, "PRODUCER_FENCED")
+    # An id nobody initialised.
+    unknown = Instance(client, "nobody", pid=producer.pid, epoch=0)
+    assert_problem(await unknown.add(("t", 1)), 404, "TRANSACTIONAL_ID_NOT_FOUND")
+
+    assert one_statement_adds == [True, False, False, False, False, False, False, False]
+    assert await included(newer) == ("Empty", [])
