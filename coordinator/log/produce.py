@@ -28,7 +28,7 @@ import base64
 import binascii
 import weakref
 from collections import deque
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Protocol
@@ -428,6 +428,25 @@ def _unwrapped(sequence: int, wrapped: bool) -> int:
 
 
 _group_commits: weakref.WeakKeyDictionary[Database, _GroupCommit] = weakref.WeakKeyDictionary()
+
+
+def transaction_ended(
+    db: Database, producer_id: int, partitions: Iterable[tuple[str, int]]
+) -> None:
+    """A transaction of `producer_id` ended on `partitions` in this process, its markers
+    committed: what the process saw of the producer there no longer shows it open. So the first
+    batch of its next transaction at the same epoch (transaction version 1, where the end does
+    not raise it) is planned to join in one statement, as version 2's is. The statement checks
+    every view on the locked rows: one that is wrong (another process wrote since) only sends
+    the group to the locking path."""
+    commits = _group_commits.get(db)
+    seen = None if commits is None else commits._seen
+    if seen is None:
+        return
+    for topic, partition in partitions:
+        view = seen.views.get((topic, partition, producer_id))
+        if view is not None:
+            view.open_txn_offset = None
 
 
 async def append_all(

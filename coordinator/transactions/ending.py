@@ -44,6 +44,7 @@ from sqlalchemy import (
     bindparam,
     column,
     delete,
+    func,
     select,
     text,
     update,
@@ -55,6 +56,7 @@ from coordinator.core.database import Database, on_driver
 from coordinator.core.schemas import EPOCH_MAX
 from coordinator.groups.offsets import upsert_sql
 from coordinator.log.markers import ENDING_COLUMNS, marker_params, marker_writes
+from coordinator.log.produce import transaction_ended
 from coordinator.producers.repository import SET_EPOCH
 from coordinator.transactions.models import Transaction, TransactionOffset, TransactionPartition
 from coordinator.transactions.states import TRANSITIONS, Op, State
@@ -196,7 +198,10 @@ def _one_statement(raise_epoch: bool) -> tuple[str, tuple[str, ...], dict[str, A
         .columns()
         .cte("applied")
     )
-    statement = select(_CHECKED.c.passes).add_cte(
+    # With the partitions it ended, for the process's views of what is written.
+    ended_topics = select(func.array_agg(_LOCKED.c.topic)).scalar_subquery()
+    ended_partitions = select(func.array_agg(_LOCKED.c.partition)).scalar_subquery()
+    statement = select(_CHECKED.c.passes, ended_topics, ended_partitions).add_cte(
         _TXN,
         _LOCKED,
         _CHECKED,
@@ -251,4 +256,8 @@ async def end_in_one_statement(
     }
     async with db.autocommit() as connection:
         rows = await on_driver(connection, sql, *(values[name] for name in order))
-    return target if rows and rows[0][0] else None
+    if not (rows and rows[0][0]):
+        return None
+    _, topics, partitions = rows[0]
+    transaction_ended(db, producer_id, zip(topics or (), partitions or (), strict=True))
+    return target

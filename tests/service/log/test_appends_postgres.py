@@ -94,27 +94,6 @@ async def test_batch_payloads_are_stored_as_they_come(app: Any) -> None:
     assert storage in ("e", b"e")  # "char": asyncpg answers it as bytes
 
 
-@pytest.fixture
-def paths(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Which path wrote each group: "one statement" or "locks"."""
-    taken: list[str] = []
-    write_group, write_optimistic = produce.write_group, produce.write_optimistic
-
-    async def locking(db: Any, settings: Any, batch: Any, seen: Any = None) -> Any:
-        taken.append("locks")
-        return await write_group(db, settings, batch, seen)
-
-    async def optimistic(db: Any, settings: Any, batch: Any, seen: Any) -> Any:
-        written = await write_optimistic(db, settings, batch, seen)
-        if written is not None:
-            taken.append("one statement")
-        return written
-
-    monkeypatch.setattr(produce, "write_group", locking)
-    monkeypatch.setattr(produce, "write_optimistic", optimistic)
-    return taken
-
-
 async def append(
     db: Database, settings: Any, pid: int, sequence: int, values: list[bytes], epoch: int = 0
 ) -> Appended:

@@ -95,7 +95,11 @@ async def test_an_end_goes_in_one_statement_and_leaves_what_the_locking_path_lea
 
 @pytest.mark.parametrize("commit", [True, False])
 async def test_an_end_of_transaction_version_1_goes_in_one_statement_and_keeps_the_epoch(
-    app: Any, client: httpx.AsyncClient, one_statement_ends: list[State | None], commit: bool
+    app: Any,
+    client: httpx.AsyncClient,
+    one_statement_ends: list[State | None],
+    paths: list[str],
+    commit: bool,
 ) -> None:
     """Kafka's EndTxn before version 5 (librdkafka's, and every client of transaction version
     1): the same end, with the producer's epoch left as it was for its next transaction."""
@@ -125,10 +129,18 @@ async def test_an_end_of_transaction_version_1_goes_in_one_statement_and_keeps_t
     again = await service.end(app.state.db, "a", request, version=1)
     assert (again.state, again.producer_epoch) == (wanted, epoch)
     assert one_statement_ends == [wanted, None]
-    # The next transaction runs at the same epoch, and its end goes in one statement too.
+    # The next transaction runs at the same epoch. The process saw its end, so the first batch
+    # of the next one joins it in one statement, as after an end that raised the epoch; and its
+    # end goes in one statement too.
+    paths.clear()
     assert (await producer.produce("t", 0, "b")).status_code == 200
+    assert (await producer.produce("t", 0, "c")).status_code == 200
+    assert paths == ["one statement", "one statement"]
+    assert (await partition_state(client, "t", 0))["last_stable_offset"] == 2  # pinned at b
     assert (await service.end(app.state.db, "a", request, version=1)).state == wanted
     assert one_statement_ends == [wanted, None, wanted]
+    committed_now = await committed(client, 0)
+    assert committed_now == (["a", "b", "c"] if commit else [])
 
 
 async def test_offsets_added_while_the_end_waits_for_its_lock_are_committed_with_it(
