@@ -127,8 +127,7 @@ async def fetch(client: Client, request: Request) -> Any:
 async def _names(client: Client, body: Any) -> list[str | None]:
     """Fetch v13+ names its topics by id (KIP-516): a topic deleted and created again under its
     name is another id, UNKNOWN_TOPIC_ID to a client still fetching the old one."""
-    listed = await log_topics.list_topics(client.db)
-    by_id = {t.topic_id: t.name for t in listed.topics}
+    by_id = await log_topics.names_by_id(client.db, {t.topic_id for t in body.topics})
     return [by_id.get(t.topic_id) for t in body.topics]
 
 
