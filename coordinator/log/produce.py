@@ -444,9 +444,12 @@ def transaction_ended(
     if seen is None:
         return
     for topic, partition in partitions:
-        view = seen.views.get((topic, partition, producer_id))
+        key = (topic, partition, producer_id)
+        view = seen.views.get(key)
         if view is not None:
-            view.open_txn_offset = None
+            # A new view, not the old one changed: a group planned on the old one meanwhile
+            # keeps its expectation, which the rows now refute, so it takes the locking path.
+            seen.views[key] = replace(view, open_txn_offset=None)
 
 
 async def append_all(

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from coordinator.log import appends
 from coordinator.transactions import service
 from coordinator.transactions.schemas import EndTxnRequest
 from coordinator.transactions.states import State
@@ -141,6 +142,47 @@ async def test_an_end_of_transaction_version_1_goes_in_one_statement_and_keeps_t
     assert one_statement_ends == [wanted, None, wanted]
     committed_now = await committed(client, 0)
     assert committed_now == (["a", "b", "c"] if commit else [])
+
+
+async def test_a_batch_planned_before_a_version_1_end_is_not_written_as_if_it_joined(
+    app: Any,
+    client: httpx.AsyncClient,
+    paths: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A batch of the same producer and epoch racing the end (a zombie of transaction version
+    1): planned while the process saw the transaction open, so not to join; the end commits
+    before its statement runs. Its statement must not take the end's news for its own plan: it
+    finds the rows changed and the locking path starts a new transaction with it."""
+    await create_topic(client, "t")
+    producer = await started(client, "a")
+    assert (await producer.produce("t", 0, "a")).status_code == 200
+    assert (await producer.produce("t", 0, "b")).status_code == 200  # the process saw it open
+    request = EndTxnRequest(producer_id=producer.pid, producer_epoch=producer.epoch, commit=True)
+    written = appends.write_optimistic
+    ended: list[State] = []
+
+    async def end_first(*args: Any, **kwargs: Any) -> Any:
+        if not ended:
+            ended.append((await service.end(app.state.db, "a", request, version=1)).state)
+        return await written(*args, **kwargs)
+
+    monkeypatch.setattr(appends, "write_optimistic", end_first)
+    paths.clear()
+
+    assert (await producer.produce("t", 0, "c")).status_code == 200
+
+    assert ended == [State.COMPLETE_COMMIT]
+    assert paths == ["locks"]
+    state, partitions = await included(producer)
+    assert (state, partitions) == ("Ongoing", [("t", 0)])
+    assert await committed(client, 0) == ["a", "b"]  # c waits for its own transaction's end
+    assert (await partition_state(client, "t", 0))["last_stable_offset"] == 3  # pinned at c
+
+
+async def included(producer: Any) -> tuple[str, list[tuple[str, int]]]:
+    described = await producer.describe()
+    return described["state"], [(p["topic"], p["partition"]) for p in described["partitions"]]
 
 
 async def test_offsets_added_while_the_end_waits_for_its_lock_are_committed_with_it(
