@@ -105,3 +105,10 @@ async def partition_state(client: httpx.AsyncClient, topic: str, partition: int)
     assert response.status_code == 200, response.text
     state: dict[str, int] = response.json()["partitions"][partition]
     return state
+
+
+async def included(producer: Instance) -> tuple[str, list[tuple[str, int]]]:
+    """The transaction's state and the partitions it includes, sorted."""
+    described = await producer.describe()
+    partitions = sorted((p["topic"], p["partition"]) for p in described["partitions"])
+    return described["state"], partitions

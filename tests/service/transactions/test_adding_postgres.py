@@ -18,7 +18,7 @@ from coordinator.transactions import service
 from coordinator.transactions.models import Transaction
 from tests.support.api import assert_problem, create_topic, read_all
 from tests.support.services import Store
-from tests.support.txn import Instance, started
+from tests.support.txn import Instance, included, started
 
 
 @pytest.fixture
@@ -39,11 +39,6 @@ def one_statement_adds(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
 
     monkeypatch.setattr(service, "add_in_one_statement", spy)
     return seen
-
-
-async def included(producer: Instance) -> tuple[str, list[tuple[str, int]]]:
-    described = await producer.describe()
-    return described["state"], sorted((p["topic"], p["partition"]) for p in described["partitions"])
 
 
 async def started_ms(app: Any, tid: str) -> int | None:

@@ -23,7 +23,7 @@ from coordinator.transactions.states import State
 from tests.support.api import create_topic, read_all
 from tests.support.locks import Blocking, waiting_for_a_lock
 from tests.support.services import Store
-from tests.support.txn import partition_state, started
+from tests.support.txn import included, partition_state, started
 
 
 @pytest.fixture
@@ -178,11 +178,6 @@ async def test_a_batch_planned_before_a_version_1_end_is_not_written_as_if_it_jo
     assert (state, partitions) == ("Ongoing", [("t", 0)])
     assert await committed(client, 0) == ["a", "b"]  # c waits for its own transaction's end
     assert (await partition_state(client, "t", 0))["last_stable_offset"] == 3  # pinned at c
-
-
-async def included(producer: Any) -> tuple[str, list[tuple[str, int]]]:
-    described = await producer.describe()
-    return described["state"], [(p["topic"], p["partition"]) for p in described["partitions"]]
 
 
 async def test_offsets_added_while_the_end_waits_for_its_lock_are_committed_with_it(
