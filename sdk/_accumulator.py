@@ -31,11 +31,12 @@ class Batch:
     sealed; the sender then owns it (its sequence, its built body, its attempts)."""
 
     __slots__ = ("acked", "attempts", "base_offset", "body", "callbacks", "created", "deadline",
-                 "in_doubt", "inflight", "needs_send", "records", "retry_at", "sealed",
-                 "sent_as_head", "sequence", "size", "tp")  # fmt: skip
+                 "generation", "in_doubt", "inflight", "needs_send", "records", "retry_at",
+                 "sealed", "sent_as_head", "sequence", "size", "tp")  # fmt: skip
 
-    def __init__(self, tp: TopicKey, now: float, deadline: float) -> None:
+    def __init__(self, tp: TopicKey, now: float, deadline: float, generation: int = 0) -> None:
         self.tp = tp
+        self.generation = generation  # the accumulator's generation (its transaction) at birth
         self.records: list[Record] = []
         self.callbacks: list[DeliveryCallback | None] = []
         self.size = 0
@@ -84,6 +85,9 @@ class Accumulator:
         self.reports: deque[tuple[DeliveryCallback, KafkaError | None, Message]] = deque()
         self.outstanding = 0  # records appended and not yet reported
         self.flushing = 0  # callers waiting in flush(): batches go without lingering
+        # Bumped when a transaction commits in the background: the next one's records start
+        # new batches, so no batch holds records of two transactions.
+        self.generation = 0
         self._batch_size = batch_size
         self._delivery_timeout = delivery_timeout
         self._partitioner = StickyPartitioner()
@@ -112,12 +116,13 @@ class Accumulator:
             batch is None
             or batch.sealed
             or batch.sequence is not None
+            or batch.generation != self.generation
             or (batch.records and batch.size + size > limit)
         ):
             if batch is not None:
                 batch.sealed = True
             now = time.monotonic()
-            batch = Batch(tp, now, now + self._delivery_timeout)
+            batch = Batch(tp, now, now + self._delivery_timeout, self.generation)
             part.queue.append(batch)
             self.cond.notify_all()
         batch.records.append(record)
@@ -129,6 +134,24 @@ class Accumulator:
             self.cond.notify_all()
         if record[1] is None:
             self._sticky_batch[tp[0]] = batch
+
+    def seal_generation(self) -> int:
+        """Seal every batch filling now, so that records appended from now on start new ones of
+        the next generation; returns the generation sealed."""
+        for part in self.partitions.values():
+            if part.queue:
+                part.queue[-1].sealed = True
+        self._sticky_batch.clear()
+        self.generation += 1
+        self.cond.notify_all()
+        return self.generation - 1
+
+    def holds(self, generation: int) -> bool:
+        """Whether a batch of `generation` (or older) is still unreported."""
+        return any(
+            part.queue and part.queue[0].generation <= generation
+            for part in self.partitions.values()
+        )
 
     def report(self, batch: Batch, error: KafkaException | None) -> None:
         """Queue the delivery reports of `batch`'s records."""

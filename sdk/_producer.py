@@ -12,10 +12,11 @@ It is a thin facade over Kafka's three parts, which share the producer's one loc
 
 Delivery callbacks are queued and run on the caller's thread from `poll()`, `flush()` and the
 transaction calls. Transaction calls (`init_transactions`, `commit_transaction`...) run their
-requests on the caller's thread. Batches travel as Kafka record batches
-(`sdk.recordbatch`, the service's own codec), compressed with `compression.type`. A
-transactional batch adds its partition to the transaction itself (transaction version 2): there
-is no AddPartitions call.
+requests on the caller's thread, except `commit_transaction_async()`, whose flush and EndTxn run
+on a thread of their own while the caller begins and fills the next transaction. Batches travel
+as Kafka record batches (`sdk.recordbatch`, the service's own codec), compressed with
+`compression.type`. A transactional batch adds its partition to the transaction itself
+(transaction version 2): there is no AddPartitions call.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Unpack
 
 from sdk._accumulator import RECORD_OVERHEAD, Accumulator
@@ -111,6 +113,7 @@ class Producer(Closeable):
         self._sender = Sender(
             c, self._cond, self._accumulator, self._manager, self._http, self._callbacks
         )
+        self._committer: ThreadPoolExecutor | None = None  # commit_transaction_async()'s thread
 
     # -- the caller's API ---------------------------------------------------------------------
 
@@ -228,9 +231,10 @@ class Producer(Closeable):
         - `IllegalStateError`: no transactional.id, or a transaction is open.
         """
         self._require_transactional()
+        deadline = self._http.deadline(timeout)
+        self._await_commit(deadline)
         with self._cond:
             self._check(Op.INIT)
-        deadline = self._http.deadline(timeout)
         body = {
             "transactional_id": self._tid,
             "transaction_timeout_ms": self.config.transaction_timeout_ms,
@@ -280,6 +284,8 @@ class Producer(Closeable):
         - `IllegalStateError`: no transaction is open.
         """
         self._require_transactional()
+        deadline = self._http.deadline(timeout)
+        self._await_commit(deadline)
         group_id = (
             group_metadata.group_id
             if isinstance(group_metadata, ConsumerGroupMetadata)
@@ -306,7 +312,6 @@ class Producer(Closeable):
             # KIP-447: the coordinator refuses them if this member no longer owns the partitions.
             body["member_id"] = group_metadata.member_id
             body["member_epoch"] = group_metadata.member_epoch
-        deadline = self._http.deadline(timeout)
         self._txn_call(Op.SEND_OFFSETS, "POST", self._txn_path("offsets"), body, deadline)
 
     def prepare_transaction(self, timeout: float | None = None) -> None:
@@ -320,6 +325,7 @@ class Producer(Closeable):
         """
         self._require_transactional()
         deadline = self._http.deadline(timeout)
+        self._await_commit(deadline)
         with self._cond:
             self._check(Op.PREPARE)
         self._flush_transaction(deadline)
@@ -357,11 +363,51 @@ class Producer(Closeable):
         """
         self._require_transactional()
         deadline = self._http.deadline(timeout)
+        self._await_commit(deadline)
         with self._cond:
             state = self._check(Op.COMMIT)
         if state is TxnState.IN_TRANSACTION:
             self._flush_transaction(deadline)
         self._end_transaction(Op.COMMIT, deadline)
+
+    def commit_transaction_async(self, timeout: float | None = None) -> Future[None]:
+        """Commit the transaction in the background and return at once: the next transaction
+        may begin and fill while this one's records are flushed and its EndTxn runs, so a
+        producing loop does not wait for either (Kafka's clients wait in `commitTransaction()`).
+
+        Returns a `concurrent.futures.Future`: its `result()` is None once the transaction is
+        committed, or raises what `commit_transaction()` would have raised. Its records get
+        `delivery.timeout.ms` to be delivered; its EndTxn then gets `timeout` (None:
+        `default.api.timeout.ms`).
+
+        The next transaction's records are queued meanwhile, and sent (under the epoch the commit's
+        answer gives) once it is committed; its `send_offsets_to_transaction()`, and every other
+        transaction call but `begin_transaction()` and `produce()`, first waits for the commit (a
+        `KafkaTimeoutError` if it is still under way after the call's `timeout`; call again). If the
+        commit fails, the transaction begun after it fails with it: its records are dropped unsent
+        (their delivery reports carry a record's error that failed the commit, or `_PURGE_QUEUE`
+        when EndTxn failed), and the producer is where a failed `commit_transaction()` would have
+        left it: `abort_transaction()` after an error with `txn_requires_abort`,
+        `commit_transaction()` again after a `KafkaTimeoutError`, `init_transactions()` after
+        `TransactionTimedOut`, `close()` after a fatal error. `close()` waits for the commit (up to
+        its `timeout`).
+
+        Raises at once (and nothing is committed): `IllegalStateError` if no transaction is
+        open; the transaction's error if it already failed; `KafkaTimeoutError` if the previous
+        background commit is still under way after `timeout`.
+        """
+        self._require_transactional()
+        self._await_commit(self._http.deadline(timeout))
+        with self._cond:
+            self._check(Op.COMMIT_ASYNC)
+            manager = self._manager
+            if manager.ending is None:
+                manager.ending = (manager.producer_id, manager.epoch)
+            manager.pending = self._accumulator.seal_generation()
+            manager.enter(Op.COMMIT_ASYNC)
+            if self._committer is None:
+                self._committer = ThreadPoolExecutor(1, thread_name_prefix="sdk-producer-commit")
+            return self._committer.submit(self._commit_in_background, manager.pending, timeout)
 
     def abort_transaction(self, timeout: float | None = None) -> None:
         """Abort the transaction: records not yet sent are dropped (their delivery reports say
@@ -378,6 +424,7 @@ class Producer(Closeable):
         """
         self._require_transactional()
         deadline = self._http.deadline(timeout)
+        self._await_commit(deadline)
         purged = MessagePurged("dropped by abort_transaction()")
         with self._cond:
             self._check(Op.ABORT)
@@ -409,6 +456,8 @@ class Producer(Closeable):
 
     def _release(self, timeout: float | None) -> None:
         try:
+            with contextlib.suppress(KafkaTimeoutError):
+                self._await_commit(self._http.deadline(timeout))
             if self._tid is None:
                 self.flush(timeout)
             elif self._manager.state is TxnState.IN_TRANSACTION and self._manager.fatal is None:
@@ -417,6 +466,8 @@ class Producer(Closeable):
                     self.abort_transaction(timeout)
         finally:
             self._sender.stop(MessagePurged("dropped by close()"))
+            if self._committer is not None:
+                self._committer.shutdown(wait=True)
             self._http.close()
             self._closed = True
             self._accumulator.serve_reports()
@@ -514,10 +565,89 @@ class Producer(Closeable):
             raise
         except KafkaException as exc:
             with self._cond:
-                if exc.fatal:
-                    self._sender.set_fatal(exc)
-                elif isinstance(exc, TransactionTimedOut):
-                    self._sender.timed_out(exc)
-                elif op is not None:
-                    exc = self._manager.refused(op, exc)
-            raise exc from exc.__cause__
+                failed = self._txn_failed(op, exc)
+            raise failed from exc.__cause__
+
+    def _txn_failed(self, op: Op | None, exc: KafkaException) -> KafkaException:
+        """What a refused request of `op` does to the producer (under the lock); returns what
+        the caller raises."""
+        if exc.fatal:
+            self._sender.set_fatal(exc)
+        elif isinstance(exc, TransactionTimedOut):
+            self._sender.timed_out(exc)
+        elif op is not None:
+            exc = self._manager.refused(op, exc)
+        return exc
+
+    # -- the commit in the background ------------------------------------------------------------
+
+    def _await_commit(self, deadline: float) -> None:
+        """Wait until no commit runs in the background; what it left (an error, a new epoch) is
+        then the producer's state."""
+        with self._cond:
+            while self._manager.pending is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise KafkaTimeoutError(
+                        "the commit of commit_transaction_async() is still under way; call again"
+                    )
+                self._cond.wait(remaining)
+
+    def _commit_in_background(self, generation: int, timeout: float | None) -> None:
+        """commit_transaction_async()'s work: wait until every batch of `generation` is
+        reported, then EndTxn; the next generation's batches are sent after its answer."""
+        manager = self._manager
+        try:
+            with self._cond:
+                # Its batches are sealed and go without lingering; each is delivered, or fails
+                # the transaction, within delivery.timeout.ms (close() purges them).
+                while self._accumulator.holds(generation) and manager.error is None:
+                    self._cond.wait()
+                if manager.fatal is not None:
+                    raise manager.fatal
+                if manager.error is not None:
+                    raise manager.error
+                ending = manager.ending
+                assert ending is not None
+                if not manager.touched:
+                    # The coordinator never heard of this transaction: nothing to end there.
+                    self._committed(*ending)
+                    return
+            pid, epoch = ending
+            body = {"producer_id": pid, "producer_epoch": epoch, "commit": True}
+            deadline = self._http.deadline(timeout)
+            answer = self._http.call("POST", self._txn_path("end"), body=body, deadline=deadline)
+        except KafkaException as exc:
+            with self._cond:
+                failed = self._background_commit_failed(exc)
+            raise failed from exc.__cause__
+        with self._cond:
+            self._committed(answer["producer_id"], answer["producer_epoch"])
+
+    def _committed(self, producer_id: int, epoch: int) -> None:
+        """The background commit is done (under the lock): the next transaction's batches go
+        under the new epoch."""
+        self._manager.pending = None
+        self._manager.start_epoch(producer_id, epoch)
+        self._cond.notify_all()
+
+    def _background_commit_failed(self, exc: KafkaException) -> KafkaException:
+        """The background commit failed (under the lock): the transaction begun after it fails
+        too (none of its records was sent), and the producer is where a failed
+        commit_transaction() leaves it. Returns what the future raises."""
+        manager = self._manager
+        manager.pending = None
+        self._accumulator.purge(MessagePurged(f"dropped: the commit before failed: {exc}"))
+        if exc is manager.fatal or (exc is manager.error and manager.state is TxnState.NEEDS_INIT):
+            pass  # the producer is failed, or (TransactionTimedOut) needs init_transactions()
+        elif exc is manager.error:
+            # A record failed it: the transaction is open and can only be aborted.
+            manager.state = TxnState.IN_TRANSACTION
+        else:
+            # EndTxn was refused or not answered in time: as commit_transaction()'s.
+            manager.state = TxnState.COMMITTING
+            manager.error = None
+            if not isinstance(exc, KafkaTimeoutError):
+                exc = self._txn_failed(Op.COMMIT, exc)
+        self._cond.notify_all()
+        return exc

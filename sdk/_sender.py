@@ -197,6 +197,8 @@ class Sender:
                 return
             if batch.sequence is not None or batch.acked:
                 continue
+            if self._manager.holds_back(batch.generation):
+                return  # it waits for the epoch of the commit under way
             ready_at = batch.created + self._linger
             if not (batch.sealed or self._accumulator.flushing or ready_at <= now):
                 wake.append(ready_at)

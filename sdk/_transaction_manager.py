@@ -1,7 +1,12 @@
 """The producer's transaction manager, as Kafka's `TransactionManager`: the producer's identity
 (producer id, epoch, each partition's next sequence) and its transaction's state machine, as data.
 It does no I/O and has no lock of its own: the producer's lock guards it. The facade asks
-`check(op)` before a call and `enter(op)` to take it; the sender asks `may_send()`.
+`check(op)` before a call and `enter(op)` to take it; the sender asks `may_send()` and, for each
+batch, `holds_back(generation)`.
+
+`commit_transaction_async()` commits a transaction in the background while the next one fills:
+`pending` is then the accumulator's generation of the committing transaction's batches. They are
+sent under the current epoch; the later generations' wait for the epoch EndTxn's answer gives.
 
 A transaction that failed (a record or a call refused) stays IN_TRANSACTION with `error` set:
 every call but `abort_transaction()` raises that error until the abort. A transaction the
@@ -40,6 +45,7 @@ class Op(enum.Enum):
     SEND_OFFSETS = "send_offsets_to_transaction()"
     PREPARE = "prepare_transaction()"
     COMMIT = "commit_transaction()"
+    COMMIT_ASYNC = "commit_transaction_async()"
     ABORT = "abort_transaction()"
     ENDED = "the transaction's end"  # EndTxn answered (or nothing was there to end)
 
@@ -58,13 +64,17 @@ TRANSITIONS: dict[Op, dict[TxnState, TxnState]] = {
         S.PREPARED: S.COMMITTING,
         S.COMMITTING: S.COMMITTING,
     },
+    # The commit goes on in the background (`pending`); the next transaction may begin at once.
+    Op.COMMIT_ASYNC: {S.IN_TRANSACTION: S.READY, S.PREPARED: S.READY, S.COMMITTING: S.READY},
     Op.ABORT: {S.IN_TRANSACTION: S.ABORTING, S.PREPARED: S.ABORTING, S.ABORTING: S.ABORTING},
     Op.ENDED: {S.COMMITTING: S.READY, S.ABORTING: S.READY},
 }
 
 # The calls a failed transaction refuses with its error (all but the abort, and a begin, which
 # an open transaction refuses anyway).
-_REFUSED_AFTER_FAILURE = frozenset({Op.PRODUCE, Op.SEND_OFFSETS, Op.PREPARE, Op.COMMIT})
+_REFUSED_AFTER_FAILURE = frozenset(
+    {Op.PRODUCE, Op.SEND_OFFSETS, Op.PREPARE, Op.COMMIT, Op.COMMIT_ASYNC}
+)
 # The calls whose refusal fails the transaction, in the states where it is open.
 _CALLS_IN_TRANSACTION = frozenset({Op.SEND_OFFSETS, Op.PREPARE, Op.COMMIT})
 _OPEN = frozenset({S.IN_TRANSACTION, S.COMMITTING, S.PREPARED})
@@ -81,6 +91,8 @@ class TransactionManager:
         self.fatal: KafkaException | None = None  # what fails the producer
         self.touched = False  # the coordinator may hold an open transaction of ours
         self.ending: tuple[int, int] | None = None  # (pid, epoch) an EndTxn was sent with
+        # The generation of the transaction committing in the background, if one is.
+        self.pending: int | None = None
         self._sequences: dict[TopicKey, int] = {}
 
     # -- the state machine --------------------------------------------------------------------
@@ -93,6 +105,8 @@ class TransactionManager:
         timed_out = state is TxnState.NEEDS_INIT and self.error is not None
         if timed_out and op not in (Op.INIT, Op.BEGIN):
             raise self.error  # type: ignore[misc]
+        if op is Op.BEGIN and state is TxnState.IN_TRANSACTION and self.error is not None:
+            raise self.error  # a failed transaction (or commit_transaction_async()) to abort
         if state not in TRANSITIONS[op]:
             raise IllegalStateError(f"{op.value} is not allowed {state.value}")
         if op in _REFUSED_AFTER_FAILURE and self.error is not None:
@@ -102,7 +116,8 @@ class TransactionManager:
     def enter(self, op: Op) -> None:
         """Take `op`'s transition (checked before, under the same lock)."""
         self.state = TRANSITIONS[op][self.state]
-        if op is Op.BEGIN:
+        if op is Op.BEGIN and self.pending is None:
+            # (While a commit is pending, an error is that commit's: it fails this one too.)
             self.error = None
 
     def may_send(self) -> bool:
@@ -110,7 +125,14 @@ class TransactionManager:
         already failed."""
         if not self.transactional:
             return True
+        if self.pending is not None:
+            return self.error is None
         return self.state is TxnState.IN_TRANSACTION and self.error is None
+
+    def holds_back(self, generation: int) -> bool:
+        """Whether a batch of `generation` must wait: it belongs to a transaction begun while
+        an earlier one commits in the background, and needs the epoch that commit gives."""
+        return self.pending is not None and generation > self.pending
 
     def refused(self, op: Op, error: KafkaException) -> KafkaException:
         """A call of the transaction was refused with `error` (not fatal, not a timeout): it

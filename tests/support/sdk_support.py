@@ -245,6 +245,33 @@ class FaultyTransport(httpx.BaseTransport):
         self.inner.close()
 
 
+class GatedTransport(httpx.BaseTransport):
+    """An httpx transport that holds every request `held` accepts at a gate until `release()`
+    (`arrived` says one is waiting there); other requests go straight through."""
+
+    def __init__(self, held: Callable[[httpx.Request], bool]) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.held = held
+        self.arrived = threading.Event()
+        self._gate = threading.Event()
+
+    def release(self) -> None:
+        self._gate.set()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if self.held(request):
+            self.arrived.set()
+            if not self._gate.wait(30):
+                raise AssertionError("the test never released its gate")
+        response = self.inner.handle_request(request)
+        response.read()
+        return response
+
+    def close(self) -> None:
+        self._gate.set()
+        self.inner.close()
+
+
 def is_produce(request: httpx.Request) -> bool:
     return request.method == "POST" and request.url.path.endswith("/records")
 
