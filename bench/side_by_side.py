@@ -85,16 +85,6 @@ from coordinator.launcher import free_port
 
 TOPIC = "side-by-side"
 BROKERS = ("kafka", "coordinator", "coordinator_async_commit")
-# Lower is better for these: their vs_kafka above 1 means the coordinator does worse.
-LOWER_IS_BETTER = {
-    "txn_overhead",
-    "end_txn_p50_ms",
-    "end_txn_p99_ms",
-    "idempotent_rtt_ms",
-    "idempotent_client_cpu_ms_per_mb",
-    "fixed_batches_rtt_ms",
-    "fixed_batches_client_cpu_ms_per_mb",
-}
 READ_TOPIC = "side-by-side-read"
 LOOP_TOPIC = "side-by-side-loop"
 
