@@ -26,6 +26,11 @@ The workloads, each through confluent-kafka (librdkafka), `--record-bytes` recor
 - (b) `txn_overhead`: one producer, idempotent, then transactional with a commit every
   `--commit-ms`, alternating for `--rounds` rounds of `--overhead-seconds`: 1 - median
   transactional / median idempotent MB/s (Kafka's own measure of the cost of transactions).
+  `sdk_txn_overhead`, `sdk_txn_async_overhead`: the same measure for the project's SDK
+  Producer (`bench/sdk_producer.py`'s producer, in a process of its own, through the HTTP API
+  of the same service), with `commit_transaction()` and with `commit_transaction_async()`, its
+  idempotent and transactional rounds alternating as well. Kafka has no SDK: its column holds
+  its own client's `txn_overhead`, the figure the SDK's is held against.
 - (c) `end_txn_p50_ms`, `end_txn_p99_ms`: one transactional producer runs `--transactions`
   transactions of `--txn-records` records, one after the other; each commit's latency as the
   producer sees it (commit_transaction(): the last records' flush, EndTxn, the markers). Small
@@ -70,6 +75,7 @@ from _support import (
     add_postgres_url,
     admin,
     cancel_on_sigterm,
+    in_processes,
     log,
     plain_url,
     positive_float,
@@ -80,6 +86,8 @@ from _support import (
 )
 from produce import SERVE, SERVE_OPTIONS, Payload
 from reference_broker import ReferenceBroker
+from sdk_producer import TOPIC as SDK_TOPIC
+from sdk_producer import sdk_producer
 
 from coordinator.launcher import free_port
 
@@ -94,8 +102,11 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] if ordered else 0.0
 
 
-async def workloads(bootstrap: str, args: argparse.Namespace) -> dict[str, float]:
-    """(a), (b) and (c) against one listener, its topic already there."""
+async def workloads(
+    bootstrap: str, args: argparse.Namespace, sdk_url: str | None = None
+) -> dict[str, float]:
+    """(a) to (e) against one listener, its topics already there; (b) for the SDK too through
+    `sdk_url`, the same service's HTTP API (None: Kafka, which has none)."""
     payload = Payload.build(args.batch_records, args.record_bytes)
     figures: dict[str, float] = {}
     for batching, records in (("idempotent", None), ("fixed_batches", args.batch_records)):
@@ -138,6 +149,10 @@ async def workloads(bootstrap: str, args: argparse.Namespace) -> dict[str, float
                 TOPIC,
             )
             (transactional if txn else idempotent).append(mb_s)
+    txn_overhead = 1 - statistics.median(transactional) / statistics.median(idempotent)
+    sdk = {"sdk_txn_overhead": txn_overhead, "sdk_txn_async_overhead": txn_overhead}
+    if sdk_url is not None:
+        sdk = await sdk_overheads(sdk_url, payload, args)
     log(f"(c): {args.transactions} transactions of {args.txn_records} records")
     commits = await asyncio.to_thread(commit_latencies, bootstrap, payload, args)
     log(f"(d): {args.read_records} records written in transactions, then read")
@@ -146,11 +161,35 @@ async def workloads(bootstrap: str, args: argparse.Namespace) -> dict[str, float
     log(f"(e): the exactly-once loop, at most {args.seconds:g} s")
     loop_rate = await asyncio.to_thread(eos_loop_rate, bootstrap, args)
     return figures | {
-        "txn_overhead": 1 - statistics.median(transactional) / statistics.median(idempotent),
+        "txn_overhead": txn_overhead,
+        **sdk,
         "end_txn_p50_ms": percentile(commits, 0.5),
         "end_txn_p99_ms": percentile(commits, 0.99),
         "read_committed_mb_per_s": read_mb_s,
         "eos_loop_records_per_s": loop_rate,
+    }
+
+
+async def sdk_overheads(url: str, payload: Payload, args: argparse.Namespace) -> dict[str, float]:
+    """(b) for the SDK: one Producer, idempotent, then committing every `--commit-ms` with
+    commit_transaction(), then with commit_transaction_async(), the order turning each round."""
+    modes: list[tuple[str, float | None, bool]] = [
+        ("idempotent", None, False),
+        ("commit", args.commit_ms, False),
+        ("commit_async", args.commit_ms, True),
+    ]
+    rates: dict[str, list[float]] = {name: [] for name, _, _ in modes}
+    log(f"(b) for the SDK: {args.rounds} rounds of 3 x {args.overhead_seconds:g} s")
+    for n in range(args.rounds):
+        for name, commit_ms, background in modes[n % 3 :] + modes[: n % 3]:
+            window = Window.after(args.warmup + 2.0, args.overhead_seconds)  # after the spawn
+            call = (url, 0, payload.values, window.start, window.end, "none", commit_ms, background)
+            [(tally, _, _)] = await asyncio.to_thread(in_processes, [(sdk_producer, call)])
+            rates[name].append(tally.value_bytes / MB / window.seconds)
+    idempotent = statistics.median(rates["idempotent"])
+    return {
+        "sdk_txn_overhead": 1 - statistics.median(rates["commit"]) / idempotent,
+        "sdk_txn_async_overhead": 1 - statistics.median(rates["commit_async"]) / idempotent,
     }
 
 
@@ -295,12 +334,13 @@ async def on_coordinator(args: argparse.Namespace, async_commit: bool) -> dict[s
             await admin(server_url, f'ALTER DATABASE "{name}" SET synchronous_commit = off')
         async with serving(database_url, "bench-side-", SERVE, options) as service:
             async with httpx.AsyncClient(base_url=service.url) as client:
-                for name, partitions in ((TOPIC, args.producers), (READ_TOPIC, 1), (LOOP_TOPIC, 1)):
+                topics = ((TOPIC, args.producers), (READ_TOPIC, 1), (LOOP_TOPIC, 1), (SDK_TOPIC, 1))
+                for name, partitions in topics:
                     answer = await client.post(
                         "/v1/topics", json={"name": name, "partitions": partitions}
                     )
                     answer.raise_for_status()
-            return await workloads(bootstrap, args)
+            return await workloads(bootstrap, args, service.url)
 
 
 async def bench(args: argparse.Namespace) -> None:
@@ -326,16 +366,17 @@ async def bench(args: argparse.Namespace) -> None:
     )
     print(f"reference: Apache Kafka {reference['kafka']}, settings {reference['settings']}")
     header = "".join(f"{broker:>26}" for broker in BROKERS)
-    print(f"{'':<22}{header}")
+    print(f"{'':<36}{header}")
     for name in figures["kafka"]:
         row = f"{figures['kafka'][name]:>26.3f}"
         for broker in BROKERS[1:]:
             cell = f"{figures[broker][name]:.3f} ({vs_kafka[broker][name]:.2f}x)"
             row += f"{cell:>26}"
-        print(f"{name:<22}{row}")
+        print(f"{name:<36}{row}")
     print(
-        "(x: vs_kafka; for txn_overhead, end_txn, the round trip and the client CPU, lower is "
-        "better)"
+        "(x: vs_kafka; for the overheads, end_txn, the round trip and the client CPU, lower is "
+        "better; Kafka's sdk_* are its own client's txn_overhead, which the SDK's are held "
+        "against)"
     )
     print(
         json.dumps(
