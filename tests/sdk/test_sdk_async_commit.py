@@ -5,6 +5,7 @@ gives, and a failed commit fails the transaction begun after it."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import Future
 
 import pytest
 
@@ -27,6 +28,20 @@ from tests.support.sdk_support import (
     is_produce,
     once,
 )
+
+
+def commit_at_the_gate(
+    producer: Producer, gate: GatedTransport, value: str, then: str
+) -> Future[None]:
+    """Produce `value` in a transaction and commit it in the background until its EndTxn waits
+    at `gate`; then begin the next transaction with `then` in it. Returns the commit."""
+    producer.begin_transaction()
+    producer.produce("t", value)
+    committed = producer.commit_transaction_async()
+    assert gate.arrived.wait(10)
+    producer.begin_transaction()
+    producer.produce("t", then)
+    return committed
 
 
 def test_the_next_transaction_fills_while_the_commit_runs_and_is_sent_after_it(
@@ -64,12 +79,7 @@ def test_a_commit_waits_for_the_background_commit_before_it(service: Coordinator
     service.create_topic("t")
     gate = GatedTransport(once(is_end_txn))
     with transactional(service, transport=gate) as producer:
-        producer.begin_transaction()
-        producer.produce("t", "first")
-        first = producer.commit_transaction_async()
-        assert gate.arrived.wait(10)
-        producer.begin_transaction()
-        producer.produce("t", "second")
+        first = commit_at_the_gate(producer, gate, "first", then="second")
         with pytest.raises(KafkaTimeoutError):
             producer.commit_transaction(timeout=0.05)  # the first is still under way
         gate.release()
@@ -157,12 +167,7 @@ def test_a_producer_fenced_while_its_commit_runs_in_the_background_commits_nothi
     service.create_topic("t")
     gate = GatedTransport(is_end_txn)
     producer = transactional(service, transport=gate)
-    producer.begin_transaction()
-    producer.produce("t", "fenced")
-    committed = producer.commit_transaction_async()
-    assert gate.arrived.wait(10)
-    producer.begin_transaction()
-    producer.produce("t", "never sent")
+    committed = commit_at_the_gate(producer, gate, "fenced", then="never sent")
     with transactional(service) as newer:  # fences the first, aborting its transaction
         gate.release()
         with pytest.raises(ProducerFenced) as raised:
