@@ -23,6 +23,11 @@ The workloads, each through confluent-kafka (librdkafka), `--record-bytes` recor
   flight against its limit of 5 requests, rdkafka_broker.c), and while that request is out with
   a batch ready, its broker thread polls without sleeping: the longer the round trip, the more
   of the shared cores the producers burn.
+  Then `java_mb_per_s`: `--producers` Java producers at once (Kafka's own
+  `kafka-producer-perf-test`, kafka-clients 4.4.0, idempotent, acks=all), each sending
+  `--java-records` records (the first fifth a warm-up), with the Java producer's defaults
+  (batches of 16 KB, `linger.ms` 5, 5 requests in flight); and `java_1mb_batches_mb_per_s`, the
+  same with `batch.size` 1 MB, librdkafka's default batch. The sum of their steady-state rates.
 - (b) `txn_overhead`: one producer, idempotent, then transactional with a commit every
   `--commit-ms`, alternating for `--rounds` rounds of `--overhead-seconds`: 1 - median
   transactional / median idempotent MB/s (Kafka's own measure of the cost of transactions).
@@ -69,6 +74,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is not a package
 from _confluent import producers_in_processes, transactional_round
+from _java import java_producers
 from _support import (
     MB,
     Window,
@@ -133,6 +139,17 @@ async def workloads(
             f"{batching}_batch_kb": statistics.median(tally.batch_bytes or [float("nan")]) / 1024,
             f"{batching}_client_cpu_ms_per_mb": 1000 * tally.client_cpu_s / (mb or float("nan")),
         }
+    for name, properties in (("java", {}), ("java_1mb_batches", {"batch.size": str(2**20)})):
+        log(f"(a) {args.producers} Java producers, {args.java_records} records each: {name}")
+        figures[f"{name}_mb_per_s"] = await asyncio.to_thread(
+            java_producers,
+            bootstrap,
+            TOPIC,
+            args.producers,
+            args.java_records,
+            args.record_bytes,
+            properties,
+        )
     log(f"(b), (c): {args.rounds} rounds of 2 x {args.overhead_seconds:g} s")
     idempotent: list[float] = []
     transactional: list[float] = []
@@ -408,6 +425,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-records", type=positive_int, default=100, help="records/batch")
     parser.add_argument("--record-bytes", type=positive_int, default=1024, help="bytes per value")
     parser.add_argument("--seconds", type=positive_float, default=10.0, help="(a)'s window")
+    parser.add_argument(
+        "--java-records", type=positive_int, default=200_000, help="(a) per Java producer"
+    )
     parser.add_argument("--warmup", type=float, default=2.0, help="warm-up seconds")
     parser.add_argument("--rounds", type=positive_int, default=2, help="(b) rounds")
     parser.add_argument("--overhead-seconds", type=positive_float, default=5.0, help="per mode")
