@@ -390,7 +390,8 @@ class Producer(Closeable):
         left it: `abort_transaction()` after an error with `txn_requires_abort`,
         `commit_transaction()` again after a `KafkaTimeoutError`, `init_transactions()` after
         `TransactionTimedOut`, `close()` after a fatal error. `close()` waits for the commit (up to
-        its `timeout`).
+        its `timeout`); if it gives up, the commit fails with `MessagePurged` and nothing of it is
+        committed (the coordinator aborts it on its timeout).
 
         Raises at once (and nothing is committed): `IllegalStateError` if no transaction is
         open; the transaction's error if it already failed; `KafkaTimeoutError` if the previous
@@ -607,6 +608,12 @@ class Producer(Closeable):
                     raise manager.fatal
                 if manager.error is not None:
                     raise manager.error
+                if self._sender.stopping:
+                    # close() gave up waiting and purged what was unsent: commit none of it.
+                    raise MessagePurged(
+                        "the producer was closed before the transaction's records were "
+                        "delivered; it was not committed"
+                    )
                 ending = manager.ending
                 assert ending is not None
                 if not manager.touched:

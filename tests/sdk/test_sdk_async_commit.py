@@ -4,6 +4,7 @@ gives, and a failed commit fails the transaction begun after it."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 
@@ -13,6 +14,7 @@ from sdk import (
     IllegalStateError,
     KafkaError,
     KafkaTimeoutError,
+    MessagePurged,
     Producer,
     ProducerFenced,
     RecordListTooLarge,
@@ -27,6 +29,7 @@ from tests.support.sdk_support import (
     is_end_txn,
     is_produce,
     once,
+    wait_for,
 )
 
 
@@ -100,6 +103,33 @@ def test_close_waits_for_the_background_commit(service: Coordinator) -> None:
     producer.close()
     assert committed.result(0) is None
     assert service.values("t")[0] == ["lingering"]
+
+
+def test_a_close_that_stops_waiting_for_the_background_commit_commits_nothing(
+    service: Coordinator,
+) -> None:
+    service.create_topic("t")
+    # One request in flight, and a batch a record (30 bytes hold one): the first waits at the gate,
+    # the second in the queue, until close() has given up waiting and purged it.
+    gate = GatedTransport(once(is_produce))
+    producer = transactional(
+        service, transport=gate, batch_size=30, max_in_flight_requests_per_connection=1
+    )
+    producer.begin_transaction()
+    producer.produce("t", "written")
+    producer.produce("t", "purged")
+    committed = producer.commit_transaction_async()
+    assert gate.arrived.wait(10)
+    releaser = threading.Thread(
+        target=lambda: (wait_for(lambda: producer._sender.stopping), gate.release())
+    )
+    releaser.start()
+    producer.close(timeout=0.05)
+    releaser.join()
+    with pytest.raises(MessagePurged):
+        committed.result(10)
+    assert service.values("t")[0] == []
+    assert service.values("t", isolation_level="read_uncommitted")[0] == ["written"]
 
 
 def test_a_record_that_fails_the_background_commit_fails_the_transaction_begun_after_it(
