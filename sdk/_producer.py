@@ -525,8 +525,22 @@ class Producer(Closeable):
         if not self._accumulator.wait_outstanding(deadline):
             raise KafkaTimeoutError("records still undelivered; call again to keep waiting")
         with self._cond:
-            if self._manager.error is not None:
-                raise self._manager.error
+            self._check_delivered()
+
+    def _check_delivered(self) -> None:
+        """Once no record of the transaction is outstanding (under the lock): raise unless every
+        one was delivered, so that a transaction missing a record is never ended as committed."""
+        manager = self._manager
+        if manager.fatal is not None:
+            raise manager.fatal
+        if manager.error is not None:
+            raise manager.error
+        if self._sender.stopping:
+            # close() purged what was unsent.
+            raise MessagePurged(
+                "the producer was closed before the transaction's records were delivered; "
+                "it was not committed"
+            )
 
     def _end_transaction(self, op: Op, deadline: float) -> None:
         """EndTxn: `op` is Op.COMMIT or Op.ABORT (checked by the caller)."""
@@ -604,16 +618,7 @@ class Producer(Closeable):
                 # the transaction, within delivery.timeout.ms (close() purges them).
                 while self._accumulator.holds(generation) and manager.error is None:
                     self._cond.wait()
-                if manager.fatal is not None:
-                    raise manager.fatal
-                if manager.error is not None:
-                    raise manager.error
-                if self._sender.stopping:
-                    # close() gave up waiting and purged what was unsent: commit none of it.
-                    raise MessagePurged(
-                        "the producer was closed before the transaction's records were "
-                        "delivered; it was not committed"
-                    )
+                self._check_delivered()
                 ending = manager.ending
                 assert ending is not None
                 if not manager.touched:
