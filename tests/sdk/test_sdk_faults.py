@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 
 import orjson
 import pytest
@@ -184,10 +185,16 @@ def test_a_commit_whose_answer_was_lost_is_retried_and_answered_by_the_idempoten
     assert_exactly_once_in_order(service, 40)
 
 
-def test_transactions_under_faults_commit_each_record_exactly_once(service: Coordinator) -> None:
+@pytest.mark.parametrize("background", [False, True], ids=["commit", "commit_async"])
+def test_transactions_under_faults_commit_each_record_exactly_once(
+    service: Coordinator, background: bool
+) -> None:
+    """With commit_transaction_async() each transaction fills while the one before commits, its
+    batches held back for the new epoch while the earlier ones are retried under faults."""
     service.create_topic("t", PARTITIONS)
     transport = FaultyTransport(MIXED, seed=5)
     conf = {"coordinator.url": service.url, "transactional.id": "etl-1"}
+    commits: list[Future[None]] = []
     with Producer(conf, transport=transport, **FAST_RETRIES) as producer:
         producer.init_transactions()
         for txn in range(4):
@@ -195,7 +202,11 @@ def test_transactions_under_faults_commit_each_record_exactly_once(service: Coor
             for i in range(txn * 50, txn * 50 + 50):
                 key, value = record(i)
                 producer.produce("t", value, key=key)
-            producer.commit_transaction()
+            if background:
+                commits.append(producer.commit_transaction_async())
+            else:
+                producer.commit_transaction()
+        assert [commit.result(60) for commit in commits] == [None] * len(commits)
     assert_exactly_once_in_order(service, 200)
     assert transport.injected["drop_response"] > 0
 
