@@ -6,11 +6,11 @@ its pom), against any Kafka listener."""
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 from _support import MB
+from reference_broker import java_command
 
 JAVA_CLIENT = Path(__file__).resolve().parents[1] / "tests" / "clients" / "java" / "target"
 PERF_TEST = "org.apache.kafka.tools.ProducerPerformance"
@@ -20,15 +20,13 @@ STEADY = re.compile(r"steady state records sent, ([\d.]+) records/sec")
 
 
 def perf_test_command(*args: str) -> list[str]:
-    java = shutil.which("java")
-    if java is None or not (JAVA_CLIENT / "lib").is_dir():
+    if not (JAVA_CLIENT / "lib").is_dir():
         raise RuntimeError(
             "the Java client is not built: run the README's test command "
             "(mvn -f tests/clients/pom.xml package, with Java 17 and Maven)"
         )
     classpath = f"{JAVA_CLIENT / 'classes'}:{JAVA_CLIENT / 'lib'}/*"
-    quiet = "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn"
-    return [java, quiet, "-cp", classpath, PERF_TEST, *args]
+    return java_command(classpath, PERF_TEST, *args, needed_by="kafka-producer-perf-test")
 
 
 def java_producers(

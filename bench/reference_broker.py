@@ -48,6 +48,18 @@ def kafka_version() -> str:
     return jars[-1].name.removeprefix("kafka_2.13-").removesuffix(".jar")
 
 
+def java_command(
+    classpath: str, main: str, *args: str, needed_by: str, heap: str | None = None
+) -> list[str]:
+    """A JVM running `main` on `classpath`, its logging at warnings."""
+    java = shutil.which("java")
+    if java is None:
+        raise RuntimeError(f"no java on PATH: {needed_by} needs Java 17")
+    heap_option = [f"-Xmx{heap}"] if heap else []
+    quiet = "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn"
+    return [java, *heap_option, quiet, "-cp", classpath, main, *args]
+
+
 class ReferenceBroker:
     def __init__(self, port: int | None = None, **overrides: str) -> None:
         self.port = port or free_port()
@@ -84,19 +96,8 @@ class ReferenceBroker:
         return {"kafka": kafka_version(), "bootstrap": self.bootstrap, "settings": self.settings}
 
     def _java(self, main: str, *args: str) -> list[str]:
-        java = shutil.which("java")
-        if java is None:
-            raise RuntimeError("no java on PATH: the reference broker needs Java 17")
         kafka_version()  # resolved, or a clear error
-        return [
-            java,
-            "-Xmx1g",
-            "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-            "-cp",
-            f"{LIB}/*",
-            main,
-            *args,
-        ]
+        return java_command(f"{LIB}/*", main, *args, heap="1g", needed_by="the reference broker")
 
     def start(self) -> ReferenceBroker:
         config = self.root / "server.properties"
