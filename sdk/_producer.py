@@ -80,6 +80,11 @@ def _headers(headers: Headers | None) -> list[tuple[str, bytes]]:
     return result
 
 
+def _end_body(producer_id: int, epoch: int, commit: bool) -> dict[str, Any]:
+    """EndTxn's request: the transaction's identity, and whether it commits."""
+    return {"producer_id": producer_id, "producer_epoch": epoch, "commit": commit}
+
+
 class Producer(Closeable):
     """Writes records to the coordinator, batched per partition; idempotent by default and
     transactional with `transactional.id`.
@@ -402,8 +407,7 @@ class Producer(Closeable):
         with self._cond:
             self._check(Op.COMMIT_ASYNC)
             manager = self._manager
-            if manager.ending is None:
-                manager.ending = (manager.producer_id, manager.epoch)
+            manager.end_identity()
             manager.pending = self._accumulator.seal_generation()
             manager.enter(Op.COMMIT_ASYNC)
             if self._committer is None:
@@ -552,14 +556,12 @@ class Producer(Closeable):
                 manager.start_epoch(manager.producer_id, manager.epoch)
                 manager.enter(Op.ENDED)
                 return
-            if manager.ending is None:
-                # A retry after a lost answer must carry the epoch the transaction ends with.
-                manager.ending = (manager.producer_id, manager.epoch)
-            pid, epoch = manager.ending
+            pid, epoch = manager.end_identity()
         commit = op is Op.COMMIT
-        body = {"producer_id": pid, "producer_epoch": epoch, "commit": commit}
         try:
-            answer = self._txn_call(op, "POST", self._txn_path("end"), body, deadline)
+            answer = self._txn_call(
+                op, "POST", self._txn_path("end"), _end_body(pid, epoch, commit), deadline
+            )
         except InvalidTxnState:
             if commit:
                 raise
@@ -619,14 +621,12 @@ class Producer(Closeable):
                 while self._accumulator.holds(generation) and manager.error is None:
                     self._cond.wait()
                 self._check_delivered()
-                ending = manager.ending
-                assert ending is not None
+                pid, epoch = manager.end_identity()
                 if not manager.touched:
                     # The coordinator never heard of this transaction: nothing to end there.
-                    self._committed(*ending)
+                    self._committed(pid, epoch)
                     return
-            pid, epoch = ending
-            body = {"producer_id": pid, "producer_epoch": epoch, "commit": True}
+            body = _end_body(pid, epoch, commit=True)
             deadline = self._http.deadline(timeout)
             answer = self._http.call("POST", self._txn_path("end"), body=body, deadline=deadline)
         except KafkaException as exc:

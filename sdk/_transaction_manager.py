@@ -170,6 +170,13 @@ class TransactionManager:
         self.error = None
         self.ending = None
 
+    def end_identity(self) -> tuple[int, int]:
+        """The (producer id, epoch) EndTxn names this transaction by: fixed at its first
+        attempt, so a retry after a lost answer carries the epoch the transaction ends with."""
+        if self.ending is None:
+            self.ending = (self.producer_id, self.epoch)
+        return self.ending
+
     def next_sequence(self, tp: TopicKey, count: int) -> int:
         """The base sequence of `tp`'s next batch of `count` records (-1 when not idempotent)."""
         if not self.idempotent:
