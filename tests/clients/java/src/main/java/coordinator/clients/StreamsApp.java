@@ -33,7 +33,7 @@ import org.apache.kafka.streams.state.KeyValueStore;
  *
  * <p>Usage: StreamsApp BOOTSTRAP APPLICATION_ID STATE_DIR INPUT OUTPUT DELAY_MS [NAME=VALUE...], the
  * settings after the first six added to (or replacing) the app's Streams configs. The app runs until
- * it is killed; SIGTERM closes it cleanly. Each record sleeps DELAY_MS as it is counted, so that a test can
+ * it is killed; SIGTERM closes it cleanly and prints how the close ended. Each record sleeps DELAY_MS as it is counted, so that a test can
  * kill it in the middle of its work. It prints its state changes and each store partition it restored
  * from its changelog (with the number of records), one line of JSON each; an error that kills its
  * stream thread is printed and exits 1.
@@ -121,8 +121,12 @@ public final class StreamsApp {
             Runtime.getRuntime().halt(1);
             return StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
         });
+        // The hook prints how close() ended: the state listener's own NOT_RUNNING line is printed
+        // by Streams' close thread after close() has returned, so the JVM may halt before it.
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
-            streams.close(Duration.ofSeconds(30));
+            boolean done = streams.close(Duration.ofSeconds(30));
+            System.out.println("{\"closed\": " + done + ", \"state\": \"" + streams.state() + "\"}");
+            System.out.flush();
             closed.countDown();
         }));
         streams.start();
