@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -106,7 +106,8 @@ async def scratch_database(server_url: str, prefix: str) -> AsyncIterator[tuple[
 
 class Service(Launched):
     """The service in a child process: `python <launch> --port P <options>` on `database_url`
-    (it migrates the store itself), its output in `workdir/service.log`."""
+    (it migrates the store itself), with `env` over this process's environment, its output in
+    `workdir/service.log`."""
 
     def __init__(
         self,
@@ -114,10 +115,12 @@ class Service(Launched):
         workdir: Path,
         launch: Sequence[str],
         options: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(
             workdir,
             database_url=database_url,
+            env=env,
             command=launch,
             args=options,
             log=workdir / "service.log",
@@ -130,12 +133,16 @@ class Service(Launched):
 
 @asynccontextmanager
 async def serving(
-    database_url: str, workdir_prefix: str, launch: Sequence[str], options: Sequence[str] = ()
+    database_url: str,
+    workdir_prefix: str,
+    launch: Sequence[str],
+    options: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
 ) -> AsyncIterator[Service]:
     """A healthy `Service` in a temporary working directory, stopped on the way out; on failure
     (or Ctrl-C, SIGTERM) the tail of its log goes to stderr first."""
     with tempfile.TemporaryDirectory(prefix=workdir_prefix) as workdir:
-        service = Service(database_url, Path(workdir), launch, options)
+        service = Service(database_url, Path(workdir), launch, options, env)
         try:
             service.spawn()
             await asyncio.to_thread(service.wait_healthy, 90.0)

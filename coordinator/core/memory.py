@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from coordinator.core.errors import CoordinatorNotAvailable
@@ -36,16 +36,28 @@ class RequestMemory:
     @asynccontextmanager
     async def reserve(self, size: int) -> AsyncIterator[None]:
         """Hold `size` bytes of the budget for the block (waiting for them if need be)."""
-        size = max(0, min(size, self.budget))
-        if size == 0:  # a request without a body: nothing to hold, nothing to wait for
-            yield
-            return
-        await self._acquire(size)
+        release = await self.hold(size)
         try:
             yield
         finally:
-            self.used -= size
-            self._grant()
+            release()
+
+    async def hold(self, size: int) -> Callable[[], None]:
+        """Hold `size` bytes of the budget (waiting for them if need be) until the function
+        returned is called; later calls of it do nothing. For a holder that is not a block
+        (a request answered by a task of its own)."""
+        size = max(0, min(size, self.budget))
+        if size == 0:  # a request without a body: nothing to hold, nothing to wait for
+            return _nothing
+        await self._acquire(size)
+        held = [size]
+
+        def release() -> None:
+            if held:
+                self.used -= held.pop()
+                self._grant()
+
+        return release
 
     async def _acquire(self, size: int) -> None:
         if not self._waiting and self.used + size <= self.budget:
@@ -83,6 +95,10 @@ class RequestMemory:
             self._waiting.popleft()
             self.used += size
             granted.set_result(None)
+
+
+def _nothing() -> None:
+    pass
 
 
 # The process's budget, set by `configure` when the app is built (the doors and the domains of

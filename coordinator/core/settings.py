@@ -137,6 +137,11 @@ class Settings(BaseSettings):
     # Connections one client address may hold open, per door and per process (Kafka's
     # max.connections.per.ip); a connection past it is closed at once (HTTP: answered 429 first).
     max_connections_per_ip: int = Field(default=1000, ge=1)
+    # Produce requests of one Kafka connection under way at once, answered in order: the next is
+    # read once the one before is queued for appending, in the order the client sent them
+    # (Kafka's broker takes one request at a time; 1 does the same). Any other request waits for
+    # those under way to be answered.
+    kafka_produce_pipeline: int = Field(default=5, ge=1, le=100)
     # A connection with no traffic this long is closed, through both doors, mid-request too
     # (Kafka's connections.max.idle.ms): stalled connections do not pile up.
     connections_max_idle_ms: int = Field(default=600_000, ge=1)

@@ -36,6 +36,9 @@ class Client:
     closing: asyncio.Event = field(default_factory=asyncio.Event)
     # The process's controller mutation quota, shared with the HTTP door.
     quota: MutationQuota = field(default_factory=lambda: MutationQuota(1e9))
+    # Called by a Produce handler once its batches are queued for appending: what the listener
+    # reads of the connection next can no longer overtake them (see KafkaListener).
+    queued: Callable[[], None] = lambda: None
 
 
 Handler = Callable[[Client, Request], Awaitable[Any]]

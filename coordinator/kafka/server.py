@@ -1,10 +1,13 @@
 """The Kafka protocol listener: an asyncio server beside uvicorn in every service process.
 
-Each connection is served as Kafka's broker serves it: one request at a time, answered in order
-(the broker mutes a connection until its answer is sent, and idempotent producers rely on that
-order). With a tokens file a connection must authenticate with SASL/PLAIN first (user = principal,
-password = token); until then only ApiVersions and the SASL calls are answered. Handlers live by
-domain in `coordinator.kafka.handlers`; they check access, translate and call the domain services.
+Each connection is answered in order, as Kafka's broker answers it (the broker mutes a connection
+until its answer is sent, and idempotent producers rely on that order). Where Kafka takes one
+request at a time, a connection's Produce requests may be under way together
+(COORDINATOR_KAFKA_PRODUCE_PIPELINE), each read once the one before is queued for appending, so
+the group commit sees them in the order they were sent. With a tokens file a connection must
+authenticate with SASL/PLAIN first (user = principal, password = token); until then only
+ApiVersions and the SASL calls are answered. Handlers live by domain in
+`coordinator.kafka.handlers`; they check access, translate and call the domain services.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import contextlib
 import logging
 import socket
 import time
+from collections.abc import Callable
 
 from coordinator.core.auth import Access, Authenticator
 from coordinator.core.database import Database
@@ -117,6 +121,8 @@ class KafkaListener:
         )
         self._per_address[client.client_host] += 1
         idle_s = self.settings.connections_max_idle_ms / 1000
+        # Produce requests under way, oldest first: their answers are written in this order.
+        pipeline: collections.deque[asyncio.Task[bytes | None]] = collections.deque()
         try:
             if self._per_address[client.client_host] > self.settings.max_connections_per_ip:
                 raise BadRequest(
@@ -135,15 +141,30 @@ class KafkaListener:
                 # A connection silent this long, between requests or inside one, is closed
                 # (a deadline on the read, not a task per read as wait_for would make).
                 async with asyncio.timeout(idle_s):
-                    prefix = await reader.readexactly(4)
+                    prefix = await self._next_prefix(reader, writer, pipeline)
                 size = wire.read_frame_size(prefix, limit)
                 # The frame is held until it is answered: reserved from the process's request
                 # memory before it is read (Kafka's queued.max.request.bytes), so concurrent
                 # large requests are read in turn; its bytes wait in the socket meanwhile.
-                async with request_memory().reserve(size):
+                release = await request_memory().hold(size)
+                try:
                     async with asyncio.timeout(idle_s):
                         frame = await reader.readexactly(size)
+                    if self._pipelined(client, frame):
+                        queued = self._start(client, frame, release, pipeline)
+                        release = _nothing  # the request's task holds the memory now
+                        try:
+                            await queued
+                        finally:
+                            client.queued = _nothing
+                        while len(pipeline) >= self.settings.kafka_produce_pipeline:
+                            await self._write_next(writer, pipeline)
+                        continue
+                    while pipeline:  # any other request comes after the answers before it
+                        await self._write_next(writer, pipeline)
                     answer = await self._answer(client, frame)
+                finally:
+                    release()
                 if client.failed_authentication:
                     # Kafka's connection.failed.authentication.delay.ms: the failure is told
                     # late, then the connection closes, so guessing credentials is slow.
@@ -190,6 +211,11 @@ class KafkaListener:
                 "Kafka request from %s failed (%s)", client.client_host, client.last_request
             )
         finally:
+            if pipeline:
+                # Requests under way finish unanswered (their appends stand, as those of a
+                # request whose answer is lost); cancelled if the listener cancels this.
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.gather(*pipeline, return_exceptions=True)
             self._per_address[client.client_host] -= 1
             if not self._per_address[client.client_host]:
                 del self._per_address[client.client_host]
@@ -197,6 +223,73 @@ class KafkaListener:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    def _pipelined(self, client: Client, frame: bytes) -> bool:
+        """A Produce of an authenticated connection, which may be under way beside the ones
+        before it: the group commit keeps the order they were queued in, which is the order
+        they were read in (`_start`)."""
+        if self.settings.kafka_produce_pipeline == 1 or client.access is None or client.raw_sasl:
+            return False
+        api_key, version, _ = wire.peek_header(frame)
+        served = SUPPORTED.get(api_key)
+        return api_key == wire.PRODUCE and served is not None and served[0] <= version <= served[1]
+
+    def _start(
+        self,
+        client: Client,
+        frame: bytes,
+        release: Callable[[], None],
+        pipeline: collections.deque[asyncio.Task[bytes | None]],
+    ) -> asyncio.Future[None]:
+        """Start answering the Produce in `frame` in a task of its own, which holds the
+        request's memory until answered (`release`). The future returned is done once its
+        batches are queued for appending, or it is answered: the next request read from the
+        connection cannot overtake it then."""
+        queued: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def mark(*_: object) -> None:
+            if not queued.done():
+                queued.set_result(None)
+
+        client.queued = mark
+        task = asyncio.create_task(self._answer(client, frame))
+        task.add_done_callback(lambda _: release())  # a task cancelled before it ran too
+        task.add_done_callback(mark)
+        pipeline.append(task)
+        return queued
+
+    async def _next_prefix(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        pipeline: collections.deque[asyncio.Task[bytes | None]],
+    ) -> bytes:
+        """The next frame's size prefix, while the answers of the requests under way are
+        written as they come, in order (the client may wait for them before it sends more)."""
+        if not pipeline:
+            return await reader.readexactly(4)
+        read = asyncio.ensure_future(reader.readexactly(4))
+        try:
+            while True:
+                while pipeline and pipeline[0].done():
+                    await self._write_next(writer, pipeline)
+                if read.done() or not pipeline:
+                    return await read
+                await asyncio.wait((read, pipeline[0]), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            read.cancel()  # only on the way out with an error: a prefix not read stays buffered
+
+    async def _write_next(
+        self, writer: asyncio.StreamWriter, pipeline: collections.deque[asyncio.Task[bytes | None]]
+    ) -> None:
+        """Write the oldest request's answer, once it has one."""
+        answer = await pipeline[0]
+        pipeline.popleft()
+        if writer.is_closing():
+            raise ConnectionResetError("the listener closed the connection")
+        if answer is not None:
+            writer.write(answer)
+            await writer.drain()
 
     async def _answer(self, client: Client, frame: bytes) -> bytes | None:
         if client.raw_sasl:
@@ -218,6 +311,10 @@ class KafkaListener:
         if response is None:  # Produce with acks=0
             return None
         return wire.encode(correlation_id, versions.for_version(api_key, version, response))
+
+
+def _nothing() -> None:
+    pass
 
 
 class _Refusals:

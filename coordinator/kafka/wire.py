@@ -81,6 +81,7 @@ SUPPORTED: Mapping[int, tuple[int, int]] = {
     75: (0, 0),  # DescribeTopicPartitions (KIP-966)
 }
 
+PRODUCE = 0
 API_VERSIONS = 18
 
 _SIZE = struct.Struct(">i")

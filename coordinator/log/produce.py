@@ -28,7 +28,7 @@ import base64
 import binascii
 import weakref
 from collections import deque
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Protocol
@@ -298,17 +298,15 @@ class _GroupCommit:
         self._writing: set[tuple[str, int]] = set()  # the partitions units are writing
         self._writers: set[asyncio.Task[None]] = set()
 
-    async def append(self, batch: Sequence[Append]) -> list[Appended | BaseException]:
+    def submit(self, batch: Sequence[Append]) -> Awaitable[list[Appended | BaseException]]:
+        """Queue `batch` behind every append queued before it, now; the answers when written."""
         answers = [self._loop.create_future() for _ in batch]
         size = sum(len(a.data) for a in batch)
         partitions = frozenset((a.topic, a.partition) for a in batch)
         self._waiting.append(_Request(batch, answers, size, partitions))
         if len(self._writers) < self._in_flight:
             self._writers.add(self._loop.create_task(self._write_waiting()))
-        results: list[Appended | BaseException] = await asyncio.gather(
-            *answers, return_exceptions=True
-        )
-        return results
+        return asyncio.gather(*answers, return_exceptions=True)
 
     async def _write_waiting(self) -> None:
         try:
@@ -452,15 +450,24 @@ def transaction_ended(
             seen.views[key] = replace(view, open_txn_offset=None)
 
 
-async def append_all(
+def submit_all(
     db: Database, settings: Settings, batch: Sequence[Append]
-) -> list[Appended | BaseException]:
-    """Append the checked batches (in one unit of work with whatever else is waiting); each
-    one's answer, or the error it alone failed with, in order."""
+) -> Awaitable[list[Appended | BaseException]]:
+    """Queue the checked batches for appending, now, behind every append queued before them
+    (in one unit of work with whatever else is waiting): awaited, each one's answer, or the
+    error it alone failed with, in order. A caller that must not let a later append overtake
+    this one (the Kafka door, reading a connection's next Produce) goes on once this returns."""
     commits = _group_commits.get(db)
     if commits is None or commits._loop is not asyncio.get_running_loop():
         commits = _group_commits[db] = _GroupCommit(db, settings)
-    return await commits.append(batch)
+    return commits.submit(batch)
+
+
+async def append_all(
+    db: Database, settings: Settings, batch: Sequence[Append]
+) -> list[Appended | BaseException]:
+    """`submit_all`, awaited."""
+    return await submit_all(db, settings, batch)
 
 
 # -- one unit of work ---------------------------------------------------------------------------

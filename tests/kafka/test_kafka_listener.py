@@ -11,6 +11,7 @@ import datetime
 import io
 import json
 import logging
+import random
 import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -25,14 +26,16 @@ from coordinator.app import wire_domains
 from coordinator.cli import main
 from coordinator.core.auth import Authenticator
 from coordinator.core.database import Database
+from coordinator.core.memory import request_memory
 from coordinator.core.settings import Settings
 from coordinator.kafka.handlers import HANDLERS
 from coordinator.kafka.server import KafkaListener
 from coordinator.kafka.wire import SUPPORTED, payload_type
+from coordinator.log import produce
 from coordinator.log import topics as log_topics
 from coordinator.log.schemas import CreateTopic
 from sdk import recordbatch
-from tests.support.kafka_wire import Connection
+from tests.support.kafka_wire import Connection, fetch_request, produce_request
 from tests.support.services import Store, empty_tables, free_port
 
 TOKENS = [
@@ -426,3 +429,103 @@ async def test_a_kafka_id_that_is_not_utf8_closes_the_connection_and_creates_not
     listed = await groups.call(16, 4, states_filter=())
     assert [g.group_id for g in listed.groups] == []
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def _idempotent_producer(connection: Connection) -> tuple[int, int]:
+    init = await connection.call(
+        22,
+        4,
+        transactional_id=None,
+        transaction_timeout=datetime.timedelta(seconds=60),
+        producer_id=-1,
+        producer_epoch=-1,
+    )
+    assert init.error_code == ErrorCode.none
+    return init.producer_id, init.producer_epoch
+
+
+async def test_a_connections_produce_requests_sent_together_are_appended_in_the_order_sent(
+    listener: KafkaListener,
+) -> None:
+    """A producer's requests in flight on one connection (Kafka clients keep up to 5) reach the
+    sequence rules in the order sent, though the first one's check takes longer: an
+    incompressible compressed batch, checked on a worker thread, ahead of small ones that are
+    not."""
+    await log_topics.create_topic(listener.db, CreateTopic(name="piped", partitions=1))
+    connection = await connect(listener)
+    pid, epoch = await _idempotent_producer(connection)
+    noise = random.Random(7).randbytes(24_000)
+    batches = [
+        recordbatch.build(
+            [(0, b"k", noise, [])],
+            compression=recordbatch.COMPRESSION_GZIP,
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=0,
+        )
+    ]
+    assert len(batches[0]) > 16 * 1024  # checked off the event loop
+    batches += [
+        recordbatch.build(
+            [(0, b"k", b"v%d" % i, [])], producer_id=pid, producer_epoch=epoch, base_sequence=i
+        )
+        for i in range(1, 12)
+    ]
+    sent = [await connection.send_request(produce_request("piped", batch)) for batch in batches]
+    answers = [await connection.receive(0, 9, correlation) for correlation in sent]
+    results = [answer.responses[0].partition_responses[0] for answer in answers]
+    assert [(r.error_code, r.base_offset) for r in results] == [
+        (ErrorCode.none, i) for i in range(12)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("listener", "pipelined"),
+    [({}, True), ({"kafka_produce_pipeline": 1}, False)],
+    indirect=["listener"],
+    ids=["pipelined", "one-at-a-time"],
+)
+async def test_produce_requests_under_way_together_hold_their_memory_and_a_fetch_waits_for_them(
+    listener: KafkaListener, pipelined: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the appends held: pipelined, both Produce requests of the connection are read and
+    held in the request memory (one at a time, the first alone), and the Fetch sent after them
+    is answered after them, seeing both; every byte is given back once answered."""
+    await log_topics.create_topic(listener.db, CreateTopic(name="held", partitions=2))
+    writing, gate = asyncio.Event(), asyncio.Event()
+    write = produce._GroupCommit._write
+
+    async def held(commits: Any, group: Any) -> None:
+        writing.set()
+        await gate.wait()
+        await write(commits, group)
+
+    monkeypatch.setattr(produce._GroupCommit, "_write", held)
+    memory = request_memory()
+    before = memory.used
+    connection = await connect(listener)
+    batches = [
+        recordbatch.build([(0, b"k", bytes(5000), [])], producer_id=-1, producer_epoch=-1)
+        for _ in range(2)
+    ]
+    sent = [
+        await connection.send_request(produce_request("held", batch, partition))
+        for partition, batch in enumerate(batches)
+    ]
+    fetched = await connection.send_request(fetch_request("held", (0, 1)))
+    await asyncio.wait_for(writing.wait(), 10)
+    if pipelined:
+        deadline = asyncio.get_running_loop().time() + 10
+        while memory.used - before < 2 * len(batches[0]):
+            assert asyncio.get_running_loop().time() < deadline, memory.used - before
+            await asyncio.sleep(0.01)
+    else:
+        # The second request is not read while the first is under way.
+        assert len(batches[0]) < memory.used - before < 2 * len(batches[0])
+    gate.set()
+    for correlation in sent:
+        answer = await connection.receive(0, 9, correlation)
+        assert answer.responses[0].partition_responses[0].error_code == ErrorCode.none
+    answer = await connection.receive(1, 12, fetched)
+    assert [p.high_watermark for p in answer.responses[0].partitions] == [1, 1]
+    assert memory.used == before

@@ -28,6 +28,11 @@ class Connection:
 
     async def request(self, request: Any) -> Any:
         """Send a kio request entity; its answer, read by the request's key and version."""
+        correlation = await self.send_request(request)
+        return await self.receive(request.__api_key__, request.__version__, correlation)
+
+    async def send_request(self, request: Any) -> int:
+        """Send a kio request entity without waiting for its answer; its correlation id."""
         api_key, version = request.__api_key__, request.__version__
         request_type = type(request)
         self.correlation += 1
@@ -44,24 +49,11 @@ class Connection:
         )
         entity_writer(request_type)(buffer, request)
         await self.send(buffer.getvalue())
-        return await self.receive(api_key, version)
+        return self.correlation
 
     async def produce(self, topic: str, batch: bytes) -> Any:
         """Produce v9 of one batch to partition 0, acks=-1."""
-        module = load_payload_module(0, 9, EntityType.request)
-        return await self.call(
-            0,
-            9,
-            transactional_id=None,
-            acks=-1,
-            timeout=datetime.timedelta(seconds=30),
-            topic_data=(
-                module.TopicProduceData(
-                    name=topic,
-                    partition_data=(module.PartitionProduceData(index=0, records=batch),),
-                ),
-            ),
-        )
+        return await self.request(produce_request(topic, batch))
 
     async def fetch(
         self,
@@ -72,48 +64,24 @@ class Connection:
         current_leader_epoch: int = -1,
     ) -> Any:
         """Fetch v12 from offset 0 of each partition, read_uncommitted, answered at once."""
-        module = load_payload_module(1, 12, EntityType.request)
-        return await self.call(
-            1,
-            12,
-            cluster_id=None,
-            replica_id=-1,
-            max_wait=datetime.timedelta(0),
-            min_bytes=1,
-            max_bytes=max_bytes,
-            isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
-            topics=(
-                module.FetchTopic(
-                    topic=topic,
-                    partitions=tuple(
-                        module.FetchPartition(
-                            partition=p,
-                            current_leader_epoch=current_leader_epoch,
-                            fetch_offset=0,
-                            last_fetched_epoch=-1,
-                            log_start_offset=-1,
-                            partition_max_bytes=1_000_000,
-                        )
-                        for p in partitions
-                    ),
-                ),
-            ),
-            forgotten_topics_data=(),
-            rack_id="",
+        return await self.request(
+            fetch_request(
+                topic, partitions, max_bytes=max_bytes, current_leader_epoch=current_leader_epoch
+            )
         )
 
     async def send(self, frame: bytes) -> None:
         self.writer.write(struct.pack(">i", len(frame)) + frame)
         await self.writer.drain()
 
-    async def receive(self, api_key: int, version: int) -> Any:
+    async def receive(self, api_key: int, version: int, correlation: int | None = None) -> Any:
+        """The next answer on the connection, which must be to `correlation` (by default the
+        last request sent)."""
         (size,) = struct.unpack(">i", await self.reader.readexactly(4))
         frame = await self.reader.readexactly(size)
         response_type = payload_type(api_key, version, EntityType.response)
         header, used = entity_reader(response_type.__header_schema__)(frame, 0)
-        assert header.correlation_id == self.correlation
+        assert header.correlation_id == (self.correlation if correlation is None else correlation)
         body, _ = entity_reader(response_type)(frame, used)
         return body
 
@@ -123,3 +91,59 @@ class Connection:
             return await asyncio.wait_for(self.reader.read(1), 10) == b""
         except ConnectionError:
             return True
+
+
+def produce_request(topic: str, batch: bytes, partition: int = 0) -> Any:
+    """Produce v9 of one batch to `partition`, acks=-1."""
+    module = load_payload_module(0, 9, EntityType.request)
+    request_type = payload_type(0, 9, EntityType.request)
+    return request_type(
+        transactional_id=None,
+        acks=-1,
+        timeout=datetime.timedelta(seconds=30),
+        topic_data=(
+            module.TopicProduceData(
+                name=topic,
+                partition_data=(module.PartitionProduceData(index=partition, records=batch),),
+            ),
+        ),
+    )
+
+
+def fetch_request(
+    topic: str,
+    partitions: tuple[int, ...] = (0,),
+    *,
+    max_bytes: int = 1 << 20,
+    current_leader_epoch: int = -1,
+) -> Any:
+    """Fetch v12 from offset 0 of each partition, read_uncommitted, answered at once."""
+    module = load_payload_module(1, 12, EntityType.request)
+    return payload_type(1, 12, EntityType.request)(
+        cluster_id=None,
+        replica_id=-1,
+        max_wait=datetime.timedelta(0),
+        min_bytes=1,
+        max_bytes=max_bytes,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=(
+            module.FetchTopic(
+                topic=topic,
+                partitions=tuple(
+                    module.FetchPartition(
+                        partition=p,
+                        current_leader_epoch=current_leader_epoch,
+                        fetch_offset=0,
+                        last_fetched_epoch=-1,
+                        log_start_offset=-1,
+                        partition_max_bytes=1_000_000,
+                    )
+                    for p in partitions
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+        rack_id="",
+    )

@@ -63,7 +63,9 @@ async def produce(client: Client, request: Request) -> Any:
             except FAILURES as failure:
                 answers[-1] = failure
     if checked:
-        results = await appending.append_all(client.db, client.settings, [a for _, a in checked])
+        appended = appending.submit_all(client.db, client.settings, [a for _, a in checked])
+        client.queued()
+        results = await appended
         for (position, _), result in zip(checked, results, strict=True):
             answers[position] = result
         _appended.set()
