@@ -158,10 +158,10 @@ class KafkaListener:
                         finally:
                             client.queued = _nothing
                         while len(pipeline) >= self.settings.kafka_produce_pipeline:
-                            await self._write_next(writer, pipeline)
+                            await self._write_answers(writer, pipeline)
                         continue
                     while pipeline:  # any other request comes after the answers before it
-                        await self._write_next(writer, pipeline)
+                        await self._write_answers(writer, pipeline)
                     answer = await self._answer(client, frame)
                 finally:
                     release()
@@ -271,25 +271,34 @@ class KafkaListener:
         read = asyncio.ensure_future(reader.readexactly(4))
         try:
             while True:
-                while pipeline and pipeline[0].done():
-                    await self._write_next(writer, pipeline)
+                if pipeline and pipeline[0].done():
+                    await self._write_answers(writer, pipeline)
                 if read.done() or not pipeline:
                     return await read
                 await asyncio.wait((read, pipeline[0]), return_when=asyncio.FIRST_COMPLETED)
         finally:
             read.cancel()  # only on the way out with an error: a prefix not read stays buffered
 
-    async def _write_next(
+    async def _write_answers(
         self, writer: asyncio.StreamWriter, pipeline: collections.deque[asyncio.Task[bytes | None]]
     ) -> None:
-        """Write the oldest request's answer, once it has one."""
-        answer = await pipeline[0]
-        pipeline.popleft()
-        if writer.is_closing():
-            raise ConnectionResetError("the listener closed the connection")
-        if answer is not None:
-            writer.write(answer)
+        """Write the answers of the oldest requests under way, in order and in one write: the
+        oldest's once it has one, and those of the requests after it that have theirs (the
+        requests of one group commit are answered together). A request that failed ends the
+        connection once the answers before it are written, as it would alone."""
+        await asyncio.wait((pipeline[0],))
+        answers = []
+        while pipeline and pipeline[0].done() and pipeline[0].exception() is None:
+            answer = pipeline.popleft().result()
+            if answer is not None:
+                answers.append(answer)
+        if answers:
+            if writer.is_closing():
+                raise ConnectionResetError("the listener closed the connection")
+            writer.write(b"".join(answers))
             await writer.drain()
+        if pipeline and pipeline[0].done():
+            pipeline[0].result()  # raises its error
 
     async def _answer(self, client: Client, frame: bytes) -> bytes | None:
         if client.raw_sasl:

@@ -529,3 +529,35 @@ async def test_produce_requests_under_way_together_hold_their_memory_and_a_fetch
     answer = await connection.receive(1, 12, fetched)
     assert [p.high_watermark for p in answer.responses[0].partitions] == [1, 1]
     assert memory.used == before
+
+
+async def test_a_malformed_request_behind_a_produce_under_way_closes_after_its_answer(
+    listener: KafkaListener, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The produce before it is answered and stands; the malformed one closes the connection,
+    as it would alone, and nothing is logged as a failure."""
+    await log_topics.create_topic(listener.db, CreateTopic(name="then-garbage", partitions=1))
+    writing, gate = asyncio.Event(), asyncio.Event()
+    write = produce._GroupCommit._write
+
+    async def held(commits: Any, group: Any) -> None:
+        writing.set()
+        await gate.wait()
+        await write(commits, group)
+
+    monkeypatch.setattr(produce._GroupCommit, "_write", held)
+    connection = await connect(listener)
+    batch = recordbatch.build([(0, b"k", b"v", [])], producer_id=-1, producer_epoch=-1)
+    sent = await connection.send_request(produce_request("then-garbage", batch))
+    await asyncio.wait_for(writing.wait(), 10)
+    # A Produce v9 header and then nothing of its body.
+    await connection.send(struct.pack(">hhih", 0, 9, sent + 1, 4) + b"test" + b"\0")
+    gate.set()
+    answer = await connection.receive(0, 9, sent)
+    assert answer.responses[0].partition_responses[0].error_code == ErrorCode.none
+    assert await connection.closed()
+    described = await log_topics.describe_topic(listener.db, "then-garbage")
+    assert described.partitions[0].high_watermark == 1
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert "malformed" in warning.getMessage()
