@@ -431,6 +431,21 @@ async def test_a_kafka_id_that_is_not_utf8_closes_the_connection_and_creates_not
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
+def _hold_appends(monkeypatch: pytest.MonkeyPatch) -> tuple[asyncio.Event, asyncio.Event]:
+    """Appends wait at a gate: the first event is set once a group is being written, the
+    second opens the gate."""
+    writing, gate = asyncio.Event(), asyncio.Event()
+    write = produce._GroupCommit._write
+
+    async def held(commits: Any, group: Any) -> None:
+        writing.set()
+        await gate.wait()
+        await write(commits, group)
+
+    monkeypatch.setattr(produce._GroupCommit, "_write", held)
+    return writing, gate
+
+
 async def _idempotent_producer(connection: Connection) -> tuple[int, int]:
     init = await connection.call(
         22,
@@ -492,15 +507,7 @@ async def test_produce_requests_under_way_together_hold_their_memory_and_a_fetch
     held in the request memory (one at a time, the first alone), and the Fetch sent after them
     is answered after them, seeing both; every byte is given back once answered."""
     await log_topics.create_topic(listener.db, CreateTopic(name="held", partitions=2))
-    writing, gate = asyncio.Event(), asyncio.Event()
-    write = produce._GroupCommit._write
-
-    async def held(commits: Any, group: Any) -> None:
-        writing.set()
-        await gate.wait()
-        await write(commits, group)
-
-    monkeypatch.setattr(produce._GroupCommit, "_write", held)
+    writing, gate = _hold_appends(monkeypatch)
     memory = request_memory()
     before = memory.used
     connection = await connect(listener)
@@ -537,15 +544,7 @@ async def test_a_malformed_request_behind_a_produce_under_way_closes_after_its_a
     """The produce before it is answered and stands; the malformed one closes the connection,
     as it would alone, and nothing is logged as a failure."""
     await log_topics.create_topic(listener.db, CreateTopic(name="then-garbage", partitions=1))
-    writing, gate = asyncio.Event(), asyncio.Event()
-    write = produce._GroupCommit._write
-
-    async def held(commits: Any, group: Any) -> None:
-        writing.set()
-        await gate.wait()
-        await write(commits, group)
-
-    monkeypatch.setattr(produce._GroupCommit, "_write", held)
+    writing, gate = _hold_appends(monkeypatch)
     connection = await connect(listener)
     batch = recordbatch.build([(0, b"k", b"v", [])], producer_id=-1, producer_epoch=-1)
     sent = await connection.send_request(produce_request("then-garbage", batch))

@@ -23,6 +23,7 @@ from coordinator.kafka.server import KafkaListener
 from sdk import recordbatch
 from tests.kafka.test_kafka_listener import Connection
 from tests.service.test_auth import TOKENS  # the same principals as the HTTP matrix
+from tests.support.kafka_wire import fetch_request
 from tests.support.services import free_port
 
 PRINCIPALS = ("producer", "consumer", "nothing")
@@ -91,36 +92,7 @@ def produce(topic: str, transactional_id: str | None = None) -> KafkaCall:
 
 def fetch(topic: str) -> KafkaCall:
     async def call(c: Connection, w: World) -> ErrorCode:
-        m = _module(1, 12)
-        answer = await c.call(
-            1,
-            12,
-            cluster_id=None,
-            replica_id=-1,
-            max_wait=datetime.timedelta(0),
-            min_bytes=0,
-            max_bytes=1 << 20,
-            isolation_level=1,
-            session_id=0,
-            session_epoch=-1,
-            topics=(
-                m.FetchTopic(
-                    topic=topic,
-                    partitions=(
-                        m.FetchPartition(
-                            partition=0,
-                            current_leader_epoch=-1,
-                            fetch_offset=0,
-                            last_fetched_epoch=-1,
-                            log_start_offset=-1,
-                            partition_max_bytes=1 << 20,
-                        ),
-                    ),
-                ),
-            ),
-            forgotten_topics_data=(),
-            rack_id="",
-        )
+        answer = await c.request(fetch_request(topic, isolation_level=1))
         code: ErrorCode = answer.responses[0].partitions[0].error_code
         return code
 

@@ -116,8 +116,10 @@ def fetch_request(
     *,
     max_bytes: int = 1 << 20,
     current_leader_epoch: int = -1,
+    isolation_level: int = 0,
 ) -> Any:
-    """Fetch v12 from offset 0 of each partition, read_uncommitted, answered at once."""
+    """Fetch v12 from offset 0 of each partition, read_uncommitted (`isolation_level` 0) or
+    read_committed (1), answered at once."""
     module = load_payload_module(1, 12, EntityType.request)
     return payload_type(1, 12, EntityType.request)(
         cluster_id=None,
@@ -125,7 +127,7 @@ def fetch_request(
         max_wait=datetime.timedelta(0),
         min_bytes=1,
         max_bytes=max_bytes,
-        isolation_level=0,
+        isolation_level=isolation_level,
         session_id=0,
         session_epoch=-1,
         topics=(
