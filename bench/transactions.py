@@ -13,7 +13,7 @@ share the machine's cores):
    p50/p99 per call type.
 2. baseline: the same N clients, one request in flight each, call `POST /bench/update` for the
    same time. That route lives in the same app (built by `coordinator.app.create_app`, then
-   this one route added: same FastAPI, middleware, engine, pool and `Database.write()` unit of
+   this one route added: same FastAPI, middleware, engine, pool and `Store.write()` unit of
    work) and runs one single-row `UPDATE bench_counter SET n = n + 1 WHERE id = :id RETURNING n`
    (one row per client, so there is no hot row). `rpc_ratio` = coordinator calls/s over baseline
    requests/s. Goal: >= 0.7.
@@ -126,7 +126,7 @@ class BenchUpdate(RequestModel):
 
 def build_app(database_url: str) -> Any:
     """`create_app` as `coordinator serve` builds it, plus `POST /bench/update`: one single-row
-    UPDATE in the app's own unit of work (`Database.write()`)."""
+    UPDATE in the app's own unit of work (`Store.write()`)."""
     statement = text(f"UPDATE {COUNTER_TABLE} SET n = n + 1 WHERE id = :id RETURNING n")
     app = create_app(Settings(database_url=database_url))
 

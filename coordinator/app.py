@@ -18,14 +18,12 @@ from coordinator.admin.metrics import router as metrics_router
 from coordinator.admin.routes import router as admin_router
 from coordinator.core import memory
 from coordinator.core.auth import Authenticator
-from coordinator.core.database import Database
 from coordinator.core.errors import install_error_handlers
 from coordinator.core.health import router as health_router
 from coordinator.core.limits import BodySizeLimit
 from coordinator.core.metrics import MetricsMiddleware
 from coordinator.core.openapi import install_openapi
 from coordinator.core.quotas import MutationQuota
-from coordinator.core.replicas import watch_replicas
 from coordinator.core.settings import Settings, get_settings
 from coordinator.deletion import router as deletion_router
 from coordinator.effects.routes import router as effects_router
@@ -38,6 +36,8 @@ from coordinator.log import produce
 from coordinator.log.cleaner import run_cleaner
 from coordinator.log.hot_routes import hot_routes
 from coordinator.log.routes import router as log_router
+from coordinator.store.engines import open_store
+from coordinator.store.postgres.replicas import watch_replicas
 from coordinator.transactions.joining import GroupJoins
 from coordinator.transactions.offsets import pending_offset
 from coordinator.transactions.routes import producers_router
@@ -66,7 +66,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if level:  # a worker of `serve --workers N --log-level ...`
         logging.getLogger("coordinator").setLevel(level.upper())
     # Built here, not in the lifespan, so in-process test clients (which skip it) work too.
-    db = Database(settings)
+    db = open_store(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

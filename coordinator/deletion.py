@@ -11,7 +11,6 @@ from starlette.responses import Response
 
 from coordinator.core.auth import AccessDep
 from coordinator.core.clock import now_ms
-from coordinator.core.database import Database
 from coordinator.core.dependencies import DB
 from coordinator.core.responses import json_response
 from coordinator.groups.models import GroupOffset
@@ -20,6 +19,7 @@ from coordinator.log.markers import lock_partitions
 from coordinator.log.models import Batch, Partition, ProducerState, Topic
 from coordinator.log.routes import TopicPath
 from coordinator.log.schemas import DeletedTopic
+from coordinator.store import Store
 from coordinator.transactions.errors import ConcurrentTransactions
 from coordinator.transactions.models import TransactionOffset
 from coordinator.transactions.service import (
@@ -37,7 +37,7 @@ class _TransactionJoined(Exception):
     """A transaction took a partition of the topic being deleted before its locks were held."""
 
 
-async def delete_topic(db: Database, name: str) -> DeletedTopic:
+async def delete_topic(db: Store, name: str) -> DeletedTopic:
     """Delete a topic with its partitions, records, producer state and group offsets, in one
     step; an open transaction including one of its partitions is aborted first, in the same
     step, and its producer fenced (the operator's abort). Pending transactional offsets of the

@@ -1,8 +1,8 @@
 """Every table, imported in one place so `Base.metadata` is complete (for Alembic and tests)."""
 
-from coordinator.core.database import Base
 from coordinator.core.quotas import ClientQuota
 from coordinator.core.scram import ScramCredential
+from coordinator.core.tables import Base
 from coordinator.effects.models import Effect
 from coordinator.groups.models import (
     ConsumerGroup,

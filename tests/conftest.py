@@ -21,7 +21,7 @@ from coordinator.core.migrate import upgrade_to_head
 from coordinator.core.settings import Settings
 from tests.support.sdk_support import Coordinator, LiveService
 from tests.support.services import (
-    Store,
+    Backend,
     create_postgres_database,
     drop_postgres_database,
     empty_tables,
@@ -56,50 +56,50 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 BACKENDS = ["sqlite", "postgres"]
 
 
-def _sqlite(tmp_path_factory: pytest.TempPathFactory, name: str) -> Store:
+def _sqlite(tmp_path_factory: pytest.TempPathFactory, name: str) -> Backend:
     path = tmp_path_factory.mktemp(name) / "coordinator.db"
     url = f"sqlite:///{path}"
     upgrade_to_head(Settings(database_url=url).database_url)
-    return Store("sqlite", url)
+    return Backend("sqlite", url)
 
 
 @contextmanager
-def _postgres() -> Iterator[Store]:
+def _postgres() -> Iterator[Backend]:
     url = create_postgres_database()
     try:
         upgrade_to_head(Settings(database_url=url).database_url)
-        yield Store("postgres", url)
+        yield Backend("postgres", url)
     finally:
         drop_postgres_database(url)
 
 
 @pytest.fixture(scope="session")
-def sqlite_store(tmp_path_factory: pytest.TempPathFactory) -> Store:
+def sqlite_store(tmp_path_factory: pytest.TempPathFactory) -> Backend:
     return _sqlite(tmp_path_factory, "sqlite")
 
 
 @pytest.fixture(scope="session")
-def postgres_store() -> Iterator[Store]:
+def postgres_store() -> Iterator[Backend]:
     with _postgres() as store:
         yield store
 
 
 @pytest.fixture(scope="session")
-def sqlite_service_store(tmp_path_factory: pytest.TempPathFactory) -> Store:
+def sqlite_service_store(tmp_path_factory: pytest.TempPathFactory) -> Backend:
     """The store of the live services (see the module's docstring)."""
     return _sqlite(tmp_path_factory, "sqlite-service")
 
 
 @pytest.fixture(scope="session")
-def postgres_service_store() -> Iterator[Store]:
+def postgres_service_store() -> Iterator[Backend]:
     """The store of the live services (see the module's docstring)."""
     with _postgres() as store:
         yield store
 
 
 @pytest.fixture(params=BACKENDS)
-def store(request: pytest.FixtureRequest) -> Store:
-    result: Store = request.getfixturevalue(f"{request.param}_store")
+def store(request: pytest.FixtureRequest) -> Backend:
+    result: Backend = request.getfixturevalue(f"{request.param}_store")
     return result
 
 
@@ -110,7 +110,7 @@ def settings_overrides() -> dict[str, Any]:
 
 
 @pytest.fixture
-async def app(store: Store, settings_overrides: dict[str, Any]) -> AsyncIterator[Any]:
+async def app(store: Backend, settings_overrides: dict[str, Any]) -> AsyncIterator[Any]:
     application = create_app(make_settings(store, **settings_overrides))
     try:
         await empty_tables(application.state.db)
@@ -135,21 +135,21 @@ def workdir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def sqlite_live(sqlite_service_store: Store) -> Iterator[LiveService]:
+def sqlite_live(sqlite_service_store: Backend) -> Iterator[LiveService]:
     live = LiveService(sqlite_service_store).start()
     yield live
     live.stop()
 
 
 @pytest.fixture(scope="session")
-def postgres_live(postgres_service_store: Store) -> Iterator[LiveService]:
+def postgres_live(postgres_service_store: Backend) -> Iterator[LiveService]:
     live = LiveService(postgres_service_store).start()
     yield live
     live.stop()
 
 
 @pytest.fixture
-def service(store: Store, request: pytest.FixtureRequest) -> Iterator[Coordinator]:
+def service(store: Backend, request: pytest.FixtureRequest) -> Iterator[Coordinator]:
     """The running service on this test's store, with empty tables."""
     live: LiveService = request.getfixturevalue(f"{store.backend}_live")
     live.empty()

@@ -1,10 +1,12 @@
 """The house's dependencies: every module imports alone, and imports run one way.
 
-Layers, lowest first: core; producer ids; the log (and side effects, beside it); groups;
-transactions; what spans the domains; the doors (the Kafka listener, the admin calls and pages);
-the app that composes them. A module may import its own layer and those below it, never one
-above: what a lower domain needs from above it declares as an interface, and the app gives it
-(`coordinator.app.wire_domains`). Each domain's HTTP routes belong to its domain.
+Layers, lowest first: core, with the store's protocol (`coordinator.store`); producer ids; the log
+(and side effects, beside it); groups; transactions; what spans the domains, and the store's
+engines, which run the domains' rules and statements on each database; the doors (the Kafka
+listener, the admin calls and pages); the app that composes them. A module may import its own
+layer and those below it, never one above: what a lower domain needs from above it declares as
+an interface, and the app gives it (`coordinator.app.wire_domains`). Each domain's HTTP routes
+belong to its domain.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: dict[str, int] = {
     "coordinator": 0,  # the package itself: its version only
     "coordinator.core": 0,
+    "coordinator.store": 0,  # the protocol the domains hold, and SQL both engines share
+    "coordinator.store.postgres": 5,
+    "coordinator.store.sqlite": 5,
+    "coordinator.store.engines": 5,
     "coordinator.producers": 1,
     "coordinator.log": 2,
     "coordinator.effects": 2,
@@ -45,7 +51,7 @@ NAMES = {
     2: "the log",
     3: "groups",
     4: "transactions",
-    5: "across the domains",
+    5: "across the domains, the store's engines",
     6: "the doors",
     7: "the app",
     8: "the command line",

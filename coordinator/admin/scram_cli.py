@@ -55,14 +55,14 @@ def add_scram_parser(commands: Any) -> None:
 
 
 def _database(args: argparse.Namespace) -> Any:
-    from coordinator.core.database import Database
     from coordinator.core.migrate import upgrade_to_head
+    from coordinator.store.engines import open_store
 
     settings = (
         load_settings(database_url=args.database_url) if args.database_url else load_settings()
     )
     upgrade_to_head(settings.database_url)
-    return Database(settings)
+    return open_store(settings)
 
 
 async def _with_db(args: argparse.Namespace, work: Any) -> Any:

@@ -16,13 +16,13 @@ from coordinator.admin.schemas import (
     TopicLag,
 )
 from coordinator.core.clock import now_ms, rfc3339
-from coordinator.core.database import Database
 from coordinator.core.settings import Settings
 from coordinator.effects.service import counts as effect_counts
 from coordinator.effects.service import lapsed_claims
 from coordinator.log import configs
 from coordinator.log.bounds import all_bounds, bytes_kept
 from coordinator.log.models import CONTROL_COMMIT, Batch, Topic
+from coordinator.store import Store
 from coordinator.transactions.models import Transaction
 from coordinator.transactions.states import State
 
@@ -60,7 +60,7 @@ def transaction_ends_query(since_ms: int) -> Select[Any]:
     )
 
 
-async def stats(db: Database, settings: Settings, minutes: int) -> Stats:
+async def stats(db: Store, settings: Settings, minutes: int) -> Stats:
     """Transactions by state, commits and aborts in each of the last `minutes` minutes (the
     current one last, empty minutes included), every partition's LSO lag, and side-effect keys
     by state."""

@@ -7,13 +7,13 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from coordinator.core.database import Database
 from coordinator.core.quotas import MutationQuota
 from coordinator.core.settings import Settings
+from coordinator.store import Store
 
 
-async def get_db(request: Request) -> Database:
-    db: Database = request.app.state.db
+async def get_db(request: Request) -> Store:
+    db: Store = request.app.state.db
     return db
 
 
@@ -22,7 +22,7 @@ async def get_app_settings(request: Request) -> Settings:
     return settings
 
 
-DB = Annotated[Database, Depends(get_db)]
+DB = Annotated[Store, Depends(get_db)]
 AppSettings = Annotated[Settings, Depends(get_app_settings)]
 
 

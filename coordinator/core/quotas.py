@@ -26,8 +26,9 @@ from typing import ClassVar
 from sqlalchemy import Float, String, delete, or_, select
 from sqlalchemy.orm import Mapped, mapped_column
 
-from coordinator.core.database import Base, Database
 from coordinator.core.errors import CoordinatorError, InvalidRequest
+from coordinator.core.tables import Base
+from coordinator.store import Store
 
 # The bucket holds this many seconds of the rate (Kafka's quota window: 11 samples of 1 s).
 _BURST_S = 10
@@ -47,7 +48,7 @@ class MutationQuota:
         self._buckets: dict[str, tuple[float, float]] = {}  # principal: (tokens, at)
         self._lock = threading.Lock()
 
-    async def admit(self, db: Database, principal: str, partitions: int) -> None:
+    async def admit(self, db: Store, principal: str, partitions: int) -> None:
         """Take `partitions` from the principal's bucket, at the principal's rate (`rate_of`),
         or raise `ThrottlingQuotaExceeded` (with `throttle_time_ms`) while it is empty."""
         stored = await rate_of(db, principal)
@@ -102,7 +103,7 @@ class StoredQuota:
     value: float
 
 
-async def rate_of(db: Database, principal: str) -> float | None:
+async def rate_of(db: Store, principal: str) -> float | None:
     """The principal's stored mutation rate, else the default user's, else None (the
     setting's). With auth off every caller is "" (`Access.name`), so the default user."""
     async with db.read() as session:
@@ -119,7 +120,7 @@ async def rate_of(db: Database, principal: str) -> float | None:
     return rows.get(principal, rows.get(_DEFAULT))
 
 
-async def stored_quotas(db: Database) -> list[StoredQuota]:
+async def stored_quotas(db: Store) -> list[StoredQuota]:
     async with db.read() as session:
         rows = await session.execute(
             select(ClientQuota.user_name, ClientQuota.quota_key, ClientQuota.value).order_by(
@@ -149,7 +150,7 @@ def _check_changes(changes: Mapping[str, float | None]) -> None:
 
 
 async def alter_quotas(
-    db: Database, user: str | None, changes: Mapping[str, float | None], *, validate_only: bool
+    db: Store, user: str | None, changes: Mapping[str, float | None], *, validate_only: bool
 ) -> None:
     """Set or remove (None) a user's quotas (`user` None: the default user's), all or none."""
     if user == _DEFAULT:

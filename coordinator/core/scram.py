@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from sqlalchemy import Integer, LargeBinary, String, delete, select
 from sqlalchemy.orm import Mapped, mapped_column
 
-from coordinator.core.database import Base, Database
+from coordinator.core.tables import Base
+from coordinator.store import Store
 
 MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 _HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
@@ -58,7 +59,7 @@ def _check(mechanism: str, iterations: int) -> None:
 
 
 async def set_credential(
-    db: Database, principal: str, mechanism: str, password: str, iterations: int
+    db: Store, principal: str, mechanism: str, password: str, iterations: int
 ) -> None:
     """Store (or replace) the principal's credential for `mechanism`, salted anew."""
     _check(mechanism, iterations)
@@ -70,7 +71,7 @@ async def set_credential(
 
 
 async def set_salted(
-    db: Database,
+    db: Store,
     principal: str,
     mechanism: str,
     salt: bytes,
@@ -87,7 +88,7 @@ async def set_salted(
 
 
 async def _store(
-    db: Database,
+    db: Store,
     principal: str,
     mechanism: str,
     salt: bytes,
@@ -113,7 +114,7 @@ async def _store(
         )
 
 
-async def delete_credential(db: Database, principal: str, mechanism: str) -> bool:
+async def delete_credential(db: Store, principal: str, mechanism: str) -> bool:
     async with db.write() as session:
         deleted = await session.execute(
             delete(ScramCredential)
@@ -123,7 +124,7 @@ async def delete_credential(db: Database, principal: str, mechanism: str) -> boo
         return deleted.first() is not None
 
 
-async def list_credentials(db: Database) -> list[Listed]:
+async def list_credentials(db: Store) -> list[Listed]:
     async with db.read() as session:
         rows = await session.execute(
             select(
@@ -134,7 +135,7 @@ async def list_credentials(db: Database) -> list[Listed]:
 
 
 async def lookup(
-    db: Database, principal: str, mechanism: str
+    db: Store, principal: str, mechanism: str
 ) -> tuple[bytes, bytes, bytes, int] | None:
     """scramp's auth info (salt, StoredKey, ServerKey, iterations), or None."""
     async with db.read() as session:

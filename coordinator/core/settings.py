@@ -227,10 +227,6 @@ class Settings(BaseSettings):
             context.verify_mode = ssl.CERT_REQUIRED
         return context
 
-    @property
-    def is_sqlite(self) -> bool:
-        return self.database_url.startswith("sqlite")
-
 
 def load_settings(**values: object) -> Settings:
     """`Settings(**values)` over the environment, a bad value raised as `ConfigurationError`

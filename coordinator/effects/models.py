@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import BigInteger, Index, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from coordinator.core.database import Base
+from coordinator.core.tables import Base
 
 # `Effect.state`: held by an owner until its lease ends; completed with a result; or released
 # (free: kept only so the key's fencing tokens keep rising, answered as unknown).

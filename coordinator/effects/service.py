@@ -19,17 +19,16 @@ from typing import Any
 
 import orjson
 from sqlalchemy import delete, func, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from coordinator.core.clock import now_ms, rfc3339
-from coordinator.core.database import Database
 from coordinator.core.errors import InvalidRequest
 from coordinator.core.metrics import record_effect
 from coordinator.core.schemas import INT64_MAX
 from coordinator.effects.errors import EffectClaimed, EffectNotFound, FencedClaim
 from coordinator.effects.models import CLAIMED, DONE, FREE, Effect
 from coordinator.effects.schemas import EffectDescription
+from coordinator.store import Store, store_of
 
 # Rows removed per unit of work by the expiry sweep.
 EXPIRY_BATCH = 1000
@@ -51,22 +50,15 @@ async def _insert_first_claim(
     session: AsyncSession, key: str, owner: str, lease_ms: int, now: int
 ) -> bool:
     """The key's first claim, unless a row exists (then nothing happens): True if inserted."""
-    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
-    statement = (
-        dialect.insert(Effect)
-        .values(
-            key=key,
-            state=CLAIMED,
-            owner=owner,
-            fencing_token=now,
-            lease_expires_ms=now + lease_ms,
-            updated_ms=now,
-        )
-        .on_conflict_do_nothing(index_elements=["key"])
-        .execution_options(preserve_rowcount=True)
-    )
-    result = await session.execute(statement)
-    return getattr(result, "rowcount", 0) == 1
+    claim = {
+        "key": key,
+        "state": CLAIMED,
+        "owner": owner,
+        "fencing_token": now,
+        "lease_expires_ms": now + lease_ms,
+        "updated_ms": now,
+    }
+    return await store_of(session).insert_ignore(session, Effect, [claim], ["key"]) == 1
 
 
 async def _lock(session: AsyncSession, key: str) -> Effect | None:
@@ -75,7 +67,7 @@ async def _lock(session: AsyncSession, key: str) -> Effect | None:
     ).scalar_one_or_none()
 
 
-async def claim(db: Database, key: str, owner: str, lease_ms: int) -> dict[str, Any]:
+async def claim(db: Store, key: str, owner: str, lease_ms: int) -> dict[str, Any]:
     """Give `key` to `owner` for `lease_ms`: `claimed` with a fencing token when nobody holds
     it (or the last lease ran out, or `owner` itself holds it: its lease is renewed, with the
     same token, so a claim retried after a lost answer is harmless); `done` with the stored
@@ -137,7 +129,7 @@ async def _require(session: AsyncSession, key: str) -> Effect:
     return effect
 
 
-async def complete(db: Database, key: str, token: int, result: Any) -> dict[str, Any]:
+async def complete(db: Store, key: str, token: int, result: Any) -> dict[str, Any]:
     """Store the result under the current claim; the key is done. Repeating it with the same
     token answers the stored result again (the first result stays)."""
     text = _encode(result)
@@ -158,7 +150,7 @@ async def complete(db: Database, key: str, token: int, result: Any) -> dict[str,
         return _done(effect)
 
 
-async def release(db: Database, key: str, token: int) -> dict[str, Any]:
+async def release(db: Store, key: str, token: int) -> dict[str, Any]:
     """Free the key held under `token` (the effect failed; it may be tried anew). A completed
     key cannot be released; releasing again is harmless."""
     async with db.write() as session:
@@ -176,7 +168,7 @@ async def release(db: Database, key: str, token: int) -> dict[str, Any]:
     return {"key": key, "state": FREE}
 
 
-async def describe(db: Database, key: str) -> EffectDescription:
+async def describe(db: Store, key: str) -> EffectDescription:
     async with db.read() as session:
         effect = (await session.execute(select(Effect).where(Effect.key == key))).scalar()
     if effect is None or effect.state == FREE:
@@ -192,7 +184,7 @@ async def describe(db: Database, key: str) -> EffectDescription:
     )
 
 
-async def expire(db: Database, retention_ms: int, now: int | None = None) -> int:
+async def expire(db: Store, retention_ms: int, now: int | None = None) -> int:
     """Remove keys completed more than `retention_ms` ago, and released or abandoned ones (a
     lease that ran out) untouched for as long. Claims rows with SKIP LOCKED, a batch per unit
     of work, so several processes share the sweep and never wait on a key in use."""

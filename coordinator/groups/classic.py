@@ -38,7 +38,6 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from coordinator.core.clock import now_ms
-from coordinator.core.database import Database
 from coordinator.core.errors import CoordinatorError
 from coordinator.core.metrics import record_limit_refusal, record_rebalance
 from coordinator.core.settings import Settings
@@ -63,6 +62,7 @@ from coordinator.groups.membership import (
 )
 from coordinator.groups.models import CLASSIC, CONSUMER_PROTOCOL, ConsumerGroup, GroupMember
 from coordinator.groups.schemas import JOIN_EPOCH
+from coordinator.store import Store
 
 log = logging.getLogger("coordinator.groups")
 
@@ -654,7 +654,7 @@ def _check_session_timeout(settings: Settings, session_timeout_ms: int) -> None:
 
 
 async def _locked_step(
-    db: Database,
+    db: Store,
     settings: Settings,
     group_id: str,
     step: Callable[[_Locked], T],
@@ -698,7 +698,7 @@ async def _locked_step(
     return result  # type: ignore[return-value]
 
 
-async def _look(db: Database, group_id: str) -> tuple[ConsumerGroup | None, list[GroupMember]]:
+async def _look(db: Store, group_id: str) -> tuple[ConsumerGroup | None, list[GroupMember]]:
     """The group and its members as stored now, for a parked request (no lock): one statement,
     so one snapshot. (Read apart, on Postgres each read sees the commits before it: a group a
     generation ahead of its members, and a parked JoinGroup answered REBALANCE_IN_PROGRESS,
@@ -732,7 +732,7 @@ def _gone(
 
 
 async def _park(
-    db: Database,
+    db: Store,
     settings: Settings,
     group_id: str,
     member_id: str,
@@ -761,7 +761,7 @@ async def _park(
             _wakeups.unregister(group_id, waiter)
 
 
-async def join(db: Database, settings: Settings, request: JoinRequest) -> JoinAnswer:
+async def join(db: Store, settings: Settings, request: JoinRequest) -> JoinAnswer:
     """A JoinGroup: the member's answer once the join phase it takes part in completes (or at
     once where Kafka answers at once). NotClassic for a consumer group that has members."""
     _check_session_timeout(settings, request.session_timeout_ms)
@@ -798,7 +798,7 @@ async def join(db: Database, settings: Settings, request: JoinRequest) -> JoinAn
 
 
 async def sync(
-    db: Database,
+    db: Store,
     settings: Settings,
     group_id: str,
     member_id: str,
@@ -882,7 +882,7 @@ def _check_generation(group: ConsumerGroup, generation: int) -> None:
 
 
 async def heartbeat(
-    db: Database,
+    db: Store,
     settings: Settings,
     group_id: str,
     member_id: str,
@@ -909,7 +909,7 @@ async def heartbeat(
 
 
 async def leave(
-    db: Database, settings: Settings, group_id: str, leaving: list[tuple[str, str | None]]
+    db: Store, settings: Settings, group_id: str, leaving: list[tuple[str, str | None]]
 ) -> list[CoordinatorError | None]:
     """A LeaveGroup: each (member id, group instance id) leaves; an empty member id with an
     instance id removes that static member (an operator's removal). One answer per member."""
@@ -941,7 +941,7 @@ async def leave(
     return await _locked_step(db, settings, group_id, step)
 
 
-async def sweep(db: Database, settings: Settings) -> list[str]:
+async def sweep(db: Store, settings: Settings) -> list[str]:
     """The sweeper's part: classic groups a member's session or a phase's deadline is due in,
     each claimed by `membership.claim_due` and ticked. Returns the groups that moved."""
     ticked: list[str] = []

@@ -15,7 +15,6 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from coordinator.core.database import Database
 from coordinator.core.settings import Settings
 from coordinator.groups import membership
 from coordinator.groups.classic import JoinRequest
@@ -28,6 +27,7 @@ from coordinator.groups.errors import (
 )
 from coordinator.groups.models import CLASSIC
 from coordinator.groups.schemas import JOIN_EPOCH, LEAVE_EPOCH, HeartbeatRequest, HeartbeatResponse
+from coordinator.store import Store
 
 # A heartbeat of a member the group no longer holds gives it the longest rebalance timeout.
 _REBALANCE_TIMEOUT_MS = 300_000
@@ -41,7 +41,7 @@ class Joined:
 
 
 async def _beat(
-    db: Database,
+    db: Store,
     settings: Settings,
     group_id: str,
     body: HeartbeatRequest,
@@ -55,7 +55,7 @@ async def _beat(
 
 
 async def join(
-    db: Database, settings: Settings, joining: JoinRequest, owned: list[tuple[str, int]]
+    db: Store, settings: Settings, joining: JoinRequest, owned: list[tuple[str, int]]
 ) -> Joined:
     """JoinGroup: a member it holds at a live epoch beats at that epoch, listing what it owns
     (so what it dropped is given up); any other joins anew. A new member without an id is given
@@ -92,7 +92,7 @@ async def join(
 
 
 async def sync(
-    db: Database, group_id: str, member_id: str, generation: int
+    db: Store, group_id: str, member_id: str, generation: int
 ) -> tuple[str | None, list[tuple[str, int]]]:
     """SyncGroup: the assignor the member named and the partitions it may own now."""
     member = await membership.member_of(db, group_id, member_id)
@@ -106,7 +106,7 @@ async def sync(
 
 
 async def heartbeat(
-    db: Database,
+    db: Store,
     settings: Settings,
     group_id: str,
     member_id: str,
@@ -134,7 +134,7 @@ async def heartbeat(
 
 
 async def leave(
-    db: Database, settings: Settings, group_id: str, member_id: str, client_id: str, host: str
+    db: Store, settings: Settings, group_id: str, member_id: str, client_id: str, host: str
 ) -> None:
     """LeaveGroup: the member leaves, its partitions free at once."""
     body = HeartbeatRequest(member_id=member_id, member_epoch=LEAVE_EPOCH)

@@ -35,7 +35,6 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from coordinator.core.clock import now_ms
-from coordinator.core.database import pairs_in
 from coordinator.groups.errors import (
     FencedMemberEpoch,
     IllegalGeneration,
@@ -44,6 +43,7 @@ from coordinator.groups.errors import (
 )
 from coordinator.groups.membership import Deadlines, is_gone, lock_group
 from coordinator.groups.models import CLASSIC, GroupMember, GroupOwnedPartition
+from coordinator.store.sql import pairs_in
 
 
 async def check_offset_commit(

@@ -26,7 +26,6 @@ from sqlalchemy import ColumnElement, delete, func, insert, or_, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from coordinator.core.clock import now_ms
-from coordinator.core.database import Database, insert_ignore
 from coordinator.core.errors import CoordinatorError, InvalidRequest
 from coordinator.core.metrics import record_limit_refusal, record_rebalance
 from coordinator.core.settings import Settings
@@ -58,6 +57,7 @@ from coordinator.groups.schemas import (
     TopicPartitionOut,
 )
 from coordinator.log.models import Partition
+from coordinator.store import Store, store_of
 
 log = logging.getLogger("coordinator.groups")
 
@@ -109,7 +109,7 @@ async def lock_group(
                 f"a group id is 1 to {GROUP_ID_MAX} characters, not {len(group_id)}"
             )
         now = now_ms()
-        await insert_ignore(
+        await store_of(session).insert_ignore(
             session,
             ConsumerGroup,
             [
@@ -372,7 +372,7 @@ def _interval(settings: Settings, session_timeout_ms: int) -> int:
 
 
 async def heartbeat(
-    db: Database,
+    db: Store,
     settings: Settings,
     group_id: str,
     body: HeartbeatRequest,
@@ -402,7 +402,7 @@ async def heartbeat(
     session_timeout_ms = _session_timeout(settings, body)
     if body.member_epoch == JOIN_EPOCH and body.subscribed_topics is None:
         raise InvalidRequest("subscribed_topics: required to join (member_epoch 0)")
-    if not db.is_sqlite and protocol == CONSUMER and body.member_epoch > 0:
+    if protocol == CONSUMER and body.member_epoch > 0:
         owned = body.owned_partitions
         assignment = await renew_if_steady(
             db,
@@ -520,7 +520,7 @@ async def heartbeat(
     return answer
 
 
-async def member_of(db: Database, group_id: str, member_id: str) -> GroupMember | None:
+async def member_of(db: Store, group_id: str, member_id: str) -> GroupMember | None:
     """The member as stored (its epoch and what it was told to own), or None; for a classic
     member's JoinGroup, which carries no epoch."""
     async with db.read() as session:
@@ -712,7 +712,7 @@ async def claim_due(
     return found
 
 
-async def expire_members(db: Database, now: int | None = None) -> list[tuple[str, str]]:
+async def expire_members(db: Store, now: int | None = None) -> list[tuple[str, str]]:
     """Remove the members whose session or rebalance timeout passed, group by group (each
     claimed by `claim_due`). Returns the (group, member) pairs removed."""
     removed: list[tuple[str, str]] = []

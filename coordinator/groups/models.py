@@ -23,7 +23,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from coordinator.core.database import Base, FreeText
+from coordinator.core.tables import Base, FreeText
 
 # A group's type (`ConsumerGroup.protocol_type`) and how a member talks to the coordinator
 # (`GroupMember.protocol`), as Kafka 4 has them: a consumer group is assigned by the coordinator

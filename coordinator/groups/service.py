@@ -12,10 +12,9 @@ from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from coordinator.core.clock import now_ms, rfc3339
-from coordinator.core.database import Database
 from coordinator.core.errors import CoordinatorError, InvalidRequest
 from coordinator.groups.classic import classic_metadata, classic_state, protocol_type_of
-from coordinator.groups.committing import commit_as_member
+from coordinator.groups.committing import MemberCommit, commit_as_member
 from coordinator.groups.errors import (
     GroupIdNotFound,
     GroupSubscribedToTopic,
@@ -47,6 +46,7 @@ from coordinator.groups.schemas import (
 )
 from coordinator.log.models import Partition
 from coordinator.log.topics import require_partitions
+from coordinator.store import Store
 
 
 class PendingOffset(Protocol):
@@ -69,13 +69,22 @@ def use_pending_offsets(pending: PendingOffset) -> None:
     _pending_offset = pending
 
 
-async def commit(db: Database, group_id: str, body: CommitOffsetsRequest) -> OffsetsResponse:
+async def commit(db: Store, group_id: str, body: CommitOffsetsRequest) -> OffsetsResponse:
     keys = sorted({(o.topic, o.partition) for o in body.offsets})
     if len(keys) != len(body.offsets):
         raise InvalidRequest("offsets: a partition appears more than once")
-    member = body.member_id is not None and body.member_epoch is not None
-    if member and not db.is_sqlite and await commit_as_member(db, group_id, body, keys, now_ms()):
-        return _committed(body)
+    if body.member_id is not None and body.member_epoch is not None:
+        offsets = {(o.topic, o.partition): o for o in body.offsets}
+        commit = MemberCommit(
+            group_id,
+            body.member_id,
+            body.member_epoch,
+            keys,
+            [(o.offset, o.metadata, o.leader_epoch) for o in (offsets[key] for key in keys)],
+            now_ms(),
+        )
+        if await commit_as_member(db, commit):
+            return _committed(body)
     async with db.write() as session:
         await check_offset_commit(session, group_id, body.member_id, body.member_epoch, keys)
         await require_partitions(session, keys)
@@ -107,7 +116,7 @@ def _committed(body: CommitOffsetsRequest) -> OffsetsResponse:
 
 
 async def fetch(
-    db: Database, group_id: str, topic: str | None, require_stable: bool
+    db: Store, group_id: str, topic: str | None, require_stable: bool
 ) -> OffsetsResponse:
     async with db.read() as session:
         if require_stable:
@@ -214,7 +223,7 @@ async def _describe(session: AsyncSession, state: GroupState, now: int) -> Group
     )
 
 
-async def describe(db: Database, group_id: str) -> GroupDescription:
+async def describe(db: Store, group_id: str) -> GroupDescription:
     async with db.read() as session:
         group = await session.get(ConsumerGroup, group_id)
         if group is None:
@@ -222,7 +231,7 @@ async def describe(db: Database, group_id: str) -> GroupDescription:
         return await _describe(session, await load(session, group), now_ms())
 
 
-async def describe_all(db: Database, visible: Callable[[str], bool]) -> list[GroupDescription]:
+async def describe_all(db: Store, visible: Callable[[str], bool]) -> list[GroupDescription]:
     """Every group the caller may see, described (the dashboard's groups panel)."""
     async with db.read() as session:
         groups = (
@@ -236,7 +245,7 @@ async def describe_all(db: Database, visible: Callable[[str], bool]) -> list[Gro
         ]
 
 
-async def list_groups(db: Database, visible: Callable[[str], bool]) -> GroupList:
+async def list_groups(db: Store, visible: Callable[[str], bool]) -> GroupList:
     async with db.read() as session:
         groups = (
             await session.scalars(select(ConsumerGroup).order_by(ConsumerGroup.group_id))
@@ -302,7 +311,7 @@ async def _live_members_of_locked(
 
 
 async def delete_offsets(
-    db: Database, group_id: str, partitions: list[tuple[str, int]]
+    db: Store, group_id: str, partitions: list[tuple[str, int]]
 ) -> dict[tuple[str, int], CoordinatorError | None]:
     """Kafka's OffsetDelete: the group's committed offsets of `partitions` removed, but for the
     topics its live members subscribe to (GROUP_SUBSCRIBED_TO_TOPIC for those); each partition
@@ -328,7 +337,7 @@ async def delete_offsets(
     return answers
 
 
-async def delete_group(db: Database, group_id: str) -> DeletedGroup:
+async def delete_group(db: Store, group_id: str) -> DeletedGroup:
     """Remove an empty group with its committed offsets (members whose timeouts passed go with
     it). Offsets still pending in an open transaction stay there and, if it commits, bring the
     group back, as in Kafka."""

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import logging
 
-from coordinator.core.database import Database
 from coordinator.core.periodic import run_periodically
 from coordinator.core.settings import Settings
 from coordinator.groups import classic
 from coordinator.groups.membership import expire_members
+from coordinator.store import Store
 
 log = logging.getLogger("coordinator.sweeper")
 
 
-async def sweep_groups_once(db: Database, settings: Settings) -> None:
+async def sweep_groups_once(db: Store, settings: Settings) -> None:
     ticked = await classic.sweep(db, settings)
     if ticked:
         log.info("moved %d classic group(s) on: %s", len(ticked), ", ".join(ticked[:20]))
@@ -33,6 +33,6 @@ async def sweep_groups_once(db: Database, settings: Settings) -> None:
         )
 
 
-async def run_group_sweeper(db: Database, settings: Settings) -> None:
+async def run_group_sweeper(db: Store, settings: Settings) -> None:
     interval = settings.group_check_interval_ms / 1000
     await run_periodically(interval, lambda: sweep_groups_once(db, settings), log)

@@ -10,17 +10,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.core.auth import Access, Authenticator
-from coordinator.core.database import Database
 from coordinator.core.quotas import MutationQuota
 from coordinator.core.settings import Settings
 from coordinator.kafka.wire import Request
+from coordinator.store import Store
 
 
 @dataclass
 class Client:
     """One connection: where it came from, who it is, and what the handlers need."""
 
-    db: Database
+    db: Store
     settings: Settings
     authenticator: Authenticator | None
     host: str  # the address the client reached (Metadata names it as the broker)

@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable
 
 from coordinator.core.auth import Access, Authenticator
-from coordinator.core.database import Database
 from coordinator.core.errors import StoreUnavailable
 from coordinator.core.memory import Overloaded, request_memory
 from coordinator.core.metrics import record_refusal
@@ -33,6 +32,7 @@ from coordinator.kafka.handlers import HANDLERS
 from coordinator.kafka.handlers.cluster import unsupported_api_versions
 from coordinator.kafka.handlers.sasl import authenticate_raw
 from coordinator.kafka.wire import SUPPORTED, BadRequest
+from coordinator.store import Store
 
 log = logging.getLogger("coordinator.kafka")
 
@@ -48,7 +48,7 @@ _WARN_EVERY_S = 1.0
 class KafkaListener:
     def __init__(
         self,
-        db: Database,
+        db: Store,
         settings: Settings,
         authenticator: Authenticator | None,
         quota: MutationQuota | None = None,

@@ -21,12 +21,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import bindparam, delete, exists, func, select, text, update
+from sqlalchemy import bindparam, delete, exists, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from coordinator.core import metrics
 from coordinator.core.clock import now_ms
-from coordinator.core.database import Database
 from coordinator.core.periodic import run_periodically
 from coordinator.core.settings import Settings
 from coordinator.log import configs
@@ -35,6 +34,7 @@ from coordinator.log.compaction import Compactor, Plan, Stored, note_keys
 from coordinator.log.models import Batch, Partition, ProducerState, Topic
 from coordinator.log.topics import move_log_start
 from coordinator.producers.models import ProducerId
+from coordinator.store import Store
 
 log = logging.getLogger("coordinator.log.cleaner")
 
@@ -43,8 +43,6 @@ _CHUNK = 256
 # What the cleaner vacuums after removing batches: the table and its TOAST table (the payloads)
 # take nearly all the space; the producer states shrink with expiry.
 _VACUUMED = ("batches", "producer_states")
-# The advisory locks' first key: the cleaner's namespace among the store's advisory locks.
-_CLAIM_CLASS = 0x4C4F47  # "LOG"
 
 
 @dataclass(slots=True)
@@ -67,7 +65,7 @@ class Round:
     producer_ids: int = 0
 
 
-async def clean_once(db: Database, settings: Settings, now: int | None = None) -> Round:
+async def clean_once(db: Store, settings: Settings, now: int | None = None) -> Round:
     """One round over every partition whose topic has something to clean, then the producer
     states and ids that expired."""
     now = now_ms() if now is None else now
@@ -95,7 +93,7 @@ async def clean_once(db: Database, settings: Settings, now: int | None = None) -
 
 
 async def clean_partition(
-    db: Database,
+    db: Store,
     topic: str,
     partition: int,
     cleanup: configs.CleanupSettings,
@@ -103,7 +101,7 @@ async def clean_partition(
     done: Round,
 ) -> None:
     async with db.write() as session:
-        if not await _claim(session, topic, partition):
+        if not await db.claim_for_cleaning(session, topic, partition):
             return
         plan, end = None, 0
         if cleanup.compact:
@@ -127,16 +125,6 @@ async def clean_partition(
         if plan is not None:
             await _apply(session, topic, partition, plan, end)
             done.compaction.add(len(plan.deleted), plan.removed_bytes)
-
-
-async def _claim(session: AsyncSession, topic: str, partition: int) -> bool:
-    if session.get_bind().dialect.name != "postgresql":
-        return True  # the write unit holds SQLite's one write lock
-    claimed = await session.scalar(
-        text("SELECT pg_try_advisory_xact_lock(:class, hashtext(:key))"),
-        {"class": _CLAIM_CLASS, "key": f"{topic}/{partition}"},
-    )
-    return bool(claimed)
 
 
 def _in_partition(topic: str, partition: int) -> tuple[Any, Any]:
@@ -283,7 +271,7 @@ async def _apply(session: AsyncSession, topic: str, partition: int, plan: Plan, 
     )
 
 
-async def expire_producers(db: Database, now: int, expiration_ms: int) -> tuple[int, int]:
+async def expire_producers(db: Store, now: int, expiration_ms: int) -> tuple[int, int]:
     """Remove producer state idle for `expiration_ms` with no open transaction on its
     partition, then idempotent producer ids older than that with no state left anywhere.
     Returns (states, ids) removed.
@@ -318,7 +306,7 @@ def _count(result: Any) -> int:
     return max(rowcount, 0)
 
 
-async def run_cleaner(db: Database, settings: Settings) -> None:
+async def run_cleaner(db: Store, settings: Settings) -> None:
     interval = settings.log_retention_check_interval_ms / 1000
 
     async def one_round() -> None:

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coordinator.core.database import Database
 from coordinator.log.bounds import partition_bounds
 from coordinator.log.errors import FencedLeaderEpoch, UnknownLeaderEpoch, UnknownTopicOrPartition
+from coordinator.store import Store
 
 LEADER_EPOCH = 0
 # Kafka's RecordBatch.NO_PARTITION_LEADER_EPOCH and the cache's UNDEFINED_EPOCH(_OFFSET).
@@ -49,7 +49,7 @@ class EpochEnd:
 
 
 async def end_offset_for_epoch(
-    db: Database, topic: str, partition: int, epoch: int, current_leader_epoch: int = NO_EPOCH
+    db: Store, topic: str, partition: int, epoch: int, current_leader_epoch: int = NO_EPOCH
 ) -> EpochEnd:
     """The end of `epoch` in the partition's log: the largest epoch at most `epoch` and the
     offset where the next one starts (Kafka's `LeaderEpochFileCache.endOffsetFor` over the one

@@ -11,25 +11,21 @@ Different partitions never wait for each other.
 from __future__ import annotations
 
 import base64
-import contextlib
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from dataclasses import astuple, dataclass, field
 from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, func, select
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from coordinator.core.database import Database, on_driver
 from coordinator.core.errors import InvalidRequest
-from coordinator.core.replicas import Replica, count_fetch
 from coordinator.log.bounds import Bounds, partition_bounds
 from coordinator.log.errors import (
     OffsetOutOfRange,
     UnknownTopicOrPartition,
 )
 from coordinator.log.models import CONTROL_ABORT, Batch, Partition, ProducerState
+from coordinator.store import Store
 from sdk import recordbatch
 
 # Most batches read per query while filling a fetch; the first query reads FIRST_CHUNK, later
@@ -96,37 +92,51 @@ class Fetched:
     aborted: list[tuple[int, int]] = field(default_factory=list)
 
 
-@dataclass(slots=True)
-class _Filling:
-    """A fetch's batches taken chunk by chunk, by its rules of bytes and records."""
+@dataclass(frozen=True, slots=True)
+class FetchAsk:
+    """What a fetch of one partition asked for (`fetch_batches`'s arguments)."""
 
-    fetched: Fetched
+    topic: str
+    partition: int
     offset: int
-    upper: int
     max_bytes: int
+    read_committed: bool
+    include_control: bool
+    include_aborted: bool
     max_records: int | None
     fit: bool
     at_least_one: bool
+    aborted_list: bool
+
+
+@dataclass(slots=True)
+class Filling:
+    """A fetch's batches taken chunk by chunk, by its rules of bytes and records."""
+
+    fetched: Fetched
+    upper: int
+    ask: FetchAsk
     size: int = 0
     records: int = 0
 
     def take(self, rows: Sequence[Any], limit: int) -> int:
         """Take what the rules allow of a chunk of (base offset, last offset, payload) rows read
         with `limit`: how many to read next, 0 when the fetch is complete."""
-        fetched = self.fetched
+        fetched, ask = self.fetched, self.ask
+        max_bytes = ask.max_bytes
         for base_offset, last_offset, payload in rows:
             if (
-                self.fit
-                and self.size + len(payload) > self.max_bytes
-                and (fetched.batches or not self.at_least_one)
+                ask.fit
+                and self.size + len(payload) > max_bytes
+                and (fetched.batches or not ask.at_least_one)
             ):
                 return 0
             fetched.batches.append(payload)
             fetched.next_offset = last_offset + 1
             self.size += len(payload)
-            self.records += last_offset + 1 - max(base_offset, self.offset)
-            if self.size >= self.max_bytes or (
-                self.max_records is not None and self.records >= self.max_records
+            self.records += last_offset + 1 - max(base_offset, ask.offset)
+            if self.size >= max_bytes or (
+                ask.max_records is not None and self.records >= ask.max_records
             ):
                 return 0
         if len(rows) < limit:
@@ -134,14 +144,13 @@ class _Filling:
             fetched.next_offset = self.upper
             return 0
         average = max(1, self.size // max(1, len(fetched.batches)))
-        return max(1, min(FETCH_CHUNK, (self.max_bytes - self.size) // average + 1))
+        return max(1, min(FETCH_CHUNK, (max_bytes - self.size) // average + 1))
 
 
-def _begin(
-    bounds: Bounds | None, topic: str, partition: int, offset: int, read_committed: bool
-) -> tuple[Fetched, int]:
+def begin(bounds: Bounds | None, ask: FetchAsk) -> tuple[Fetched, int]:
     """The fetch's answer so far and the offset its batches stop below (the LSO under
     read_committed, else the high watermark)."""
+    topic, partition, offset = ask.topic, ask.partition, ask.offset
     if bounds is None:
         raise UnknownTopicOrPartition(f"{topic}-{partition} does not exist")
     log_start, high_watermark, stable = astuple(bounds)
@@ -150,12 +159,12 @@ def _begin(
             f"offset {offset} is outside {topic}-{partition}'s log: the log start offset is "
             f"{log_start} and the high watermark {high_watermark}"
         )
-    upper = stable if read_committed else high_watermark
+    upper = stable if ask.read_committed else high_watermark
     return Fetched([], offset, high_watermark, stable, log_start), upper
 
 
 async def fetch_batches(
-    db: Database,
+    db: Store,
     topic: str,
     partition: int,
     offset: int,
@@ -179,45 +188,48 @@ async def fetch_batches(
     fetched, so its clients filter. An offset below the log start offset or above the high
     watermark is OFFSET_OUT_OF_RANGE.
 
-    On Postgres the bounds, the first chunk of batches (up to FETCH_CHUNK, the payloads only of
-    those within `max_bytes`) and the aborted list are one statement, one round trip, one
-    snapshot; a fetch that needs more batches reads them in further chunks."""
+    The store reads it (`Store.fetch`): on Postgres the bounds, the first chunk of batches and
+    the aborted list in one statement, one round trip, one snapshot, maybe on a hot standby; a
+    fetch that needs more batches reads them in further chunks (`read_chunks`)."""
     if include_aborted is None:
         include_aborted = not read_committed
-    if not db.is_sqlite:
-        asked = _Asked(
-            offset, max_bytes, read_committed, include_control, include_aborted, max_records,
-            fit, at_least_one, aborted_list,
-        )  # fmt: skip
-        return await _fetch_postgres(db, topic, partition, asked)
-    params: dict[str, Any] = {"topic": topic, "partition": partition}
-    async with db.read() as session:
-        connection = await session.connection()
-        bounds = await partition_bounds(connection, topic, partition)
-        fetched, upper = _begin(bounds, topic, partition, offset, read_committed)
-        if offset >= upper:
-            return fetched
-        filling = _Filling(fetched, offset, upper, max_bytes, max_records, fit, at_least_one)
-        params |= {"offset": offset, "upper": upper}
-        chunks = (include_control, include_aborted)
-        await _read_chunks(connection, filling, chunks, params, FIRST_CHUNK, first=True)
-        if aborted_list and fetched.batches:
-            end = fetched.next_offset
-            fetched.aborted = await _aborted(connection, topic, partition, offset, end)
+    ask = FetchAsk(
+        topic, partition, offset, max_bytes, read_committed, include_control, include_aborted,
+        max_records, fit, at_least_one, aborted_list,
+    )  # fmt: skip
+    return await db.fetch(ask)
+
+
+async def fetch_portably(session: AsyncSession, ask: FetchAsk) -> Fetched:
+    """`Store.fetch` in portable statements, in a read unit of work: the bounds, then chunks of
+    batches, then the aborted list."""
+    connection = await session.connection()
+    topic, partition, offset = ask.topic, ask.partition, ask.offset
+    bounds = await partition_bounds(connection, topic, partition)
+    fetched, upper = begin(bounds, ask)
+    if offset >= upper:
+        return fetched
+    filling = Filling(fetched, upper, ask)
+    params: dict[str, Any] = {"topic": topic, "partition": partition, "offset": offset}
+    params["upper"] = upper
+    await read_chunks(connection, filling, params, FIRST_CHUNK, first=True)
+    if ask.aborted_list and fetched.batches:
+        end = fetched.next_offset
+        fetched.aborted = await aborted_in(connection, topic, partition, offset, end)
     return fetched
 
 
-async def _read_chunks(
+async def read_chunks(
     connection: AsyncConnection,
-    filling: _Filling,
-    chunks: tuple[bool, bool],
+    filling: Filling,
     params: dict[str, Any],
     limit: int,
     *,
     first: bool,
 ) -> None:
-    """Read chunks of batches (`_CHUNKS[(*chunks, first)]`) into `filling` until it is
-    complete, the first of `limit` rows; past the first, from `params["cursor"]` on."""
+    """Read chunks of batches into `filling` until it is complete, the first of `limit` rows;
+    past the first, from `params["cursor"]` on."""
+    chunks = (filling.ask.include_control, filling.ask.include_aborted)
     while limit:
         statement = _CHUNKS[(*chunks, first)]
         rows = (await connection.execute(statement, {**params, "limit": limit})).all()
@@ -243,7 +255,7 @@ _ABORTED = (
 )
 
 
-async def _aborted(
+async def aborted_in(
     connection: AsyncConnection, topic: str, partition: int, start: int, end: int
 ) -> list[tuple[int, int]]:
     params = {"topic": topic, "partition": partition, "start": start, "end": end}
@@ -251,141 +263,13 @@ async def _aborted(
 
 
 async def aborted_transactions(
-    db: Database, topic: str, partition: int, start: int, end: int
+    db: Store, topic: str, partition: int, start: int, end: int
 ) -> list[tuple[int, int]]:
     """Kafka's aborted-transactions list for fetched offsets [start, end): (producer id, first
     offset) of every aborted transaction with records there, oldest first, for read_committed
     clients that filter batches themselves."""
     async with db.read() as session:
-        return await _aborted(await session.connection(), topic, partition, start, end)
-
-
-# The bounds, the first chunk and the aborted list of a fetch, in one statement: $1 topic, $2
-# partition, $3 offset, $4 read_committed, $5 include_control, $6 include_aborted, $7 limit,
-# $8 max_bytes, $9 aborted_list. Rows: kind 0 the bounds (log start, high watermark, LSO, the
-# chunk's row count), kind 1 a batch within the budget (base offset, last offset, payload),
-# kind 2 an aborted transaction (producer id, first offset). Out of range: the bounds alone.
-_FETCH_POSTGRES = f"""
-WITH bounds AS (
-  SELECT p.log_start_offset, p.high_watermark,
-         least(p.high_watermark, coalesce(
-           (SELECT min(s.current_txn_first_offset) FROM producer_states s
-            WHERE s.topic = $1 AND s."partition" = $2), p.high_watermark)) AS stable
-  FROM partitions p WHERE p.topic = $1 AND p."partition" = $2
-), span AS (
-  SELECT CASE WHEN $4 THEN stable ELSE high_watermark END AS upper FROM bounds
-  WHERE $3 BETWEEN log_start_offset AND high_watermark
-), chunk AS (
-  SELECT b.base_offset, b.last_offset, b.payload,
-         sum(b.size) OVER (ORDER BY b.base_offset) - b.size AS before
-  FROM batches b, span
-  WHERE b.topic = $1 AND b."partition" = $2
-    AND b.base_offset >= coalesce(
-      (SELECT max(c.base_offset) FROM batches c
-       WHERE c.topic = $1 AND c."partition" = $2 AND c.base_offset <= $3), $3)
-    AND b.base_offset < span.upper AND b.last_offset >= $3
-    AND ($5 OR b.control IS NULL) AND ($6 OR NOT b.aborted)
-  ORDER BY b.base_offset LIMIT $7
-)
-SELECT 0, log_start_offset, high_watermark, stable, (SELECT count(*) FROM chunk), NULL::bytea
-FROM bounds
-UNION ALL
-SELECT 1, base_offset, last_offset, NULL, NULL, payload FROM chunk WHERE before < $8
-UNION ALL
-SELECT 2, b.producer_id, b.first_offset, NULL, NULL, NULL
-FROM batches b, span
-WHERE $9 AND b.topic = $1 AND b."partition" = $2 AND b.control = {CONTROL_ABORT}
-  AND b.base_offset >= $3 AND b.first_offset < span.upper
-"""
-
-
-@dataclass(frozen=True, slots=True)
-class _Asked:
-    """What a fetch asked for (`fetch_batches`'s arguments)."""
-
-    offset: int
-    max_bytes: int
-    read_committed: bool
-    include_control: bool
-    include_aborted: bool
-    max_records: int | None
-    fit: bool
-    at_least_one: bool
-    aborted_list: bool
-
-
-class _NotOnReplica(Exception):
-    """The standby cannot answer this fetch as the primary would: the primary answers it."""
-
-
-async def _fetch_postgres(db: Database, topic: str, partition: int, asked: _Asked) -> Fetched:
-    """From a standby within the lag bound when there is one (`Replicas.pick`), else, or when
-    the standby cannot answer it, from the primary."""
-    replica = db.replicas.pick() if db.replicas is not None else None
-    if replica is not None:
-        with contextlib.suppress(_NotOnReplica):
-            fetched = await _fetch_postgres_on(db, replica, topic, partition, asked)
-            count_fetch(replica=True)
-            return fetched
-    fetched = await _fetch_postgres_on(db, None, topic, partition, asked)
-    count_fetch(replica=False)
-    return fetched
-
-
-@asynccontextmanager
-async def _connection(db: Database, replica: Replica | None) -> AsyncIterator[AsyncConnection]:
-    """A connection to the standby (its failures `_NotOnReplica`) or the primary."""
-    if replica is None:
-        async with db.autocommit() as connection:
-            yield connection
-        return
-    assert db.replicas is not None
-    try:
-        async with db.replicas.connection(replica) as connection:
-            yield connection
-    except (ConnectionError, OSError, DBAPIError):
-        raise _NotOnReplica from None
-
-
-async def _fetch_postgres_on(
-    db: Database, replica: Replica | None, topic: str, partition: int, asked: _Asked
-) -> Fetched:
-    offset, max_bytes, read_committed = asked.offset, asked.max_bytes, asked.read_committed
-    async with _connection(db, replica) as connection:
-        found = await on_driver(
-            connection, _FETCH_POSTGRES, topic, partition, offset, read_committed,
-            asked.include_control, asked.include_aborted, FETCH_CHUNK, max_bytes,
-            asked.aborted_list,
-        )  # fmt: skip
-    head = next((row for row in found if row[0] == 0), None)
-    if replica is not None and (head is None or offset > head[2]):
-        # Not on the standby yet (a new partition; an offset a consumer just fetched from the
-        # primary): the primary answers, never an out-of-range the primary would not give.
-        raise _NotOnReplica
-    bounds = None if head is None else Bounds(head[1], head[2], head[3])
-    fetched, upper = _begin(bounds, topic, partition, offset, read_committed)
-    if offset >= upper:
-        return fetched
-    assert head is not None
-    rows = sorted((r[1], r[2], r[5]) for r in found if r[0] == 1)
-    filling = _Filling(
-        fetched, offset, upper, max_bytes, asked.max_records, asked.fit, asked.at_least_one
-    )
-    # The budget cut the chunk short: as if it had been read with the rows it returned.
-    limit = filling.take(rows, FETCH_CHUNK if head[4] == FETCH_CHUNK else len(rows) + 1)
-    if limit:
-        # More than a chunk's batches within the budget: the rest in chunks, from the same
-        # server (the snapshot is another, but what lies below `upper` is written already,
-        # and a standby's later snapshot holds all of an earlier one).
-        params = {"topic": topic, "partition": partition, "upper": upper, "cursor": rows[-1][0] + 1}
-        chunks = (asked.include_control, asked.include_aborted)
-        async with _connection(db, replica) as connection:
-            await _read_chunks(connection, filling, chunks, params, limit, first=False)
-    if fetched.batches:
-        fetched.aborted = sorted(
-            (r[1], r[2]) for r in found if r[0] == 2 and r[2] < fetched.next_offset
-        )
-    return fetched
+        return await aborted_in(await session.connection(), topic, partition, start, end)
 
 
 def _text_of(raw: bytes, offset: int) -> str:
@@ -402,7 +286,7 @@ def _base64_of(raw: bytes, _: int) -> str:
 
 
 async def fetch_json(
-    db: Database,
+    db: Store,
     topic: str,
     partition: int,
     offset: int,
@@ -481,7 +365,7 @@ _LIST_OFFSET_BATCHES = 4
 
 
 async def list_offset(
-    db: Database, topic: str, partition: int, timestamp: int, *, read_committed: bool
+    db: Store, topic: str, partition: int, timestamp: int, *, read_committed: bool
 ) -> tuple[int, int]:
     """Kafka's ListOffsets for one partition: (offset, timestamp). LATEST is the high
     watermark (the LSO for read_committed), EARLIEST the log start offset; MAX_TIMESTAMP the

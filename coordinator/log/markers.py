@@ -29,11 +29,11 @@ from sqlalchemy import (
     true,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from coordinator.core.database import one_statement, pairs_in
 from coordinator.log.models import CONTROL_ABORT, CONTROL_COMMIT, Batch, Partition, ProducerState
+from coordinator.store import Store, store_of
+from coordinator.store.sql import pairs_in
 from sdk import recordbatch
 
 
@@ -74,30 +74,30 @@ async def write_markers(
 
     `also` (the caller's own writes ending the transaction) and `returning` (one more, with
     RETURNING, whose rows are answered) run with them, with `params`; they must be statements
-    built once (module constants with bind parameters). On Postgres all of it travels as one
-    statement of data-modifying CTEs (`marker_writes` over the partitions as array parameters),
-    one round trip whatever the number of partitions, compiled once; SQLite, in process, runs
-    them one by one."""
-    extra = params or {}
-    if (await session.connection()).dialect.name == "postgresql":
-        writes = [*_POSTGRES_WRITES, *also]
-        statement = one_statement(writes, returning if returning is not None else writes.pop())
-        arrays = {
-            f"ending_{c}": [(key[0], key[1], *row)[i] for key, row in locked.items()]
-            for i, (c, _) in enumerate(ENDING_COLUMNS)
-        }
-        markers = marker_params(commit, producer_id, producer_epoch, timestamp)
-        result = await session.execute(statement, {**arrays, **markers, **extra})
-        return result.all() if returning is not None else ()
-    rows = _marker_rows(producer_id, producer_epoch, locked, commit, timestamp)
-    for statement, name in _SQLITE_WRITES:
-        if rows[name]:
-            await session.execute(statement, rows[name])
-    for write in also:
-        await session.execute(write, extra)
-    if returning is None:
-        return ()
-    return (await session.execute(returning, extra)).all()
+    built once (module constants with bind parameters). The store runs `marker_writes` over the
+    partitions its way (`Store.run_writes`): on Postgres all of it as one statement of
+    data-modifying CTEs, one round trip whatever the number of partitions; on SQLite one
+    statement after another."""
+    store = store_of(session)
+    rows = [
+        dict(zip((c for c, _ in ENDING_COLUMNS), (key[0], key[1], *row), strict=True))
+        for key, row in locked.items()
+    ]
+    values = {**marker_params(commit, producer_id, producer_epoch, timestamp), **(params or {})}
+    ending, writes = _marker_statements(store)
+    return await store.run_writes(session, ending, writes, rows, also, values, returning)
+
+
+# The markers' statements over each engine's row source, built once per engine.
+_BY_ENGINE: dict[type[Store], tuple[Any, list[Any]]] = {}
+
+
+def _marker_statements(store: Store) -> tuple[Any, list[Any]]:
+    built = _BY_ENGINE.get(type(store))
+    if built is None:
+        ending = store.source_of("ending", ENDING_COLUMNS)
+        built = _BY_ENGINE[type(store)] = (ending, marker_writes(ending, true()))
+    return built
 
 
 def marker_params(
@@ -127,15 +127,16 @@ ENDING_COLUMNS: list[tuple[str, Any]] = [
 
 
 def marker_writes(ending: Any, gate: Any) -> list[Any]:
-    """The markers of a transaction's end on Postgres, each rule once, as statements over
+    """The markers of a transaction's end, each rule once, as statements over
     `ending` (a row source of `ENDING_COLUMNS`: one row per partition) that write only where
     `gate` holds: an abort flags the transaction's batches aborted; a marker goes at each
     partition's high watermark, the control batch `m_payload` with its base offset set there
     (the base offset is outside the batch's CRC); the high watermark moves past it; the
-    producer's open-transaction offset is released. Bind parameters: `marker_params`. Both
-    paths that end a transaction on Postgres write with these: the locking one over array
-    parameters (`write_markers`), the one-statement EndTxn over its locked rows
-    (`transactions.ending`)."""
+    producer's open-transaction offset is released. The base offset is set in the bytes with
+    Postgres's `overlay` and `int8send`, which the SQLite engine defines too. Bind parameters:
+    `marker_params`. Every path that ends a transaction writes with these: the locking one
+    over the store's row source of the partitions (`write_markers`), Postgres's one-statement
+    EndTxn over its locked rows (`transactions.ending`)."""
     commit = bindparam("m_commit", type_=Boolean())
     payload = bindparam("m_payload", type_=LargeBinary())
     hw = ending.c.high_watermark
@@ -185,95 +186,6 @@ def marker_writes(ending: Any, gate: Any) -> list[Any]:
     ]
 
 
-def _marker_rows(
-    producer_id: int,
-    producer_epoch: int,
-    locked: dict[tuple[str, int], tuple[int, int, int | None]],
-    commit: bool,
-    timestamp: int,
-) -> dict[str, list[dict[str, Any]]]:
-    """The rows each of SQLite's writes of the markers takes, by write (`marker_writes`' rules,
-    one row at a time)."""
-    markers, advancing, releasing, aborting = [], [], [], []
-    for (topic, partition), (hw, holder, first) in locked.items():
-        payload = recordbatch.build_control(
-            commit, producer_id, producer_epoch, timestamp, base_offset=hw
-        )
-        markers.append(
-            {
-                "topic": topic,
-                "partition": partition,
-                "base_offset": hw,
-                "last_offset": hw,
-                "producer_id": producer_id,
-                "producer_epoch": producer_epoch,
-                "base_sequence": -1,
-                "last_sequence": -1,
-                "timestamp": timestamp,
-                "max_timestamp": timestamp,
-                "size": len(payload),
-                "is_transactional": True,
-                "control": CONTROL_COMMIT if commit else CONTROL_ABORT,
-                "aborted": not commit,
-                "first_offset": first,
-                "record_count": 1,
-                "payload": payload,
-            }
-        )
-        advancing.append({"t": topic, "p": partition, "hw": hw + 1})
-        if first is not None:
-            releasing.append({"t": topic, "p": partition, "pid": holder})
-            if not commit:
-                aborting.append({"t": topic, "p": partition, "first": first, "pid": holder})
-    return {
-        "marking": markers,
-        "advancing": advancing,
-        "releasing": releasing,
-        "aborting": aborting,
-    }
-
-
 _states = cast(Table, ProducerState.__table__)
 _batches = cast(Table, Batch.__table__)
 _partitions = cast(Table, Partition.__table__)
-
-# SQLite's statements, run as executemany (Core tables: an executemany with its own WHERE).
-_SQLITE_WRITES = [
-    (
-        update(_batches)
-        .where(
-            _batches.c.topic == bindparam("t"),
-            _batches.c.partition == bindparam("p"),
-            _batches.c.base_offset >= bindparam("first"),
-            _batches.c.producer_id == bindparam("pid"),
-            _batches.c.control.is_(None),
-        )
-        .values(aborted=True),
-        "aborting",
-    ),
-    (insert(_batches), "marking"),
-    (
-        update(_partitions)
-        .where(_partitions.c.topic == bindparam("t"), _partitions.c.partition == bindparam("p"))
-        .values(high_watermark=bindparam("hw")),
-        "advancing",
-    ),
-    (
-        update(_states)
-        .where(
-            _states.c.topic == bindparam("t"),
-            _states.c.partition == bindparam("p"),
-            _states.c.producer_id == bindparam("pid"),
-        )
-        .values(current_txn_first_offset=None),
-        "releasing",
-    ),
-]
-
-
-# The locking path's partitions, as one array parameter per column (`ending_{column}`), unnested:
-# one statement text whatever the number of partitions, so it compiles once.
-_ENDING_ARRAYS = select(
-    *(func.unnest(bindparam(f"ending_{c}", type_=ARRAY(t))).label(c) for c, t in ENDING_COLUMNS)
-).subquery("ending")
-_POSTGRES_WRITES = marker_writes(_ENDING_ARRAYS, true())

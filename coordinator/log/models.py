@@ -28,7 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from coordinator.core.database import Base
+from coordinator.core.tables import Base
 
 
 class Topic(Base):

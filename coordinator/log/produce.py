@@ -36,7 +36,6 @@ from typing import Any, Protocol
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from coordinator.core.clock import now_ms
-from coordinator.core.database import Database
 from coordinator.core.errors import CoordinatorError, InvalidRequest, StoreUnavailable
 from coordinator.core.memory import request_memory
 from coordinator.core.schemas import INT32_MAX
@@ -54,6 +53,7 @@ from coordinator.log.errors import (
     UnknownTopicOrPartition,
 )
 from coordinator.log.schemas import ProduceRequest
+from coordinator.store import Store
 from sdk import recordbatch
 
 # A group takes waiting appends until it holds this many batches or bytes (it always takes the
@@ -237,7 +237,7 @@ def _acceptable(checked: recordbatch.Checked, transactional_id: str | None) -> N
 
 
 async def produce_batch(
-    db: Database,
+    db: Store,
     settings: Settings,
     topic: str,
     partition: int,
@@ -251,7 +251,7 @@ async def produce_batch(
 
 
 async def produce_json(
-    db: Database, settings: Settings, topic: str, partition: int, body: ProduceRequest
+    db: Store, settings: Settings, topic: str, partition: int, body: ProduceRequest
 ) -> Appended:
     """JSON produce: a batch built at the edge, appended as a binary one is (it skips only the
     walk over its records, which it has just written)."""
@@ -288,11 +288,11 @@ class _GroupCommit:
     sent them (as a Kafka broker reads a connection's requests in order), and two units never
     wait on each other's partition locks."""
 
-    def __init__(self, db: Database, settings: Settings) -> None:
+    def __init__(self, db: Store, settings: Settings) -> None:
         self._db, self._settings = db, settings
-        self._in_flight = 1 if db.is_sqlite else settings.append_groups_in_flight
-        # SQLite runs in process: a unit of work costs no round trips, so none are saved.
-        self._seen = None if db.is_sqlite else _Seen()
+        self._in_flight = db.writers
+        # A store in process costs no round trips for a unit of work, so none are saved.
+        self._seen = _Seen() if db.remote else None
         self._loop = asyncio.get_running_loop()
         self._waiting: deque[_Request] = deque()
         self._writing: set[tuple[str, int]] = set()  # the partitions units are writing
@@ -425,12 +425,10 @@ def _unwrapped(sequence: int, wrapped: bool) -> int:
     return sequence + INT32_MAX + 1 if wrapped and sequence < _HALF_SEQUENCE else sequence
 
 
-_group_commits: weakref.WeakKeyDictionary[Database, _GroupCommit] = weakref.WeakKeyDictionary()
+_group_commits: weakref.WeakKeyDictionary[Store, _GroupCommit] = weakref.WeakKeyDictionary()
 
 
-def transaction_ended(
-    db: Database, producer_id: int, partitions: Iterable[tuple[str, int]]
-) -> None:
+def transaction_ended(db: Store, producer_id: int, partitions: Iterable[tuple[str, int]]) -> None:
     """A transaction of `producer_id` ended on `partitions` in this process, its markers
     committed: what the process saw of the producer there no longer shows it open. So the first
     batch of its next transaction at the same epoch (transaction version 1, where the end does
@@ -451,7 +449,7 @@ def transaction_ended(
 
 
 def submit_all(
-    db: Database, settings: Settings, batch: Sequence[Append]
+    db: Store, settings: Settings, batch: Sequence[Append]
 ) -> Awaitable[list[Appended | BaseException]]:
     """Queue the checked batches for appending, now, behind every append queued before them
     (in one unit of work with whatever else is waiting): awaited, each one's answer, or the
@@ -464,7 +462,7 @@ def submit_all(
 
 
 async def append_all(
-    db: Database, settings: Settings, batch: Sequence[Append]
+    db: Store, settings: Settings, batch: Sequence[Append]
 ) -> list[Appended | BaseException]:
     """`submit_all`, awaited."""
     return await submit_all(db, settings, batch)
@@ -567,7 +565,7 @@ class _Seen:
 
 
 async def write_optimistic(
-    db: Database, settings: Settings, batch: Sequence[Append], seen: _Seen
+    db: Store, settings: Settings, batch: Sequence[Append], seen: _Seen
 ) -> list[Appended | CoordinatorError] | None:
     """Postgres: the group in one round trip, planned on what `seen` says is written and
     written by one statement only if the locked rows agree; None when the group must take the
@@ -577,7 +575,7 @@ async def write_optimistic(
     answers an error itself: the locking path does, from the rows."""
     wanted: dict[tuple[str, int], appends.LockedPartition] = {}
     expected: dict[tuple[str, int, int], appends.ProducerView] = {}
-    transactions: dict[str, int] = {}
+    transactions: dict[str, tuple[int, int]] = {}
     joins: set[tuple[str, str, int]] = set()
     for append in batch:
         configs = seen.configs.get(append.topic)
@@ -597,8 +595,8 @@ async def write_optimistic(
                 view = replace(view, current_epoch=epoch, open_txn_offset=None)
             expected[key] = view
         if tid is not None:
-            owner = transactions.setdefault(tid, key[2])
-            if owner != key[2] or _open_state is None:
+            owner = transactions.setdefault(tid, (key[2], epoch))
+            if owner != (key[2], epoch) or _open_state is None:
                 return None
             if expected[key].open_txn_offset is None:
                 joins.add((tid, append.topic, append.partition))
@@ -612,20 +610,19 @@ async def write_optimistic(
         return None
     # Seen at once, so the next group of a producer with several requests in flight plans on it.
     seen.remember(plan)
+    conditional = appends.ConditionalAppends(
+        plan.rows,
+        list(plan.states.values()),
+        {key: (p.configs, p.high_watermark) for key, p in wanted.items()},
+        expected,
+        transactions,
+        _open_state or "",
+        sorted(joins),
+        _joinable_states,
+        plan.now,
+    )
     try:
-        async with db.autocommit() as connection:
-            before = await appends.write_optimistic(
-                connection,
-                plan.rows,
-                list(plan.states.values()),
-                {key: (p.configs, p.high_watermark) for key, p in wanted.items()},
-                expected,
-                transactions,
-                _open_state or "",
-                sorted(joins),
-                _joinable_states,
-                plan.now,
-            )
+        before = await db.write_appends_if_unchanged(conditional)
     except BaseException:
         seen.forget(expected)
         raise
@@ -635,7 +632,7 @@ async def write_optimistic(
     for tid, topic, partition in joins:
         # The transaction's first offset there was planned from 0 too, as the statement wrote
         # it: what the process saw becomes the offset it got.
-        key = (topic, partition, transactions[tid])
+        key = (topic, partition, transactions[tid][0])
         opened = plan.views[key].open_txn_offset
         view = seen.views.get(key)
         if view is not None and opened is not None and view.open_txn_offset == opened:
@@ -694,7 +691,7 @@ class _Plan:
 
 
 async def write_group(
-    db: Database, settings: Settings, batch: Sequence[Append], seen: _Seen | None = None
+    db: Store, settings: Settings, batch: Sequence[Append], seen: _Seen | None = None
 ) -> list[Appended | CoordinatorError]:
     """Append the batches in one unit of work under its locks: each one's answer, or the error
     that failed it alone (a failure of the unit of work itself is raised). What it read and
@@ -714,7 +711,7 @@ async def write_group(
             for a in batch
             if a.checked.header.producer_id >= 0 and (a.topic, a.partition) in locked
         }
-        views = await appends.producer_views(connection, keyed) if keyed else {}
+        views = await db.producer_views(connection, keyed) if keyed else {}
         plan = _Plan(locked, views, transactions, now_ms())
         results: list[Appended | CoordinatorError] = []
         for append in batch:
@@ -722,7 +719,15 @@ async def write_group(
                 results.append(await _plan_one(connection, settings, plan, append))
             except CoordinatorError as exc:
                 results.append(exc)
-        await appends.write(connection, plan.rows, list(plan.states.values()))
+        if plan.rows:
+            # The last row of each partition is its newest.
+            moved = {(r["topic"], r["partition"]): r["last_offset"] + 1 for r in plan.rows}
+            await db.write_appends(
+                connection,
+                plan.rows,
+                list(plan.states.values()),
+                sorted((t, p, hw) for (t, p), hw in moved.items()),
+            )
         if transactions is not None:
             await transactions.write()
     if seen is not None:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from coordinator.core.database import Database
 from coordinator.log.errors import UnknownTopicOrPartition
 from coordinator.log.models import Partition, ProducerState
 from coordinator.log.schemas import ProducerInfo, ProducerList
+from coordinator.store import Store
 
 
-async def describe_producers(db: Database, topic: str, partition: int) -> ProducerList:
+async def describe_producers(db: Store, topic: str, partition: int) -> ProducerList:
     async with db.read() as session:
         known = await session.scalar(
             select(Partition.partition).where(

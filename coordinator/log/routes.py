@@ -16,7 +16,6 @@ from pydantic import ValidationError
 from starlette.responses import Response
 
 from coordinator.core.auth import Access, AccessDep
-from coordinator.core.database import Database
 from coordinator.core.dependencies import DB, AppSettings, Quota
 from coordinator.core.errors import InvalidRequest
 from coordinator.core.responses import json_response
@@ -45,6 +44,7 @@ from coordinator.log.schemas import (
     TopicList,
     TopicSummary,
 )
+from coordinator.store import Store
 
 RECORD_BATCH = "application/vnd.kafka.record-batch"
 
@@ -205,7 +205,7 @@ async def produce(
 
 
 async def produce_batch(
-    db: Database,
+    db: Store,
     settings: Settings,
     access: Access,
     topic: str,
@@ -272,7 +272,7 @@ def _read_as(settings: Settings, max_bytes: int | None, isolation_level: str) ->
 
 
 async def fetch_batches(
-    db: Database,
+    db: Store,
     settings: Settings,
     access: Access,
     topic: str,

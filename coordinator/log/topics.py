@@ -14,7 +14,6 @@ from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from coordinator.core.database import Database, on_driver, pairs_in
 from coordinator.core.errors import InvalidRequest
 from coordinator.core.settings import Settings
 from coordinator.log import configs
@@ -41,10 +40,12 @@ from coordinator.log.schemas import (
     TopicList,
     TopicSummary,
 )
+from coordinator.store import Store
+from coordinator.store.sql import pairs_in
 
 
 async def create_topic(
-    db: Database, body: CreateTopic, *, replication_factor: int = 1
+    db: Store, body: CreateTopic, *, replication_factor: int = 1
 ) -> TopicSummary:
     """Create the topic; `replication_factor` is its stated factor (Kafka's CreateTopics)."""
     topic_configs = configs.encode(configs.validated(body.configs or {}))
@@ -81,7 +82,7 @@ async def create_topic(
     )
 
 
-async def grow_topic(db: Database, name: str, count: int, *, validate_only: bool = False) -> int:
+async def grow_topic(db: Store, name: str, count: int, *, validate_only: bool = False) -> int:
     """Kafka's CreatePartitions: the topic's partition count raised to `count` (it never
     shrinks), the new partitions empty. Producers see them in the topic's description; a group
     subscribed to the topic rebalances over them at its next heartbeat (its count changed).
@@ -111,7 +112,7 @@ async def grow_topic(db: Database, name: str, count: int, *, validate_only: bool
         return count - current
 
 
-async def list_topics(db: Database) -> TopicList:
+async def list_topics(db: Store) -> TopicList:
     async with db.read() as session:
         rows = (
             await session.execute(
@@ -127,30 +128,15 @@ async def list_topics(db: Database) -> TopicList:
     )
 
 
-# Postgres: the names of the topics with these ids, in the one round trip of a statement that
-# commits by itself (a fetch names its topics by id on every request).
-_NAMES_BY_ID = "SELECT topic_id, name FROM topics WHERE topic_id = ANY($1::uuid[])"
-
-
-async def names_by_id(db: Database, ids: Collection[uuid.UUID]) -> dict[uuid.UUID, str]:
+async def names_by_id(db: Store, ids: Collection[uuid.UUID]) -> dict[uuid.UUID, str]:
     """The name of each topic in `ids` that exists (Fetch v13 on names its topics by id, and a
     topic deleted and created again under its name has another id)."""
     if not ids:
         return {}
-    if db.is_sqlite:
-        async with db.read() as session:
-            rows = (
-                await session.execute(
-                    select(Topic.topic_id, Topic.name).where(Topic.topic_id.in_(list(ids)))
-                )
-            ).all()
-    else:
-        async with db.autocommit() as connection:
-            rows = await on_driver(connection, _NAMES_BY_ID, list(ids))
-    return {topic_id: name for topic_id, name in rows}
+    return await db.topic_names(ids)
 
 
-async def describe_topic(db: Database, name: str) -> TopicDescription:
+async def describe_topic(db: Store, name: str) -> TopicDescription:
     async with db.read() as session:
         bounds = await all_bounds(session, name)
     if not bounds:
@@ -178,7 +164,7 @@ def _config_list(stored: str, settings: Settings) -> ConfigList:
     )
 
 
-async def describe_configs(db: Database, settings: Settings, name: str) -> ConfigList:
+async def describe_configs(db: Store, settings: Settings, name: str) -> ConfigList:
     async with db.read() as session:
         stored = await session.scalar(select(Topic.configs).where(Topic.name == name))
     if stored is None:
@@ -186,9 +172,7 @@ async def describe_configs(db: Database, settings: Settings, name: str) -> Confi
     return _config_list(stored, settings)
 
 
-async def alter_configs(
-    db: Database, settings: Settings, name: str, body: AlterConfigs
-) -> ConfigList:
+async def alter_configs(db: Store, settings: Settings, name: str, body: AlterConfigs) -> ConfigList:
     """Set and delete (back to the default) configs, all or nothing."""
     changes = configs.validated(body.set)
     removed = configs.known(body.delete)
@@ -210,7 +194,7 @@ async def alter_configs(
     return _config_list(updated, settings)
 
 
-async def delete_records(db: Database, name: str, body: DeleteRecords) -> DeletedRecords:
+async def delete_records(db: Store, name: str, body: DeleteRecords) -> DeletedRecords:
     """Kafka's DeleteRecords: move each partition's log start offset up to the offset asked
     (-1: the high watermark), deleting the batches wholly below it; all or nothing."""
     wanted: dict[int, int] = {}
@@ -293,7 +277,7 @@ async def require_partitions(session: AsyncSession, keys: list[tuple[str, int]])
             raise UnknownTopicOrPartition(f"{topic}-{partition} does not exist")
 
 
-async def partition_sizes(db: Database) -> dict[tuple[str, int], int]:
+async def partition_sizes(db: Store) -> dict[tuple[str, int], int]:
     """Bytes of the record batches each partition keeps (Kafka's DescribeLogDirs)."""
     async with db.read() as session:
         return await bytes_kept(session)

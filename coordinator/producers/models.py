@@ -7,7 +7,7 @@ from datetime import datetime
 from sqlalchemy import DateTime, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from coordinator.core.database import Base, BigIntKey
+from coordinator.core.tables import Base, BigIntKey
 
 
 class ProducerId(Base):

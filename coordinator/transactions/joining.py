@@ -13,9 +13,10 @@ from sqlalchemy import Table, bindparam, insert, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
+from coordinator.transactions.caller import check_caller
 from coordinator.transactions.errors import TransactionalIdNotFound
 from coordinator.transactions.models import Transaction, TransactionPartition
-from coordinator.transactions.service import Locked, check_caller, lock_ids, partitions_by_id
+from coordinator.transactions.service import Locked, lock_ids, partitions_by_id
 from coordinator.transactions.states import Op, State, transition
 
 _transactions = cast(Table, Transaction.__table__)

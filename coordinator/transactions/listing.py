@@ -6,9 +6,9 @@ from __future__ import annotations
 from sqlalchemy import and_, exists, select
 
 from coordinator.core.clock import now_ms
-from coordinator.core.database import Database
 from coordinator.log.models import ProducerState
 from coordinator.producers.models import ProducerId
+from coordinator.store import Store
 from coordinator.transactions.models import Transaction, TransactionPartition
 from coordinator.transactions.schemas import Hanging, PinnedPartition, TransactionList
 from coordinator.transactions.service import describe_rows
@@ -16,7 +16,7 @@ from coordinator.transactions.states import OPEN, State
 
 
 async def list_transactions(
-    db: Database,
+    db: Store,
     state: State | None,
     older_than_ms: int | None,
     prefix: str | None,
@@ -38,7 +38,7 @@ async def list_transactions(
         return TransactionList(transactions=await describe_rows(session, rows))
 
 
-async def find_hanging(db: Database, max_transaction_timeout_ms: int) -> Hanging:
+async def find_hanging(db: Store, max_transaction_timeout_ms: int) -> Hanging:
     """Open transactions older than the largest timeout any producer may have, and partitions
     whose LSO is pinned by a producer with no open transaction there at the coordinator.
 

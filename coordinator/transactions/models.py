@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from coordinator.core.database import Base, FreeText
+from coordinator.core.tables import Base, FreeText
 
 
 class Transaction(Base):

@@ -1,152 +1,137 @@
-"""A transaction's offsets (AddOffsets, Kafka's TxnOffsetCommit) in two statements on Postgres,
-neither in a transaction: the hot call of every consume-transform-produce loop. `service.
-add_offsets` takes its locking path instead on SQLite and whenever this writes nothing.
+"""A transaction's offsets (AddOffsets, Kafka's TxnOffsetCommit): what they are, how they are
+written, and the rule by which Postgres takes them in two statements, neither in a transaction:
+the hot call of every consume-transform-produce loop. `service.add_offsets` takes its locking
+path whenever the store writes nothing this way (always, on SQLite).
 
-The first statement reads what the rules decide on, each row with its version: the transaction
+The first statement reads what the rule decides on, each row with its version: the transaction
 (its state, its producer and that producer's epoch), and what `groups.committing` reads for a
-member's commit (the group, the member, the epochs at which it was given the partitions, and
-whether the partitions exist). The rules run on those facts: the caller is the transaction's
-producer at its current epoch, `Op.ADD_OFFSETS` may run in the transaction's state, and the
-member may commit those partitions (`fencing.check_member_commit`, KIP-447). Anything they
-refuse, and anything missing (no such transaction or group), is left to the locking path, which
-answers from rows read under its locks.
-
-The second statement takes the locks in the fixed order (the transaction with its producer, then
-the group FOR SHARE, the member and its ownership rows) and writes the offsets into the
-transaction, and the transaction's state (begun if it was empty), only if every locked row is
-the version the rules read: an end, a fence, a heartbeat or a rebalance between the two sends
-the call to the locking path.
+member's commit. `offsets_rule` runs on those facts: the caller is the transaction's producer at
+its current epoch (`caller.is_current`), `Op.ADD_OFFSETS` may run in the transaction's state,
+and the member may commit those partitions (`fencing.check_member_commit`, KIP-447). Anything it
+refuses, and anything missing (no such transaction or group), is left to the locking path,
+which answers from rows read under its locks. The second statement takes the locks in the fixed
+order and writes the offsets into the transaction (`pending_from`), and the transaction's state,
+only if every locked row is the version the rule read (`coordinator.store.postgres`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
 
-from sqlalchemy import select
+from sqlalchemy import Table, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from coordinator.core.database import Database, on_driver
 from coordinator.core.errors import CoordinatorError
-from coordinator.groups import committing
+from coordinator.groups.committing import ReadFacts
 from coordinator.groups.fencing import check_member_commit
+from coordinator.store import ROWS_PER_STATEMENT, Store, store_of
+from coordinator.transactions.caller import is_current
 from coordinator.transactions.models import Transaction, TransactionOffset
-from coordinator.transactions.schemas import AddOffsetsRequest
 from coordinator.transactions.states import OPEN, TRANSITIONS, Op, State
 
-# The member's facts as `committing` reads them ($1 group, $2 member, $3 topics, $4
-# partitions), and the transaction's beside them ($5); a version is the row's xmin (the
-# transaction's is its row's and its producer's).
-_FACTS = f"""
-SELECT t.state, t.producer_id, i.producer_epoch, t.xmin::text || '/' || i.xmin::text, f.*
-FROM ({committing.FACTS}) AS f
-LEFT JOIN transactions t ON t.transactional_id = $5
-LEFT JOIN producer_ids i ON i.producer_id = t.producer_id
-"""
-
-_WRITE = f"""
-WITH txn AS (
-  SELECT t.xmin::text || '/' || i.xmin::text AS version
-  FROM transactions t
-  JOIN producer_ids i ON i.producer_id = t.producer_id
-  WHERE t.transactional_id = $5
-  FOR UPDATE OF t, i
-), {committing.member_locks(after="txn")}, checked AS (
-  SELECT (SELECT version FROM txn) = $6
-     AND ($7::text IS NULL OR (SELECT version FROM g) = $7)
-     AND ($2::varchar IS NULL OR (SELECT version FROM m) = $8)
-     AND (SELECT coalesce(array_agg(version ORDER BY topic, "partition"), '{{}}') FROM o)
-         = $9::text[] AS passes
-), written AS (
-  INSERT INTO transaction_offsets (transactional_id, group_id, topic, "partition", "offset",
-                                   metadata, leader_epoch)
-  SELECT $5, $1, w.topic, w."partition", w."offset", w.metadata, w.leader_epoch
-  FROM unnest($3::varchar[], $4::int[], $10::bigint[], $11::bytea[], $12::int[])
-    AS w(topic, "partition", "offset", metadata, leader_epoch)
-  WHERE (SELECT passes FROM checked)
-  ON CONFLICT (transactional_id, group_id, topic, "partition") DO UPDATE
-  SET "offset" = excluded."offset", metadata = excluded.metadata,
-      leader_epoch = excluded.leader_epoch
-), updated AS (
-  UPDATE transactions
-  SET state = $13, updated_ms = $14,
-      started_ms = CASE WHEN $15 THEN $14 ELSE started_ms END,
-      deadline_ms = CASE WHEN $15 THEN $14 + timeout_ms ELSE deadline_ms END
-  WHERE transactional_id = $5 AND (SELECT passes FROM checked)
+PENDING_COLUMNS = (
+    "transactional_id",
+    "group_id",
+    "topic",
+    "partition",
+    "offset",
+    "metadata",
+    "leader_epoch",
 )
-SELECT passes FROM checked
-"""
+_PENDING_KEY = ["transactional_id", "group_id", "topic", "partition"]
+_pending = cast(Table, TransactionOffset.__table__)
 
 
-async def add_in_two_statements(
-    db: Database,
-    transactional_id: str,
-    body: AddOffsetsRequest,
-    keys: Sequence[tuple[str, int]],
-    now: int,
-) -> State | None:
-    """Add `body`'s offsets (of the sorted, distinct partitions `keys`) to the transaction, if
-    the rules let its caller and nothing they read changed before the write; the state it left
-    the transaction in, or None when nothing was written and the locking path must decide."""
-    if db.is_sqlite:
+def pending(statement: Any) -> Any:
+    """An INSERT of a transaction's offsets (of rows, or from a SELECT of `PENDING_COLUMNS`):
+    a partition's offset given again replaces the one the transaction held."""
+    replaced = {c: statement.excluded[c] for c in PENDING_COLUMNS if c not in _PENDING_KEY}
+    return statement.on_conflict_do_update(index_elements=_PENDING_KEY, set_=replaced)
+
+
+def pending_from(insert: Callable[[Any], Any], source: Any) -> Any:
+    """`pending` of the rows `source` holds, with the dialect's `insert`."""
+    return pending(insert(_pending).from_select(list(PENDING_COLUMNS), source))
+
+
+@dataclass(frozen=True, slots=True)
+class TxnOffsets:
+    """AddOffsets, as the rule and the store take it: `keys` sorted and distinct, `offsets`
+    (offset, metadata, leader epoch) in their order."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    group_id: str
+    member_id: str | None
+    member_epoch: int | None
+    keys: Sequence[tuple[str, int]]
+    offsets: Sequence[tuple[int, str | None, int | None]]
+    now: int
+
+
+async def hold_offsets(session: AsyncSession, ask: TxnOffsets) -> None:
+    """The locking path's write of the offsets into the transaction (`pending`)."""
+    rows = [
+        dict(zip(PENDING_COLUMNS, (ask.transactional_id, ask.group_id, *key, *offset), strict=True))
+        for key, offset in zip(ask.keys, ask.offsets, strict=True)
+    ]
+    insert = store_of(session).insert
+    for start in range(0, len(rows), ROWS_PER_STATEMENT):
+        await session.execute(
+            pending(insert(_pending).values(rows[start : start + ROWS_PER_STATEMENT]))
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TxnFacts:
+    """The transaction as read: its state, its producer and that producer's current epoch."""
+
+    state: str
+    producer_id: int
+    epoch: int
+
+
+OffsetsRule = Callable[[TxnOffsets, TxnFacts, ReadFacts | None], State | None]
+
+
+def offsets_rule(ask: TxnOffsets, txn: TxnFacts, read: ReadFacts | None) -> State | None:
+    """The state the offsets leave the transaction in, or None when the locking path must
+    decide (a refusal, or something missing)."""
+    if not is_current(txn.producer_id, txn.epoch, ask.producer_id, ask.producer_epoch):
         return None
-    topics, partitions = [t for t, _ in keys], [p for _, p in keys]
-    member_id, member_epoch = body.member_id, body.member_epoch
-    async with db.autocommit() as connection:
-        (row,) = await on_driver(
-            connection, _FACTS, body.group_id, member_id, topics, partitions, transactional_id
-        )
-        state, producer_id, epoch, txn_version = row[0:4]
-        if txn_version is None or (producer_id, epoch) != (body.producer_id, body.producer_epoch):
+    target = TRANSITIONS[Op.ADD_OFFSETS].get(State(txn.state))
+    if target is None:
+        return None
+    if ask.keys or ask.member_id is not None:
+        # KIP-447: the group checks the member when the offsets join the transaction.
+        if read is None or read.existing != len(ask.keys):
             return None
-        target = TRANSITIONS[Op.ADD_OFFSETS].get(State(state))
-        if target is None:
-            return None
-        read = committing.read_facts(body.group_id, row[4:])
-        group_version = member_version = None
-        owned_versions: list[str] = []
-        if keys or member_id is not None:
-            # KIP-447: the group checks the member when the offsets join the transaction.
-            if read is None or read.existing != len(keys):
+        if ask.member_id is not None:
+            if read.member_version is None or ask.member_epoch is None:
                 return None
-            group_version = read.group_version
-            if member_id is not None:
-                if read.member_version is None or member_epoch is None:
-                    return None
-                try:
-                    check_member_commit(
-                        read.facts,
-                        body.group_id,
-                        member_id,
-                        member_epoch,
-                        keys,
-                        transactional=True,
-                        now=now,
-                    )
-                except CoordinatorError:
-                    return None
-                member_version, owned_versions = read.member_version, read.owned_versions
-        offsets = {(o.topic, o.partition): o for o in body.offsets}
-        ordered = [offsets[key] for key in keys]
-        (written,) = await on_driver(
-            connection,
-            _WRITE,
-            body.group_id,
-            member_id,
-            topics,
-            partitions,
-            transactional_id,
-            txn_version,
-            group_version,
-            member_version,
-            owned_versions,
-            [o.offset for o in ordered],
-            [None if o.metadata is None else o.metadata.encode() for o in ordered],
-            [o.leader_epoch for o in ordered],
-            str(target),
-            now,
-            State(state) is not State.ONGOING,
-        )
-    return target if written[0] else None
+            try:
+                check_member_commit(
+                    read.facts,
+                    ask.group_id,
+                    ask.member_id,
+                    ask.member_epoch,
+                    ask.keys,
+                    transactional=True,
+                    now=ask.now,
+                )
+            except CoordinatorError:
+                return None
+    return target
+
+
+async def add_in_two_statements(db: Store, ask: TxnOffsets) -> State | None:
+    """Add the offsets to the transaction, if the rule lets its caller and nothing it read
+    changed before the write; the state it left the transaction in, or None when nothing was
+    written and the locking path must decide."""
+    return await db.add_offsets_at_once(ask, offsets_rule)
 
 
 async def pending_offset(
@@ -155,13 +140,13 @@ async def pending_offset(
     """A (topic, partition) of the group (of `topic` only, if given) whose offset an open
     transaction holds, or None: what makes a stable offset fetch UNSTABLE_OFFSET_COMMIT
     (`groups.service.PendingOffset`, given to the groups domain by the app)."""
-    pending = (
+    held_by = (
         select(TransactionOffset.topic, TransactionOffset.partition)
         .join(Transaction, Transaction.transactional_id == TransactionOffset.transactional_id)
         .where(TransactionOffset.group_id == group_id, Transaction.state.in_(list(OPEN)))
         .limit(1)
     )
     if topic is not None:
-        pending = pending.where(TransactionOffset.topic == topic)
-    held = (await session.execute(pending)).first()
+        held_by = held_by.where(TransactionOffset.topic == topic)
+    held = (await session.execute(held_by)).first()
     return None if held is None else (held.topic, held.partition)

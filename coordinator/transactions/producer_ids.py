@@ -4,16 +4,16 @@ open transaction ended here; an idempotent producer only gets a new id from `pro
 
 from __future__ import annotations
 
-from coordinator.core.database import Database
 from coordinator.core.settings import Settings
 from coordinator.producers.errors import InvalidTransactionTimeout
 from coordinator.producers.repository import issue_producer_id
 from coordinator.producers.schemas import InitPidRequest, InitPidResponse
+from coordinator.store import Store
 from coordinator.transactions import service as transactions
 
 
 async def init_pid(
-    db: Database,
+    db: Store,
     settings: Settings,
     body: InitPidRequest,
     recovering: tuple[int, int] | None = None,

@@ -22,7 +22,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import flag_modified, set_committed_value
 
 from coordinator.core.clock import now_ms, rfc3339
-from coordinator.core.database import Database, insert_ignore, pairs_in, upsert
 from coordinator.core.errors import CoordinatorError, InvalidRequest
 from coordinator.core.metrics import record_end
 from coordinator.core.schemas import EPOCH_MAX
@@ -40,13 +39,13 @@ from coordinator.producers.repository import (
     issue_producer_id,
     set_epoch,
 )
-from coordinator.transactions.adding import add_in_one_statement
+from coordinator.store import Store, store_of
+from coordinator.store.sql import pairs_in
+from coordinator.transactions.caller import check_caller, timed_out_at
 from coordinator.transactions.ending import ENDED, end_in_one_statement, end_writes
 from coordinator.transactions.errors import (
-    InvalidProducerIdMapping,
     ProducerFenced,
     TransactionalIdNotFound,
-    TransactionTimedOut,
 )
 from coordinator.transactions.models import (
     TimedOutEpoch,
@@ -54,7 +53,7 @@ from coordinator.transactions.models import (
     TransactionOffset,
     TransactionPartition,
 )
-from coordinator.transactions.offsets import add_in_two_statements
+from coordinator.transactions.offsets import TxnOffsets, add_in_two_statements, hold_offsets
 from coordinator.transactions.schemas import (
     AddOffsetsRequest,
     AddPartitionsRequest,
@@ -157,55 +156,6 @@ async def _lock_existing(session: AsyncSession, transactional_id: str) -> Locked
     if locked is None:
         raise TransactionalIdNotFound(f"transactional id {transactional_id!r} is not known")
     return locked
-
-
-async def check_caller(
-    session: AsyncSession, txn: Transaction, current_epoch: int, producer_id: int, epoch: int
-) -> None:
-    """API.md's checks, in its order: producer id mapping, then older epoch (fenced, or timed
-    out), then newer epoch. Shared by every transaction call and by transactional produce."""
-    if producer_id != txn.producer_id:
-        owner = await session.scalar(
-            select(ProducerId.transactional_id).where(ProducerId.producer_id == producer_id)
-        )
-        if owner == txn.transactional_id:
-            await _refuse_timed_out(session, txn, producer_id, epoch)
-            raise ProducerFenced(
-                f"producer id {producer_id} of {txn.transactional_id!r} was replaced by "
-                f"{txn.producer_id} after its epochs ran out"
-            )
-        raise InvalidProducerIdMapping(
-            f"producer id {producer_id} does not belong to transactional id "
-            f"{txn.transactional_id!r}"
-        )
-    if epoch < current_epoch:
-        await _refuse_timed_out(session, txn, producer_id, epoch)
-        raise ProducerFenced(
-            f"epoch {epoch} of {txn.transactional_id!r} is fenced by epoch {current_epoch}"
-        )
-    if epoch > current_epoch:
-        raise InvalidProducerEpoch(
-            f"epoch {epoch} of {txn.transactional_id!r} is newer than its current epoch "
-            f"{current_epoch}"
-        )
-
-
-async def _refuse_timed_out(
-    session: AsyncSession, txn: Transaction, producer_id: int, epoch: int
-) -> None:
-    """An older epoch whose transaction timed out is told so, not that it was fenced."""
-    timed_out = await session.scalar(
-        select(TimedOutEpoch.producer_epoch).where(
-            TimedOutEpoch.transactional_id == txn.transactional_id,
-            TimedOutEpoch.producer_id == producer_id,
-            TimedOutEpoch.producer_epoch == epoch,
-        )
-    )
-    if timed_out is not None:
-        raise TransactionTimedOut(
-            f"the coordinator aborted the transaction of {txn.transactional_id!r} at epoch "
-            f"{epoch} after its timeout of {txn.timeout_ms} ms; call init-pid again"
-        )
 
 
 def _ended_by(txn: Transaction, producer_id: int, epoch: int, state: State) -> bool:
@@ -338,7 +288,7 @@ def _begin(txn: Transaction, now: int) -> None:
 
 
 async def init_transactional(
-    db: Database,
+    db: Store,
     settings: Settings,
     transactional_id: str,
     timeout_ms: int,
@@ -404,11 +354,11 @@ async def init_transactional(
 
 
 async def add_partitions(
-    db: Database, transactional_id: str, body: AddPartitionsRequest
+    db: Store, transactional_id: str, body: AddPartitionsRequest
 ) -> StateResponse:
     keys = sorted({(p.topic, p.partition) for p in body.partitions})
     pid, epoch = body.producer_id, body.producer_epoch
-    if await add_in_one_statement(db, transactional_id, pid, epoch, keys, now_ms()):
+    if await db.add_partitions_at_once(transactional_id, pid, epoch, keys, now_ms()):
         return StateResponse(state=State.ONGOING)
     async with db.write() as session:
         now = now_ms()
@@ -425,7 +375,7 @@ async def add_partitions(
         txn.state = target
         txn.updated_ms = now
         flag_modified(txn, "updated_ms")
-        await insert_ignore(
+        await store_of(session).insert_ignore(
             session,
             TransactionPartition,
             [
@@ -443,7 +393,7 @@ async def add_partitions(
 
 
 async def missing_partitions(
-    db: Database,
+    db: Store,
     transactional_id: str,
     producer_id: int,
     producer_epoch: int,
@@ -461,13 +411,23 @@ async def missing_partitions(
     return [key for key in keys if key not in included]
 
 
-async def add_offsets(
-    db: Database, transactional_id: str, body: AddOffsetsRequest
-) -> StateResponse:
+async def add_offsets(db: Store, transactional_id: str, body: AddOffsetsRequest) -> StateResponse:
     keys = sorted({(o.topic, o.partition) for o in body.offsets})
     if len(keys) != len(body.offsets):
         raise InvalidRequest("offsets: a partition appears more than once")
-    added = await add_in_two_statements(db, transactional_id, body, keys, now_ms())
+    offsets = {(o.topic, o.partition): o for o in body.offsets}
+    ask = TxnOffsets(
+        transactional_id,
+        body.producer_id,
+        body.producer_epoch,
+        body.group_id,
+        body.member_id,
+        body.member_epoch,
+        keys,
+        [(o.offset, o.metadata, o.leader_epoch) for o in (offsets[key] for key in keys)],
+        now_ms(),
+    )
+    added = await add_in_two_statements(db, ask)
     if added is not None:
         return StateResponse(state=added)
     async with db.write() as session:
@@ -488,23 +448,7 @@ async def add_offsets(
             await require_partitions(session, keys)
         if txn.state != State.ONGOING:
             _begin(txn, now)
-        await upsert(
-            session,
-            TransactionOffset,
-            [
-                {
-                    "transactional_id": transactional_id,
-                    "group_id": body.group_id,
-                    "topic": o.topic,
-                    "partition": o.partition,
-                    "offset": o.offset,
-                    "metadata": o.metadata,
-                    "leader_epoch": o.leader_epoch,
-                }
-                for o in body.offsets
-            ],
-            ["transactional_id", "group_id", "topic", "partition"],
-        )
+        await hold_offsets(session, ask)
         txn.state = target
         txn.updated_ms = now
         flag_modified(txn, "updated_ms")  # a new version of the row, as in add_partitions
@@ -512,7 +456,7 @@ async def add_offsets(
 
 
 async def prepare(
-    db: Database, settings: Settings, transactional_id: str, body: Caller
+    db: Store, settings: Settings, transactional_id: str, body: Caller
 ) -> StateResponse:
     async with db.write() as session:
         now = now_ms()
@@ -531,7 +475,7 @@ async def prepare(
 
 
 async def end(
-    db: Database,
+    db: Store,
     transactional_id: str,
     body: EndTxnRequest,
     *,
@@ -596,17 +540,10 @@ async def _aborted_on_timeout(
     txn = locked.txn
     if txn.producer_id != producer_id or locked.epoch != epoch + 1 or txn.state in OPEN:
         return False
-    found = await session.scalar(
-        select(TimedOutEpoch.producer_epoch).where(
-            TimedOutEpoch.transactional_id == txn.transactional_id,
-            TimedOutEpoch.producer_id == producer_id,
-            TimedOutEpoch.producer_epoch == epoch,
-        )
-    )
-    return found is not None
+    return await timed_out_at(session, txn.transactional_id, producer_id, epoch)
 
 
-async def describe(db: Database, transactional_id: str) -> TransactionDescription:
+async def describe(db: Store, transactional_id: str) -> TransactionDescription:
     async with db.read() as session:
         row = (
             await session.execute(
@@ -674,7 +611,7 @@ def _naming(error: CoordinatorError, transactional_id: str) -> CoordinatorError:
     return type(error)(f"transaction {transactional_id!r}: {error.detail}")
 
 
-async def commit_group(db: Database, body: CommitGroupRequest) -> CommitGroupResponse:
+async def commit_group(db: Store, body: CommitGroupRequest) -> CommitGroupResponse:
     """Commit every listed transaction, all or none, and abort the other open transactions whose
     ids start with the prefix, in one unit of work."""
     listed = [m.transactional_id for m in body.transactions]
@@ -767,7 +704,7 @@ async def commit_group(db: Database, body: CommitGroupRequest) -> CommitGroupRes
 
 
 async def abort_by_coordinator(
-    db: Database, transactional_id: str, reason: str, op: Op
+    db: Store, transactional_id: str, reason: str, op: Op
 ) -> EndTxnResponse:
     """Abort the open transaction and fence its producer (epoch raised): an operator's abort."""
     async with db.write() as session:
@@ -779,7 +716,7 @@ async def abort_by_coordinator(
 
 
 async def abort_by_marker(
-    db: Database, producer_id: int, producer_epoch: int, keys: list[tuple[str, int]]
+    db: Store, producer_id: int, producer_epoch: int, keys: list[tuple[str, int]]
 ) -> bool:
     """Kafka's WriteTxnMarkers abort, as `kafka-transactions abort` sends it to a partition's
     leader: the operator's abort (and fence) of the open transaction of `producer_id` that
@@ -843,7 +780,7 @@ ABORTS_PER_UNIT = 100
 
 
 async def abort_timed_out(
-    db: Database, now: int | None = None, per_unit: int = ABORTS_PER_UNIT
+    db: Store, now: int | None = None, per_unit: int = ABORTS_PER_UNIT
 ) -> list[str]:
     """Abort every open transaction past its deadline, raising its epoch; returns their ids.
 
@@ -881,7 +818,7 @@ async def abort_timed_out(
                     aborted.append(locked.txn.transactional_id)
 
 
-async def expire_idle(db: Database, expiration_ms: int, now: int | None = None) -> int:
+async def expire_idle(db: Store, expiration_ms: int, now: int | None = None) -> int:
     """Remove transactional ids idle (Empty or Complete) for longer than `expiration_ms`."""
     moment = now_ms() if now is None else now
     async with db.write() as session:

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import logging
 
-from coordinator.core.database import Database
 from coordinator.core.periodic import run_periodically
 from coordinator.core.settings import Settings
+from coordinator.store import Store
 from coordinator.transactions import service
 
 log = logging.getLogger("coordinator.sweeper")
 
 
-async def sweep_once(db: Database, settings: Settings) -> None:
+async def sweep_once(db: Store, settings: Settings) -> None:
     aborted = await service.abort_timed_out(db)
     if aborted:
         log.info("aborted %d timed-out transaction(s): %s", len(aborted), ", ".join(aborted[:20]))
@@ -25,6 +25,6 @@ async def sweep_once(db: Database, settings: Settings) -> None:
         log.info("expired %d idle transactional id(s)", expired)
 
 
-async def run_sweeper(db: Database, settings: Settings) -> None:
+async def run_sweeper(db: Store, settings: Settings) -> None:
     interval = settings.timeout_check_interval_ms / 1000
     await run_periodically(interval, lambda: sweep_once(db, settings), log)

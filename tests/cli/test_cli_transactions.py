@@ -20,9 +20,9 @@ import pytest
 from sqlalchemy import update
 
 from coordinator.cli import main
-from coordinator.core.database import Database
 from coordinator.core.settings import Settings
 from coordinator.log.models import ProducerState
+from coordinator.store.engines import open_store
 from tests.support.cli import table
 from tests.support.services import (
     ServiceProcess,
@@ -349,7 +349,7 @@ def test_find_hanging_reports_old_open_transactions_and_pinned_partitions(
 
 
 async def _pin(database_url: str, producer_id: int, first_offset: int) -> None:
-    db = Database(Settings(database_url=database_url))
+    db = open_store(Settings(database_url=database_url))
     try:
         async with db.write() as session:
             await session.execute(

@@ -25,7 +25,6 @@ from kio.static.constants import EntityType
 from coordinator.app import wire_domains
 from coordinator.cli import main
 from coordinator.core.auth import Authenticator
-from coordinator.core.database import Database
 from coordinator.core.memory import request_memory
 from coordinator.core.settings import Settings
 from coordinator.kafka.handlers import HANDLERS
@@ -34,9 +33,10 @@ from coordinator.kafka.wire import SUPPORTED, payload_type
 from coordinator.log import produce
 from coordinator.log import topics as log_topics
 from coordinator.log.schemas import CreateTopic
+from coordinator.store.engines import open_store
 from sdk import recordbatch
 from tests.support.kafka_wire import Connection, fetch_request, produce_request
-from tests.support.services import Store, empty_tables, free_port
+from tests.support.services import Backend, empty_tables, free_port
 
 TOKENS = [
     {"token": "admin-token-1", "principal": "ops", "roles": ["admin"]},
@@ -52,7 +52,7 @@ TOKENS = [
 
 @pytest.fixture
 async def listener(
-    store: Store, tmp_path: Path, request: pytest.FixtureRequest
+    store: Backend, tmp_path: Path, request: pytest.FixtureRequest
 ) -> AsyncIterator[KafkaListener]:
     # The parameter: True for a tokens file, or a dict of settings (with "auth" among them).
     param = getattr(request, "param", False)
@@ -66,7 +66,7 @@ async def listener(
         auth_tokens_file=tokens if auth else None,
         **overrides,
     )
-    db = Database(settings)
+    db = open_store(settings)
     # The store is shared with every other test of this backend: start from an empty one.
     await empty_tables(db)
     wire_domains()  # what create_app does: the listener is composed here without the app

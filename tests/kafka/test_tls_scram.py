@@ -297,12 +297,12 @@ def test_credentials_are_stored_salted_and_listed_without_keys(broker: Broker) -
     # Nothing in the store holds the password: only salts and derived keys.
     import asyncio
 
-    from coordinator.core.database import Database
     from coordinator.core.scram import ScramCredential
     from coordinator.core.settings import Settings
+    from coordinator.store.engines import open_store
 
     async def rows() -> list[bytes]:
-        db = Database(Settings(database_url=broker.database_url))
+        db = open_store(Settings(database_url=broker.database_url))
         try:
             async with db.read() as session:
                 from sqlalchemy import select

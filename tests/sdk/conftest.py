@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.sdk_support import Coordinator, LiveService
-from tests.support.services import Store
+from tests.support.services import Backend
 
 GROUP_SETTINGS = {
     "group_min_session_timeout_ms": 100,
@@ -20,7 +20,7 @@ GROUP_SETTINGS = {
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
 def group_live(request: pytest.FixtureRequest) -> Iterator[LiveService]:
-    store: Store = request.getfixturevalue(f"{request.param}_service_store")
+    store: Backend = request.getfixturevalue(f"{request.param}_service_store")
     live = LiveService(store, **GROUP_SETTINGS).start()
     yield live
     live.stop()

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from coordinator.app import create_app
 from tests.support.api import assert_problem, batch, create_topic, init_pid, produce, read_all
-from tests.support.services import Store, empty_tables, make_settings
+from tests.support.services import Backend, empty_tables, make_settings
 
 TOPICS = "/v1/topics"
 INIT_PID = "/v1/init-pid"
@@ -646,7 +646,7 @@ def assert_answer_is_not_a_failure(response: httpx.Response) -> None:
         assert isinstance(body["title"], str)
 
 
-def run_fuzz(store: Store, check: Callable[[asyncio.Runner, httpx.AsyncClient], None]) -> None:
+def run_fuzz(store: Backend, check: Callable[[asyncio.Runner, httpx.AsyncClient], None]) -> None:
     """Runs `check` against a fresh app over `store`, with topic `t` and producer id 1 in it.
 
     The app is built here, in one event loop for every example, rather than taken from the
@@ -673,7 +673,7 @@ def run_fuzz(store: Store, check: Callable[[asyncio.Runner, httpx.AsyncClient], 
 
 
 @pytest.mark.parametrize("path", BODY_ENDPOINTS)
-def test_random_bodies_never_get_a_5xx(store: Store, path: str) -> None:
+def test_random_bodies_never_get_a_5xx(store: Backend, path: str) -> None:
     def check(runner: asyncio.Runner, client: httpx.AsyncClient) -> None:
         @settings(max_examples=100, deadline=None)
         @given(content=bodies(path))
@@ -687,7 +687,7 @@ def test_random_bodies_never_get_a_5xx(store: Store, path: str) -> None:
     run_fuzz(store, check)
 
 
-def test_random_fetch_urls_never_get_a_5xx(store: Store) -> None:
+def test_random_fetch_urls_never_get_a_5xx(store: Backend) -> None:
     segment = st.sampled_from(["t", "0", "1", "-1", str(2**63)]) | any_text
     params = st.dictionaries(
         st.sampled_from(["offset", "max_records", "isolation_level", "encoding"]) | any_text,

@@ -8,10 +8,10 @@ import contextlib
 import asyncpg
 import pytest
 
-from coordinator.core.database import Database
 from coordinator.core.settings import Settings
 from coordinator.models import Base
-from tests.support.services import Store, empty_tables
+from coordinator.store.engines import open_store
+from tests.support.services import Backend, empty_tables
 
 
 async def _until(observer: asyncpg.Connection, query: str) -> object:
@@ -22,13 +22,13 @@ async def _until(observer: asyncpg.Connection, query: str) -> object:
 
 
 async def test_emptying_survives_a_sweep_reading_its_tables_in_the_other_order(
-    postgres_store: Store,
+    postgres_store: Backend,
 ) -> None:
     # The deadlock CI met: a sweep holds the table TRUNCATE locks last and then reads the one it
     # locked first. The sweep, not the emptying, must be the one cancelled.
     tables = [t.name for t in reversed(Base.metadata.sorted_tables)]
     raw = postgres_store.url.replace("postgresql+asyncpg://", "postgresql://")
-    db = Database(Settings(database_url=postgres_store.url))
+    db = open_store(Settings(database_url=postgres_store.url))
     sweep = await asyncpg.connect(raw)
     observer = await asyncpg.connect(raw)
     try:

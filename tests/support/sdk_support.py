@@ -19,14 +19,14 @@ import uvicorn
 from sqlalchemy import text
 
 from coordinator.app import create_app
-from tests.support.services import Store, empty_tables, free_port, make_settings
+from tests.support.services import Backend, empty_tables, free_port, make_settings
 
 
 class LiveService:
     """The coordinator app served by uvicorn on 127.0.0.1 in a background thread, lifespan (and
     so the timeout sweeper) included."""
 
-    def __init__(self, store: Store, **settings: Any) -> None:
+    def __init__(self, store: Backend, **settings: Any) -> None:
         self.store = store
         self.app = create_app(make_settings(store, **settings))
         self.port = free_port()

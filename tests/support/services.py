@@ -14,10 +14,10 @@ from typing import Any
 import httpx
 from sqlalchemy import text
 
-from coordinator.core.database import Database
 from coordinator.core.settings import Settings
 from coordinator.launcher import Launched, free_port
 from coordinator.models import Base
+from coordinator.store import Store
 
 POSTGRES_ENV = "COORDINATOR_TEST_POSTGRES_URL"
 
@@ -267,21 +267,21 @@ class TcpProxy:
 
 
 @dataclass
-class Store:
+class Backend:
     """A test store: its backend ("sqlite" or "postgres") and URL."""
 
     backend: str
     url: str
 
 
-async def empty_tables(db: Database) -> None:
+async def empty_tables(db: Store) -> None:
     """Empty every table. On Postgres a live service's sweep may be reading two of the tables
     while TRUNCATE locks them one by one, in another order: a deadlock. TRUNCATE then waits
     longer than the sweep before it looks for one, so the sweep is the one cancelled (its round
     fails, is logged, and runs again next interval) and the emptying goes on."""
     tables = [t.name for t in reversed(Base.metadata.sorted_tables)]
     async with db.write() as session:
-        if db.is_sqlite:
+        if not db.remote:
             for table in tables:
                 await session.execute(text(f"DELETE FROM {table}"))
         else:
@@ -289,5 +289,5 @@ async def empty_tables(db: Database) -> None:
             await session.execute(text(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE"))
 
 
-def make_settings(store: Store, **overrides: Any) -> Settings:
+def make_settings(store: Backend, **overrides: Any) -> Settings:
     return Settings(database_url=store.url, **overrides)

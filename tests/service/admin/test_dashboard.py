@@ -166,7 +166,7 @@ async def test_stats_reads_markers_through_the_partial_index(app: Any) -> None:
         sql = str(
             query.compile(dialect=session.bind.dialect, compile_kwargs={"literal_binds": True})
         )
-        if app.state.db.is_sqlite:
+        if session.bind.dialect.name == "sqlite":
             plan = (await session.execute(text(f"EXPLAIN QUERY PLAN {sql}"))).all()
         else:
             # An empty table is cheaper to scan; forbid that to see whether the index applies.

@@ -14,11 +14,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import select, update
 
 from coordinator.core.clock import now_ms
-from coordinator.core.database import Database
 from coordinator.effects import service
 from coordinator.effects.models import Effect
+from coordinator.store.engines import open_store
 from tests.support.api import assert_problem
-from tests.support.services import Store, make_settings
+from tests.support.services import Backend, make_settings
 
 
 def path(key: str, call: str = "") -> str:
@@ -216,11 +216,11 @@ async def test_results_no_json_reader_agrees_on_and_bad_keys_are_refused(
 
 
 async def test_owners_racing_for_a_key_from_several_processes_get_one_claim(
-    client: httpx.AsyncClient, store: Store, app: Any
+    client: httpx.AsyncClient, store: Backend, app: Any
 ) -> None:
     """Three stores' worth of connections (as three service processes), twelve owners at once:
     one claim, every other owner EFFECT_CLAIMED; the same after the lease ran out."""
-    others = [Database(make_settings(store)) for _ in range(2)]
+    others = [open_store(make_settings(store)) for _ in range(2)]
     databases = [app.state.db, *others]
 
     async def attempt(owner: int) -> dict[str, Any] | str:

@@ -13,15 +13,16 @@ from typing import Any
 import httpx
 import pytest
 
-from coordinator.groups import committing, service
+from coordinator.groups import service
+from coordinator.store.postgres import groups as engine
 from tests.support.api import assert_problem
 from tests.support.groups import Member, member_owning_two
 from tests.support.locks import between_the_statements
-from tests.support.services import Store
+from tests.support.services import Backend
 
 
 @pytest.fixture
-def store(postgres_store: Store) -> Store:
+def store(postgres_store: Backend) -> Backend:
     return postgres_store
 
 
@@ -84,7 +85,7 @@ async def test_a_heartbeat_between_the_statements_sends_the_commit_to_the_locks(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     beat = "UPDATE group_members SET last_heartbeat_ms = last_heartbeat_ms + 1"
-    between_the_statements(app, monkeypatch, committing, beat)
+    between_the_statements(app, monkeypatch, engine, beat)
 
     assert (await member.commit(("t", 0, 5))).status_code == 200
 
@@ -100,7 +101,7 @@ async def test_a_partition_taken_away_between_the_statements_is_fenced_by_the_lo
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     revoked = "DELETE FROM group_owned_partitions WHERE topic = 't' AND partition = 1"
-    between_the_statements(app, monkeypatch, committing, revoked)
+    between_the_statements(app, monkeypatch, engine, revoked)
 
     refused = await member.commit(("t", 0, 5), ("t", 1, 7))
 

@@ -17,14 +17,15 @@ import pytest
 from sqlalchemy import text
 
 from coordinator.groups import heartbeats, membership
+from coordinator.store.postgres import groups as engine
 from tests.support.api import create_topic
 from tests.support.groups import Member, member_owning_two
 from tests.support.locks import between_the_statements
-from tests.support.services import Store
+from tests.support.services import Backend
 
 
 @pytest.fixture
-def store(postgres_store: Store) -> Store:
+def store(postgres_store: Backend) -> Backend:
     return postgres_store
 
 
@@ -127,7 +128,7 @@ async def test_a_row_changed_between_the_statements_sends_the_heartbeat_to_the_l
 ) -> None:
     member = await member_owning_two(client)
     renewed.clear()
-    between_the_statements(app, monkeypatch, heartbeats, change)
+    between_the_statements(app, monkeypatch, engine, change)
 
     assert await member.beat() == {("t", 0), ("t", 1)}
 

@@ -27,20 +27,21 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from coordinator.core.database import Database
 from coordinator.core.errors import StoreUnavailable
 from coordinator.log import appends, produce
 from coordinator.log.errors import InvalidProducerEpoch, RecordListTooLarge
 from coordinator.log.produce import Append, Appended
+from coordinator.store import Store
+from coordinator.store.engines import open_store
 from sdk import recordbatch
 from tests.support.api import assert_problem, create_topic, init_pid, read_all
 from tests.support.locks import Blocking, waiting_for_a_lock
-from tests.support.services import Store, postgres_base_url
+from tests.support.services import Backend, postgres_base_url
 from tests.support.txn import partition_state, started
 
 
 @pytest.fixture
-def store(postgres_store: Store) -> Store:
+def store(postgres_store: Backend) -> Backend:
     return postgres_store
 
 
@@ -95,7 +96,7 @@ async def test_batch_payloads_are_stored_as_they_come(app: Any) -> None:
 
 
 async def append(
-    db: Database, settings: Any, pid: int, sequence: int, values: list[bytes], epoch: int = 0
+    db: Store, settings: Any, pid: int, sequence: int, values: list[bytes], epoch: int = 0
 ) -> Appended:
     data = recordbatch.build(
         [(1, None, v, []) for v in values],
@@ -138,7 +139,7 @@ async def test_a_producers_appends_after_its_first_go_in_one_statement(
 @pytest.fixture
 async def other_process(app: Any) -> Any:
     """A second service process on the same store: its own pool and its own appends' memory."""
-    db = Database(app.state.settings)
+    db = open_store(app.state.settings)
     try:
         yield db
     finally:
@@ -146,7 +147,7 @@ async def other_process(app: Any) -> Any:
 
 
 async def test_a_retry_of_what_another_process_appended_is_a_duplicate(
-    app: Any, client: httpx.AsyncClient, paths: list[str], other_process: Database
+    app: Any, client: httpx.AsyncClient, paths: list[str], other_process: Store
 ) -> None:
     await create_topic(client, "t")
     pid = await init_pid(client)
@@ -168,7 +169,7 @@ async def test_a_retry_of_what_another_process_appended_is_a_duplicate(
 
 
 async def appended_then_changed_elsewhere(
-    app: Any, client: httpx.AsyncClient, other_process: Database, change: str, **params: Any
+    app: Any, client: httpx.AsyncClient, other_process: Store, change: str, **params: Any
 ) -> int:
     """A producer id whose batch "a" this process appended (so it saw its state), after which
     another process ran `change`."""
@@ -181,7 +182,7 @@ async def appended_then_changed_elsewhere(
 
 
 async def test_a_topic_config_changed_elsewhere_is_the_one_applied(
-    app: Any, client: httpx.AsyncClient, paths: list[str], other_process: Database
+    app: Any, client: httpx.AsyncClient, paths: list[str], other_process: Store
 ) -> None:
     db, settings = app.state.db, app.state.settings
     change = "UPDATE topics SET configs = :c WHERE name = 't'"
@@ -198,7 +199,7 @@ async def test_a_topic_config_changed_elsewhere_is_the_one_applied(
 
 
 async def test_an_epoch_raised_elsewhere_fences_the_next_append(
-    app: Any, client: httpx.AsyncClient, paths: list[str], other_process: Database
+    app: Any, client: httpx.AsyncClient, paths: list[str], other_process: Store
 ) -> None:
     db, settings = app.state.db, app.state.settings
     change = "UPDATE producer_ids SET producer_epoch = 1 WHERE producer_id = :p"
@@ -216,12 +217,13 @@ async def test_a_fetch_within_a_chunk_is_one_statement(
     app: Any, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from coordinator.log import fetch as log_fetch
+    from coordinator.store.postgres import fetch as engine
 
     await create_topic(client, "t")
     for value in "abc":
         await client.post("/v1/topics/t/partitions/0/records", json={"records": [{"value": value}]})
     statements: list[str] = []
-    on_driver = log_fetch.on_driver
+    on_driver = engine.on_driver
 
     async def counting(connection: Any, sql: str, *args: Any) -> Any:
         statements.append(sql)
@@ -230,7 +232,7 @@ async def test_a_fetch_within_a_chunk_is_one_statement(
     def no_transaction() -> Any:
         raise AssertionError("a fetch within one chunk opens no transaction")
 
-    monkeypatch.setattr(log_fetch, "on_driver", counting)
+    monkeypatch.setattr(engine, "on_driver", counting)
     monkeypatch.setattr(app.state.db, "read", no_transaction)
     fetched = await log_fetch.fetch_batches(
         app.state.db, "t", 0, 1, max_bytes=10**6, read_committed=True, aborted_list=True

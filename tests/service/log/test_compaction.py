@@ -23,7 +23,7 @@ from coordinator.log.cleaner import clean_once
 from coordinator.log.models import Batch
 from sdk import recordbatch
 from tests.support.api import assert_problem, produce, produce_batch, read_all
-from tests.support.services import Store, empty_tables, make_settings
+from tests.support.services import Backend, empty_tables, make_settings
 from tests.support.txn import Instance
 
 DAY = 86_400_000
@@ -252,7 +252,7 @@ STEPS = st.lists(
 )
 @given(steps=STEPS)
 def test_compaction_keeps_the_newest_value_of_every_key_against_a_model(
-    store: Store, steps: list[tuple[str, Any]]
+    store: Backend, steps: list[tuple[str, Any]]
 ) -> None:
     """After every compaction, the read_committed view maps every key to the model's newest
     value (a key whose newest record is a tombstone shows it or nothing), and every record that

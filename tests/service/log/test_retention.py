@@ -18,10 +18,10 @@ from sqlalchemy import select
 
 from coordinator.app import create_app
 from coordinator.core.clock import now_ms
-from coordinator.core.database import Database
-from coordinator.log import cleaner
 from coordinator.log.cleaner import clean_once
 from coordinator.log.models import Batch
+from coordinator.store import Store
+from coordinator.store.engines import open_store
 from tests.support.api import (
     assert_problem,
     batch,
@@ -31,7 +31,7 @@ from tests.support.api import (
     produce,
     read_all,
 )
-from tests.support.services import Store, empty_tables, make_settings
+from tests.support.services import Backend, empty_tables, make_settings
 from tests.support.txn import Instance, partition_state
 
 DAY = 86_400_000
@@ -121,15 +121,15 @@ async def test_a_topic_keeping_forever_is_left_alone(client: httpx.AsyncClient, 
     assert (await partition_state(client, "t", 0))["log_start_offset"] == 0
 
 
-async def test_a_partition_another_process_is_cleaning_is_skipped(postgres_store: Store) -> None:
+async def test_a_partition_another_process_is_cleaning_is_skipped(postgres_store: Backend) -> None:
     # Postgres only: SQLite's write unit already excludes every other writer.
     async with running(postgres_store, lifespan=False) as (app, client):
         await topic_with(client, "t", **{"retention.ms": "1000"})
         await append(client, "t", ["a"], now_ms() - DAY)
-        other = Database(make_settings(postgres_store))
+        other = open_store(make_settings(postgres_store))
         try:
             async with other.write() as session:
-                assert await cleaner._claim(session, "t", 0)
+                assert await other.claim_for_cleaning(session, "t", 0)
                 done = await clean_once(app.state.db, app.state.settings)
                 assert done.retention.batches == 0
             done = await clean_once(app.state.db, app.state.settings)
@@ -211,7 +211,7 @@ async def test_idempotent_ids_without_state_are_removed_but_never_the_newest(
     assert await init_pid(client) > newest
 
 
-async def test_the_cleaner_runs_in_the_background(store: Store) -> None:
+async def test_the_cleaner_runs_in_the_background(store: Backend) -> None:
     async with running(store, log_retention_check_interval_ms=20) as (_, client):
         await topic_with(client, "t", **{"retention.ms": "1000"})
         await append(client, "t", ["a"], now_ms() - DAY)
@@ -226,7 +226,7 @@ async def test_the_cleaner_runs_in_the_background(store: Store) -> None:
 
 @asynccontextmanager
 async def running(
-    store: Store, lifespan: bool = True, **overrides: Any
+    store: Backend, lifespan: bool = True, **overrides: Any
 ) -> AsyncIterator[tuple[Any, httpx.AsyncClient]]:
     """An app on `store` with its background tasks running (`lifespan`), and a client."""
     app = create_app(make_settings(store, **overrides))
@@ -243,7 +243,7 @@ async def running(
         yield app, client
 
 
-async def batch_sizes(db: Database, topic: str) -> list[int]:
+async def batch_sizes(db: Store, topic: str) -> list[int]:
     async with db.read() as session:
         return list(
             await session.scalars(

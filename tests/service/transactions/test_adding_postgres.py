@@ -14,15 +14,15 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from coordinator.transactions import service
+from coordinator.store.postgres import PostgresStore
 from coordinator.transactions.models import Transaction
 from tests.support.api import assert_problem, create_topic, read_all
-from tests.support.services import Store
+from tests.support.services import Backend
 from tests.support.txn import Instance, included, started
 
 
 @pytest.fixture
-def store(postgres_store: Store) -> Store:
+def store(postgres_store: Backend) -> Backend:
     return postgres_store
 
 
@@ -30,14 +30,14 @@ def store(postgres_store: Store) -> Store:
 def one_statement_adds(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """What each AddPartitions' one statement returned: True when it added them."""
     seen: list[bool] = []
-    real = service.add_in_one_statement
+    real = PostgresStore.add_partitions_at_once
 
     async def spy(*args: Any, **kwargs: Any) -> bool:
         added = await real(*args, **kwargs)
         seen.append(added)
         return added
 
-    monkeypatch.setattr(service, "add_in_one_statement", spy)
+    monkeypatch.setattr(PostgresStore, "add_partitions_at_once", spy)
     return seen
 
 

@@ -16,18 +16,18 @@ from typing import Any
 import httpx
 import pytest
 
-from coordinator.log import appends
+from coordinator.store.postgres import PostgresStore
 from coordinator.transactions import service
 from coordinator.transactions.schemas import EndTxnRequest
 from coordinator.transactions.states import State
 from tests.support.api import create_topic, read_all
 from tests.support.locks import Blocking, waiting_for_a_lock
-from tests.support.services import Store
+from tests.support.services import Backend
 from tests.support.txn import included, partition_state, started
 
 
 @pytest.fixture
-def store(postgres_store: Store) -> Store:
+def store(postgres_store: Backend) -> Backend:
     return postgres_store
 
 
@@ -159,7 +159,7 @@ async def test_a_batch_planned_before_a_version_1_end_is_not_written_as_if_it_jo
     assert (await producer.produce("t", 0, "a")).status_code == 200
     assert (await producer.produce("t", 0, "b")).status_code == 200  # the process saw it open
     request = EndTxnRequest(producer_id=producer.pid, producer_epoch=producer.epoch, commit=True)
-    written = appends.write_optimistic
+    written = PostgresStore.write_appends_if_unchanged
     ended: list[State] = []
 
     async def end_first(*args: Any, **kwargs: Any) -> Any:
@@ -167,7 +167,7 @@ async def test_a_batch_planned_before_a_version_1_end_is_not_written_as_if_it_jo
             ended.append((await service.end(app.state.db, "a", request, version=1)).state)
         return await written(*args, **kwargs)
 
-    monkeypatch.setattr(appends, "write_optimistic", end_first)
+    monkeypatch.setattr(PostgresStore, "write_appends_if_unchanged", end_first)
     paths.clear()
 
     assert (await producer.produce("t", 0, "c")).status_code == 200
@@ -191,15 +191,15 @@ async def test_offsets_added_while_the_end_waits_for_its_lock_are_committed_with
     await producer.produce("t", 0, "a")
     # AddOffsets, held after its write and before its commit, the transaction's row locked.
     written, release = asyncio.Event(), asyncio.Event()
-    upsert = service.upsert
+    hold_offsets = service.hold_offsets
 
     async def held(*args: Any, **kwargs: Any) -> None:
-        await upsert(*args, **kwargs)
+        await hold_offsets(*args, **kwargs)
         if not written.is_set():
             written.set()
             await release.wait()
 
-    monkeypatch.setattr(service, "upsert", held)
+    monkeypatch.setattr(service, "hold_offsets", held)
     adding = asyncio.create_task(producer.offsets("g", ("t", 0, 1)))
     await written.wait()
     ending = asyncio.create_task(producer.end(commit=True))

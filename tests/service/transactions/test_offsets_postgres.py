@@ -14,17 +14,18 @@ from typing import Any
 import httpx
 import pytest
 
-from coordinator.transactions import offsets, service
+from coordinator.store.postgres import transactions as engine
+from coordinator.transactions import service
 from coordinator.transactions.states import State
 from tests.support.api import assert_problem, create_topic
 from tests.support.groups import Member, member_owning_two
 from tests.support.locks import between_the_statements
-from tests.support.services import Store
+from tests.support.services import Backend
 from tests.support.txn import Instance, started
 
 
 @pytest.fixture
-def store(postgres_store: Store) -> Store:
+def store(postgres_store: Backend) -> Backend:
     return postgres_store
 
 
@@ -138,7 +139,7 @@ async def test_a_row_changed_between_the_statements_sends_the_call_to_the_locks(
     change: str,
 ) -> None:
     producer = await started(client, "x")
-    between_the_statements(app, monkeypatch, offsets, change)
+    between_the_statements(app, monkeypatch, engine, change)
 
     assert (await add(producer, member, ("t", 0, 5))).status_code == 200
 
@@ -156,7 +157,7 @@ async def test_a_partition_taken_away_between_the_statements_is_fenced_by_the_lo
 ) -> None:
     producer = await started(client, "x")
     revoked = "DELETE FROM group_owned_partitions WHERE topic = 't' AND partition = 1"
-    between_the_statements(app, monkeypatch, offsets, revoked)
+    between_the_statements(app, monkeypatch, engine, revoked)
 
     refused = await add(producer, member, ("t", 0, 5), ("t", 1, 7))
 

@@ -10,16 +10,16 @@ import httpx
 import pytest
 
 from coordinator.core.clock import now_ms
-from coordinator.core.database import Database
+from coordinator.store.engines import open_store
 from coordinator.transactions import service
 from tests.support.api import create_topic, read_all
-from tests.support.services import Store, make_settings
+from tests.support.services import Backend, make_settings
 from tests.support.txn import Instance
 
 
 @pytest.mark.parametrize("per_unit", [1, 5, service.ABORTS_PER_UNIT])
 async def test_concurrent_sweeps_abort_each_timed_out_transaction_once(
-    client: httpx.AsyncClient, store: Store, app: Any, per_unit: int
+    client: httpx.AsyncClient, store: Backend, app: Any, per_unit: int
 ) -> None:
     """`per_unit` transactions per unit of work: one, several units of several, all in one."""
     await create_topic(client, "t", partitions=4)
@@ -32,7 +32,7 @@ async def test_concurrent_sweeps_abort_each_timed_out_transaction_once(
         producers.append(producer)
 
     # Two more coordinators' worth of connections on the same store, sweeping at once.
-    others = [Database(make_settings(store)) for _ in range(2)]
+    others = [open_store(make_settings(store)) for _ in range(2)]
     later = now_ms() + 5000
     try:
         results = await asyncio.gather(

@@ -30,7 +30,7 @@ from coordinator.app import create_app
 from coordinator.core.clock import now_ms
 from coordinator.transactions.service import abort_timed_out
 from tests.support.api import assert_problem, batch, create_topic, produce, read_all, read_paged
-from tests.support.services import Store, empty_tables, make_settings
+from tests.support.services import Backend, empty_tables, make_settings
 
 T = TypeVar("T")
 TopicPartition = tuple[str, int]
@@ -156,7 +156,7 @@ instance_choice = st.integers(0, 7)
 
 
 class TransactionsMachine(RuleBasedStateMachine):
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Backend) -> None:
         super().__init__()
         # A loop of its own: the app's engines are bound to the loop that first used them.
         self.runner = asyncio.Runner()
@@ -733,7 +733,7 @@ def values_of(records: list[dict[str, Any]]) -> list[tuple[int, str]]:
 
 
 def test_random_producers_zombies_and_timeouts_leave_exactly_the_committed_records(
-    store: Store,
+    store: Backend,
 ) -> None:
     run_state_machine_as_test(lambda: TransactionsMachine(store), settings=MODEL_SETTINGS)
 

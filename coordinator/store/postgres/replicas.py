@@ -34,8 +34,8 @@ from coordinator.core.metrics import FETCH_SOURCES
 from coordinator.core.periodic import run_periodically
 
 if TYPE_CHECKING:
-    from coordinator.core.database import Database
     from coordinator.core.settings import Settings
+    from coordinator.store import Store
 
 log = logging.getLogger("coordinator.replicas")
 
@@ -142,7 +142,7 @@ class Replicas:
             await replica.engine.dispose()
 
 
-async def watch_replicas(db: Database, settings: Settings) -> None:
+async def watch_replicas(db: Store, settings: Settings) -> None:
     """The background task of a process with read replicas: a check every interval."""
     replicas = db.replicas
     assert replicas is not None

@@ -1,0 +1,97 @@
+"""Postgres's hot statements on asyncpg itself: prepared once by the driver, no compilation and
+no result processing per call, one round trip each whatever the number of rows (arrays and
+`unnest`); and several writes composed into one statement as data-modifying CTEs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import asyncpg
+from sqlalchemy import column, text
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from coordinator.store.base import brief, refuse_nul_in
+
+# SQLSTATEs of a server going away or serving no writes now, not of a statement it refused:
+# connection exceptions (08), operator intervention (57P01 shutdown, as a primary's fast stop
+# or pg_terminate_backend sends; 57P02 crash; 57P03 not accepting connections yet), a standby's
+# read-only transaction (25006, a primary demoted under us), too many connections (53300).
+_GONE_STATES = ("08", "57P", "25006", "53300")
+
+
+def server_gone(exc: BaseException | None) -> bool:
+    """The store's server cut the connection or cannot serve it, or the driver lost track of
+    it (asyncpg's InternalClientError: a protocol left mid-operation by a cut): whatever ran on
+    that connection cannot go on, and a retry on another may succeed."""
+    if isinstance(exc, OSError | asyncpg.InterfaceError | asyncpg.InternalClientError):
+        return True
+    state = getattr(exc, "sqlstate", None)
+    return isinstance(state, str) and state.startswith(_GONE_STATES)
+
+
+async def on_driver(connection: AsyncConnection, sql: str, *args: Any) -> list[Any]:
+    """Run `sql` as an asyncpg prepared statement (cached by the driver) on the connection under
+    `connection`, inside whatever transaction SQLAlchemy began on it; its rows (none for a
+    write). A connection the store cut is invalidated, so the pool never hands it out again,
+    and raised as an outage (an OSError is one to the store's outage handling). Text holding a
+    NUL is refused first, as the store refuses it for SQLAlchemy's statements."""
+    refuse_nul_in(args)
+    try:
+        raw = await connection.get_raw_connection()
+        driver: asyncpg.Connection = raw.driver_connection
+        return list(await driver.fetch(sql, *args))
+    except Exception as exc:
+        if not server_gone(exc):
+            raise
+        await connection.invalidate(exc)
+        raise ConnectionError(f"the store connection was lost: {brief(exc)}") from exc
+
+
+class Compiled:
+    """A SQLAlchemy statement compiled once for asyncpg: its text, and its parameters in order
+    (the literals it binds itself included), so it runs on the driver (`on_driver`) by name."""
+
+    def __init__(self, statement: Any) -> None:
+        compiled = statement.compile(dialect=asyncpg_dialect())  # type: ignore[no-untyped-call]
+        self.sql: str = compiled.string
+        self.order: tuple[str, ...] = tuple(compiled.positiontup or ())
+        self.literals: dict[str, Any] = dict(compiled.params)
+
+    def args(self, values: dict[str, Any]) -> list[Any]:
+        merged = {**self.literals, **values}
+        return [merged[name] for name in self.order]
+
+    async def run(self, connection: AsyncConnection, values: dict[str, Any]) -> list[Any]:
+        return await on_driver(connection, self.sql, *self.args(values))
+
+
+_COMPOSED: dict[tuple[int, ...], Any] = {}
+
+
+def one_statement(writes: Sequence[Any], last: Any) -> Any:
+    """`last` with `writes` as its data-modifying CTEs: several writes in one round trip. The
+    statements must be built once (module constants with bind parameters): the composition is
+    cached by their identity, so it is built and compiled once."""
+    key = (*map(id, writes), id(last))
+    statement = _COMPOSED.get(key)
+    if statement is None:
+        statement = last.add_cte(*(w.cte(f"w{i}") for i, w in enumerate(writes)))
+        _COMPOSED[key] = statement
+    return statement
+
+
+def rows_of(sql: str, columns: Sequence[str]) -> Any:
+    """The SELECT `sql` (its parameters `$n`, sent to the driver as they are) as a row source of
+    `columns`, for a statement built with SQLAlchemy and sent as text (`render`)."""
+    return text(sql).columns(*(column(c) for c in columns))
+
+
+def render(statement: Any) -> str:
+    """A SQLAlchemy statement over `rows_of` sources, as the text of a driver statement (it may
+    bind nothing of its own: its parameters are the sources' `$n`)."""
+    compiled = statement.compile(dialect=postgresql.dialect())  # type: ignore[no-untyped-call]
+    assert not compiled.params, "a rendered statement binds only its sources' $n parameters"
+    return str(compiled)
