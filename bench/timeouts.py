@@ -29,7 +29,7 @@ from _support import add_postgres_url, log, plain_url, positive_int, run_bench, 
 from coordinator.app import create_app
 from coordinator.core.migrate import upgrade_to_head
 from coordinator.core.settings import Settings
-from coordinator.transactions.service import ABORTS_PER_UNIT, abort_timed_out
+from coordinator.transactions.aborts import ABORTS_PER_UNIT, abort_timed_out
 
 
 async def open_transactions(

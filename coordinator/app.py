@@ -104,7 +104,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         title="Exactly-once transaction coordinator",
         version=coordinator.__version__,
         lifespan=lifespan,
-        # An unknown path is a 404 problem document (API.md), not a bare redirect.
+        # An unknown path is a 404 problem document (docs/pages/http-api.md), not a bare redirect.
         redirect_slashes=False,
     )
     app.state.settings = settings

@@ -20,14 +20,11 @@ from coordinator.log.models import Batch, Partition, ProducerState, Topic
 from coordinator.log.routes import TopicPath
 from coordinator.log.schemas import DeletedTopic
 from coordinator.store import Store
+from coordinator.transactions.aborts import abort_and_fence
 from coordinator.transactions.errors import ConcurrentTransactions
+from coordinator.transactions.finishing import BY_ADMIN
+from coordinator.transactions.locks import lock_including, partitions_of
 from coordinator.transactions.models import TransactionOffset
-from coordinator.transactions.service import (
-    BY_ADMIN,
-    abort_and_fence,
-    lock_including,
-    partitions_of,
-)
 
 # A deletion retries when a transaction joins the topic between its lookup and its locks.
 _DELETE_ATTEMPTS = 5

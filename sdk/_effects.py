@@ -1,6 +1,6 @@
 """Side effects once per key: the EffectsClient (claim, complete, release, describe) and its
 `once(key, fn)`, for calls to the outside world (a bank, a mail service) from code that Spark
-retries, speculates and reruns (API.md, "Side effects: once per key").
+retries, speculates and reruns (docs/pages/http-api.md, "Side effects: once per key").
 """
 
 from __future__ import annotations

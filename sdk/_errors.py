@@ -1,4 +1,5 @@
-"""Typed errors of the SDK, built from the service's problem documents (API.md, Error codes).
+"""Typed errors of the SDK, built from the service's problem documents (docs/pages/http-api.md,
+Error codes).
 
 Every error the SDK raises is a `KafkaException`. Its typed attributes (`code`, `status`,
 `detail`, `retriable`, `txn_requires_abort`, `fatal`) say what happened and what to do; for

@@ -32,7 +32,7 @@ __all__ = ["RECORD_BATCH", "VERSION", "HttpClient", "api_path"]
 
 # The SDK's version (`sdk.__version__`, and the User-Agent's).
 VERSION = "0.1.0"
-# API.md's media type of Kafka record batches, produced and fetched.
+# The HTTP API's media type of Kafka record batches, produced and fetched.
 RECORD_BATCH = "application/vnd.kafka.record-batch"
 T = TypeVar("T")
 

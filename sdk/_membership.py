@@ -1,9 +1,9 @@
 """A subscribed consumer's group membership: a background thread that joins the group, heartbeats
-and leaves (API.md, Membership). It never touches the consumer's partitions: the consumer's own
-thread takes what changed (`changes()`), runs the rebalance callbacks inside `poll()`, and only
-then reports what it owns (`set_owned()`), which the next heartbeat tells the coordinator. So a
-partition is given up only after `on_revoke` returned (a commit there lands first), and the
-coordinator hands it to another member only after that heartbeat.
+and leaves (docs/pages/http-api.md, Membership). It never touches the consumer's partitions: the
+consumer's own thread takes what changed (`changes()`), runs the rebalance callbacks inside
+`poll()`, and only then reports what it owns (`set_owned()`), which the next heartbeat tells the
+coordinator. So a partition is given up only after `on_revoke` returned (a commit there lands
+first), and the coordinator hands it to another member only after that heartbeat.
 
 When the coordinator no longer knows the member (its session timed out, it was fenced) or it left
 because `poll()` was not called within `max.poll.interval.ms`, its partitions are lost: the thread

@@ -25,8 +25,8 @@ URL_ENV = "COORDINATOR_URL"
 TOKEN_ENV = "COORDINATOR_TOKEN"
 DEFAULT_URL = "http://127.0.0.1:8080"
 DEFAULT_TIMEOUT_S = 30.0
-# The states API.md names, spelled out rather than imported from the server's state machine so the
-# client starts without loading FastAPI and SQLAlchemy.
+# The states docs/pages/http-api.md names, spelled out rather than imported from the server's state
+# machine so the client starts without loading FastAPI and SQLAlchemy.
 STATES = ("Empty", "Ongoing", "Prepared", "CompleteCommit", "CompleteAbort", "Dead")
 # `list` shows this many partitions per transaction; `describe` shows them all.
 LIST_PARTITIONS = 4

@@ -11,16 +11,16 @@ from coordinator.admin import service
 from coordinator.admin.schemas import Stats
 from coordinator.core.auth import Access, access
 from coordinator.core.dependencies import DB, AppSettings
+from coordinator.core.names import TOPIC_PATTERN
 from coordinator.core.responses import json_response
-from coordinator.core.schemas import INT32_MAX, INT64_MAX, TOPIC_PATTERN, Digits, IdPath
+from coordinator.core.schemas import INT32_MAX, INT64_MAX, Digits, IdPath
 from coordinator.groups import service as groups
 from coordinator.groups.schemas import GroupDescriptions
 from coordinator.log import producer_states
 from coordinator.log.schemas import ProducerList
-from coordinator.transactions import listing
-from coordinator.transactions import service as transactions
+from coordinator.transactions import aborts, listing
+from coordinator.transactions.finishing import BY_ADMIN
 from coordinator.transactions.schemas import EndTxnResponse, Hanging, TransactionList
-from coordinator.transactions.service import BY_ADMIN
 from coordinator.transactions.states import Op, State
 
 
@@ -63,7 +63,7 @@ async def find_hanging(
 async def abort(transactional_id: IdPath, db: DB) -> Response:
     """Abort the open transaction and fence its producer: its epoch is raised."""
     return json_response(
-        await transactions.abort_by_coordinator(db, transactional_id, BY_ADMIN, Op.ADMIN_ABORT)
+        await aborts.abort_by_coordinator(db, transactional_id, BY_ADMIN, Op.ADMIN_ABORT)
     )
 
 

@@ -1,4 +1,4 @@
-"""Answers of the admin calls (API.md, Admin)."""
+"""Answers of the admin calls (docs/pages/http-api.md, Admin)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Authentication by bearer token and authorisation by role and name prefix (API.md, Configuration).
+"""Authentication by bearer token and authorisation by role and name prefix (docs/pages/http-api.md,
+Configuration).
 
 The tokens file names each token's principal, roles (`producer`, `consumer`, `admin`) and the
 transactional-id, topic and group prefixes it may use; `[""]` allows every name, `[]` none.

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -149,12 +149,84 @@ def _check_changes(changes: Mapping[str, float | None]) -> None:
             )
 
 
+# A quota entity's types (Kafka's ClientQuotaEntity), and how a filter matches one.
+USER, ENTITY_TYPES = "user", ("user", "client-id", "ip")
+EXACT, DEFAULT, ANY = 0, 1, 2
+
+
+def user_of(entity: Sequence[tuple[str, str | None]]) -> str | None:
+    """The user a quota entity ((type, name) pairs) names (None: the default user), after
+    Kafka's checks of an entity; this service keeps quotas per user only."""
+    if not entity:
+        raise InvalidRequest("Invalid empty client quota entity")
+    seen: set[str] = set()
+    for entity_type, name in entity:
+        if entity_type in seen:
+            raise InvalidRequest(
+                f"Invalid client quota entity, duplicate entity entry {entity_type}"
+            )
+        seen.add(entity_type)
+        if entity_type not in ENTITY_TYPES:
+            raise InvalidRequest(f"Unhandled client quota entity type: {entity_type}")
+        if name is not None and not name:
+            raise InvalidRequest(f"Empty {entity_type} not supported")
+    if "ip" in seen and len(seen) > 1:
+        raise InvalidRequest("Invalid quota entity combination, IP entity should not be combined")
+    if seen != {USER}:
+        raise InvalidRequest(
+            "this coordinator keeps quotas per user only (its one quota, "
+            f"{CONTROLLER_MUTATION_RATE}, is per principal); "
+            f"a {' and '.join(sorted(seen))} quota would not be enforced"
+        )
+    ((_, user),) = entity
+    return user
+
+
+async def describe_quotas(
+    db: Store, default_rate: float, filters: Sequence[tuple[str, int, str | None]], strict: bool
+) -> dict[str | None, dict[str, float]]:
+    """Kafka's DescribeClientQuotas: each user's (None: the default user's) quotas that the
+    filters ((entity type, match type, name)) match; the default user's mutation rate is the
+    setting (`default_rate`) until one is stored. Every entry is one user's: it matches user
+    filters only, and a `strict` filter also wants every type it names."""
+    for entity_type, match_type, _ in filters:
+        if entity_type not in ENTITY_TYPES or match_type not in (EXACT, DEFAULT, ANY):
+            raise InvalidRequest(f"no such filter: {entity_type} {match_type}")
+    by_user: dict[str | None, dict[str, float]] = {None: {CONTROLLER_MUTATION_RATE: default_rate}}
+    for stored in await stored_quotas(db):
+        by_user.setdefault(stored.user, {})[stored.key] = stored.value
+    types = {entity_type for entity_type, _, _ in filters}
+
+    def matches(user: str | None) -> bool:
+        return all(
+            entity_type == USER
+            and (
+                match_type == ANY
+                or (match_type == DEFAULT and user is None)
+                or (match_type == EXACT and user is not None and name == user)
+            )
+            for entity_type, match_type, name in filters
+        ) and (not strict or types == {USER})
+
+    return {user: values for user, values in by_user.items() if matches(user)}
+
+
 async def alter_quotas(
-    db: Store, user: str | None, changes: Mapping[str, float | None], *, validate_only: bool
+    db: Store,
+    user: str | None,
+    ops: Sequence[tuple[str, float | None]],
+    *,
+    validate_only: bool,
 ) -> None:
-    """Set or remove (None) a user's quotas (`user` None: the default user's), all or none."""
+    """Set or remove (None) a user's quotas (`user` None: the default user's), all or none;
+    `ops` are (key, value) pairs, a key at most once."""
     if user == _DEFAULT:
         raise InvalidRequest("Empty user not supported")
+    changes: dict[str, float | None] = {}
+    for key, value in ops:
+        if key in changes:
+            raise InvalidRequest(f"Duplicate quota key {key}")
+        changes[key] = value
     _check_changes(changes)
     if validate_only:
         return

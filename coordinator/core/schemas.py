@@ -1,4 +1,5 @@
-"""Field types shared by every domain's request and response models (API.md, Conventions)."""
+"""Field types shared by every domain's request and response models (docs/pages/http-api.md,
+Conventions)."""
 
 from __future__ import annotations
 
@@ -8,24 +9,11 @@ from typing import Annotated
 from fastapi import Path
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
+from coordinator.core.names import ID_MAX, TOPIC_PATTERN, id_problem, not_dots, printable
+
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 EPOCH_MAX = 32766
-
-TOPIC_PATTERN = r"^[A-Za-z0-9._-]{1,249}$"
-
-
-def _printable(value: str) -> str:
-    if not value.isprintable():
-        raise ValueError("must contain printable characters only")
-    return value
-
-
-def _not_dots(value: str) -> str:
-    # As in Kafka: legal characters, but clients rewrite them away in a URL path.
-    if value in (".", ".."):
-        raise ValueError("'.' and '..' are not topic names")
-    return value
 
 
 def digits(value: object) -> object:
@@ -38,13 +26,13 @@ def digits(value: object) -> object:
 _DIGITS = re.compile(r"-?[0-9]+")
 
 TopicName = Annotated[
-    str, Field(pattern=TOPIC_PATTERN, examples=["payments"]), AfterValidator(_not_dots)
+    str, Field(pattern=TOPIC_PATTERN, examples=["payments"]), AfterValidator(not_dots)
 ]
-TopicNameParam = AfterValidator(_not_dots)
+TopicNameParam = AfterValidator(not_dots)
 Digits = BeforeValidator(digits)
 PartitionNumber = Annotated[int, Field(ge=0, le=INT32_MAX)]
 Offset = Annotated[int, Field(ge=0, le=INT64_MAX)]
-TransactionalId = Annotated[str, Field(min_length=1, max_length=255), AfterValidator(_printable)]
+TransactionalId = Annotated[str, Field(min_length=1, max_length=ID_MAX), AfterValidator(printable)]
 GroupId = TransactionalId
 ProducerIdField = Annotated[int, Field(ge=-1, le=INT64_MAX)]
 ProducerEpochField = Annotated[int, Field(ge=-1, le=EPOCH_MAX)]
@@ -59,9 +47,10 @@ class RequestModel(BaseModel):
 
 def transactional_id_path(value: str) -> str:
     """Validate a transactional or group id taken from a URL path, as its body twin is."""
-    if not 1 <= len(value) <= 255:
-        raise ValueError("must be 1 to 255 characters")
-    return _printable(value)
+    problem = id_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
 
 
 # Routes take these with the `:path` converter: an id may hold any printable character, "/" too

@@ -1,4 +1,4 @@
-"""Configuration from `COORDINATOR_*` environment variables (API.md, Configuration).
+"""Configuration from `COORDINATOR_*` environment variables (docs/pages/http-api.md, Configuration).
 
 Read through the cached `get_settings()`; tests build `Settings(...)` directly and pass it to
 `create_app`.
@@ -117,7 +117,8 @@ class Settings(BaseSettings):
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     tls_client_ca_file: Path | None = None
-    # host:port of the Kafka protocol listener (API.md, "Kafka protocol"); None: off.
+    # host:port of the Kafka protocol listener (docs/pages/http-api.md, "Kafka protocol"); None:
+    # off.
     kafka_listener: str | None = None
     # Kafka's auto.create.topics.enable: a Metadata request naming an unknown topic creates it
     # (with num.partitions partitions) when the request allows it and the principal may create

@@ -1,4 +1,5 @@
-"""Errors of the side-effect calls (API.md, Side effects: once per key, and Error codes)."""
+"""Errors of the side-effect calls (docs/pages/http-api.md, Side effects: once per key, and Error
+codes)."""
 
 from coordinator.core.errors import CoordinatorError
 

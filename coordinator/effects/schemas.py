@@ -1,4 +1,4 @@
-"""Bodies of the side-effect calls (API.md, Side effects: once per key)."""
+"""Bodies of the side-effect calls (docs/pages/http-api.md, Side effects: once per key)."""
 
 from __future__ import annotations
 

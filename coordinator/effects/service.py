@@ -1,5 +1,5 @@
-"""Side effects once per key (API.md, "Side effects: once per key"): claim with a lease and a
-fencing token, complete with a result, release, describe, and the expiry of old keys.
+"""Side effects once per key (docs/pages/http-api.md, "Side effects: once per key"): claim with a
+lease and a fencing token, complete with a result, release, describe, and the expiry of old keys.
 
 Every call works on the key's row under its lock (`SELECT ... FOR UPDATE`; SQLite's write lock),
 and a first claim races on the primary key (`INSERT ... ON CONFLICT DO NOTHING`), so any number

@@ -1,36 +1,27 @@
-"""Kafka's classic group protocol as Kafka's coordinator runs it (GroupMetadataManager and
-ClassicGroup in Kafka 4), on the group state `membership` keeps: JoinGroup waits for the members
-of the next generation (the barrier), a leader is elected and gets every member's subscription,
-SyncGroup carries the leader's assignment to each member; static members (`group.instance.id`)
-keep their assignment across restarts within their session timeout.
+"""Kafka's classic group protocol, the runtime: each call (JoinGroup, SyncGroup, Heartbeat,
+LeaveGroup) locks its group in a unit of work, lets time act on it and runs the call's step of
+the state machine (`groups.classic_rules`), writes what the step changed, wakes the requests
+parked on the group in this process, and parks a request whose answer waits for the group to
+move on.
 
 A group is classic when a Kafka classic client joins it while it has no members; a consumer group
 (REST or KIP-848 members) that has members takes classic members into its own assignment
-instead (`join` answers None, and the Kafka door joins them through `membership.heartbeat`), as
-Kafka 4 does during an upgrade. A REST heartbeat to a classic group that has members is refused.
+instead (`groups.classic_members`), as Kafka 4 does during an upgrade: the calls here send them
+there. A REST heartbeat to a classic group that has members is refused.
 
 Kafka parks a JoinGroup or SyncGroup until the group moves on; here the state is in the store, so
 a parked request waits for a wake-up from its own process or looks at the store every `POLL_S`
 (another process's change), and whoever finds a phase due completes it, under the group's row
-lock: the last member to join, any parked request, any heartbeat, or the sweeper. The state
-machine (Kafka's names): Empty -> PreparingRebalance -> CompletingRebalance -> Stable, and back to
-PreparingRebalance whenever membership or a member's protocols change.
-
-Where this differs from Kafka's broker: a member id the group does not hold (one handed out with
-MEMBER_ID_REQUIRED, or one the group removed) joins as a new member, rather than the broker
-keeping a list of pending ids; only protocol type "consumer" is taken (the door's choice).
+lock: the last member to join, any parked request, any heartbeat, or the sweeper.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
-import uuid
-from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections import defaultdict
+from collections.abc import Callable
 from functools import partial
 from typing import TypeVar
 
@@ -39,29 +30,27 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from coordinator.core.clock import now_ms
 from coordinator.core.errors import CoordinatorError
-from coordinator.core.metrics import record_limit_refusal, record_rebalance
+from coordinator.core.metrics import record_limit_refusal
 from coordinator.core.settings import Settings
+from coordinator.groups import classic_joining, classic_members, classic_rules
+from coordinator.groups.classic_rules import (
+    EMPTY,
+    Assignment,
+    JoinAnswer,
+    JoinRequest,
+    Locked,
+    SyncAnswer,
+    tick,
+)
+from coordinator.groups.consumer_protocol import encode_assignment, parse_assignment
 from coordinator.groups.errors import (
-    FencedInstanceId,
     GroupMaxSizeReached,
-    IllegalGeneration,
     InconsistentGroupProtocol,
     InvalidSessionTimeout,
-    MemberIdRequired,
-    RebalanceInProgress,
     UnknownMemberId,
 )
-from coordinator.groups.membership import (
-    GroupState,
-    claim_due,
-    is_gone,
-    load,
-    lock_group,
-    remove,
-    write,
-)
+from coordinator.groups.membership import claim_due, is_gone, load, lock_group, write
 from coordinator.groups.models import CLASSIC, CONSUMER_PROTOCOL, ConsumerGroup, GroupMember
-from coordinator.groups.schemas import JOIN_EPOCH
 from coordinator.store import Store
 
 log = logging.getLogger("coordinator.groups")
@@ -69,75 +58,9 @@ log = logging.getLogger("coordinator.groups")
 T = TypeVar("T")
 R = TypeVar("R")
 
-# Kafka's classic group states.
-EMPTY = "Empty"
-PREPARING = "PreparingRebalance"
-COMPLETING = "CompletingRebalance"
-STABLE = "Stable"
-
-# What a member's parked request is waiting for (`GroupMember.awaiting`).
-JOIN = "join"
-SYNC = "sync"
-
 # How often a parked request looks at the store for a change another process made (its own
 # process wakes it at once).
 POLL_S = 0.1
-
-
-@dataclass(frozen=True)
-class Protocol:
-    name: str
-    metadata: bytes
-
-
-@dataclass(frozen=True)
-class JoinRequest:
-    group_id: str
-    member_id: str  # "" for a member that has none yet
-    group_instance_id: str | None
-    protocols: tuple[Protocol, ...]  # in the member's order of preference
-    subscribed_topics: list[str]
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    client_id: str
-    client_host: str
-    # JoinGroup v4+ (KIP-394): a new dynamic member is given its id first, and joins again.
-    require_known_member_id: bool
-    # The members' protocol type: Kafka's consumer protocol, or another kept opaque.
-    protocol_type: str = CONSUMER_PROTOCOL
-
-
-@dataclass(frozen=True)
-class JoinedMember:
-    member_id: str
-    group_instance_id: str | None
-    metadata: bytes  # its metadata for the group's protocol
-
-
-@dataclass(frozen=True)
-class JoinAnswer:
-    member_id: str
-    generation: int
-    protocol_name: str | None
-    leader: str
-    members: list[JoinedMember]  # the leader's answer only
-    protocol_type: str = CONSUMER_PROTOCOL
-
-
-@dataclass(frozen=True)
-class SyncAnswer:
-    protocol_type: str
-    protocol_name: str | None
-    assignment: bytes
-
-
-@dataclass(frozen=True)
-class Assignment:
-    """What the leader assigned one member: the bytes it is handed, and the partitions they
-    name where the door could read them (the consumer protocol's), for descriptions."""
-
-    data: bytes
-    partitions: list[tuple[str, int]] | None
 
 
 # -- waking parked requests -----------------------------------------------------------------------
@@ -183,466 +106,9 @@ class _Wakeups:
 _wakeups = _Wakeups()
 
 
-# -- the rules, on the group's state under its row lock -----------------------------------------
-
-
-@dataclass
-class _Locked:
-    """A classic group under its row lock: the unit of work's session, the group's state and
-    the settings its rules read."""
-
-    session: AsyncSession
-    state: GroupState
-    settings: Settings
-    now: int
-
-    @property
-    def group(self) -> ConsumerGroup:
-        return self.state.group
-
-
-def _protocols(member: GroupMember) -> list[tuple[str, bytes]]:
-    return [(name, base64.b64decode(data)) for name, data in member.classic_protocols or ()]
-
-
-def classic_metadata(member: GroupMember, protocol_name: str | None) -> bytes | None:
-    """A classic member's metadata for the group's protocol (DescribeGroups shows it)."""
-    if member.classic_protocols is None:
-        return None
-    return dict(_protocols(member)).get(protocol_name or "", b"")
-
-
-def classic_state(state: GroupState, now: int) -> str | None:
-    """A classic group's state by Kafka's name (None for a consumer group)."""
-    if not is_classic(state.group):
-        return None
-    if all(is_gone(m, now) for m in state.members.values()):
-        return EMPTY
-    return state.group.classic_state or EMPTY
-
-
-def _stored(protocols: Iterable[Protocol]) -> list[list[str]]:
-    return [[p.name, base64.b64encode(p.metadata).decode()] for p in protocols]
-
-
-def protocol_type_of(group: ConsumerGroup) -> str | None:
-    """A classic group's protocol type (its members' metadata is that protocol's); None for a
-    group that is not classic."""
-    if group.protocol_type != CLASSIC:
-        return None
-    return group.classic_protocol_type or CONSUMER_PROTOCOL
-
-
-def _take_protocol_type(locked: _Locked, protocol_type: str) -> None:
-    """A joining member's protocol type: an empty group takes it, as Kafka's does; a group with
-    members runs theirs, and any other is INCONSISTENT_GROUP_PROTOCOL."""
-    group = locked.group
-    if not locked.state.members:
-        group.classic_protocol_type = protocol_type
-        return
-    current = group.classic_protocol_type or CONSUMER_PROTOCOL
-    if protocol_type != current:
-        raise InconsistentGroupProtocol(
-            f"group {group.group_id!r} runs protocol type {current!r}, not {protocol_type!r}"
-        )
-
-
-def is_classic(group: ConsumerGroup) -> bool:
-    return group.protocol_type == CLASSIC
-
-
-def _matches(member: GroupMember, protocols: Iterable[Protocol]) -> bool:
-    return _protocols(member) == [(p.name, p.metadata) for p in protocols]
-
-
-def select_protocol(members: Iterable[GroupMember]) -> str:
-    """Kafka's vote: among the protocols every member supports, each member votes for the first
-    in its order of preference; the most votes win (ties: the name that sorts first, where
-    Kafka takes its hash map's order)."""
-    preferences = [[name for name, _ in _protocols(m)] for m in members]
-    common = set(preferences[0]).intersection(*preferences[1:])
-    votes = Counter(next(name for name in names if name in common) for names in preferences)
-    most = max(votes.values())
-    return min(name for name, count in votes.items() if count == most)
-
-
-def _supports(state: GroupState, protocols: Iterable[Protocol], besides: str | None) -> bool:
-    """A member may join when one of its protocols is supported by every other member."""
-    names = {p.name for p in protocols}
-    for member in state.members.values():
-        if member.member_id != besides:
-            names &= {name for name, _ in _protocols(member)}
-    return bool(names)
-
-
-def _rebalance_timeout(state: GroupState) -> int:
-    return max((m.rebalance_timeout_ms for m in state.members.values()), default=0)
-
-
-def _prepare_rebalance(locked: _Locked, reason: str) -> None:
-    """To PreparingRebalance: every member must join again. An empty group's first rebalance
-    waits `group_initial_rebalance_delay_ms` for more members (Kafka's initial delay)."""
-    group, now = locked.group, locked.now
-    if group.classic_state == COMPLETING:
-        # SyncGroups parked for this generation answer REBALANCE_IN_PROGRESS (they see it).
-        for member in locked.state.members.values():
-            if member.awaiting == SYNC:
-                member.awaiting = None
-    timeout = _rebalance_timeout(locked.state)
-    if group.classic_state in (None, EMPTY):
-        delay = locked.settings.group_initial_rebalance_delay_ms
-        group.join_wait_until_ms = now + delay
-        group.phase_deadline_ms = now + max(timeout, delay)
-    else:
-        group.join_wait_until_ms = None
-        group.phase_deadline_ms = now + timeout
-    group.classic_state = PREPARING
-    group.updated_ms = now
-    log.info("group %r: preparing to rebalance (%s)", group.group_id, reason)
-
-
-def _rebalance_or_complete(locked: _Locked, reason: str) -> None:
-    """Kafka's maybePrepareRebalanceOrCompleteJoin."""
-    if locked.group.classic_state != PREPARING:
-        _prepare_rebalance(locked, reason)
-    _maybe_complete_join(locked)
-
-
-def _maybe_complete_join(locked: _Locked) -> None:
-    """End the join phase when every member joined (and an initial rebalance's wait is over)
-    or its deadline passed: dynamic members that did not join are removed, the generation
-    rises, a leader that joined is kept or one is elected, the protocol is chosen."""
-    group, state, now = locked.group, locked.state, locked.now
-    members = list(state.members.values())
-    if group.classic_state != PREPARING or not _due(group, members, now):
-        return
-    joined = [m for m in members if m.awaiting == JOIN]
-    for member in members:
-        if member.awaiting != JOIN and member.group_instance_id is None:
-            _remove(locked, member.member_id, "did not join the rebalance in time")
-    if not joined and state.members:
-        # Only static members are left and none joined: wait again for them (or their session).
-        group.phase_deadline_ms = now + _rebalance_timeout(state)
-        return
-    group.group_epoch += 1
-    group.join_wait_until_ms = None
-    group.updated_ms = now
-    if not state.members:
-        group.classic_state, group.leader_id, group.protocol_name = EMPTY, None, None
-        group.phase_deadline_ms = None
-        log.info("group %r: generation %d is empty", group.group_id, group.group_epoch)
-        return
-    leader = state.members.get(group.leader_id or "")
-    if leader is None or leader.awaiting != JOIN:
-        group.leader_id = min(joined, key=lambda m: (m.joined_ms, m.member_id)).member_id
-    group.protocol_name = select_protocol(state.members.values())
-    group.classic_state = COMPLETING
-    # The leader's SyncGroup is due within the rebalance timeout (Kafka's pending sync).
-    group.phase_deadline_ms = now + _rebalance_timeout(state)
-    for member in state.members.values():
-        member.previous_member_epoch = member.member_epoch
-        member.member_epoch = group.group_epoch
-        member.awaiting = None
-        member.assignor = group.protocol_name
-        member.classic_assignment = None
-        member.assigned = []
-        member.session_deadline_ms = now + member.session_timeout_ms
-    log.info(
-        "group %r: generation %d with %d member(s), leader %s, protocol %s",
-        group.group_id,
-        group.group_epoch,
-        len(state.members),
-        group.leader_id,
-        group.protocol_name,
-    )
-    locked.session.info.setdefault("after_commit", []).append(record_rebalance)
-
-
-def _due(group: ConsumerGroup, members: Iterable[GroupMember], now: int) -> bool:
-    """The group's phase must end now: its deadline passed, or (preparing a rebalance) every
-    member joined and an initial rebalance's wait is over."""
-    if group.phase_deadline_ms is not None and now >= group.phase_deadline_ms:
-        return True
-    if group.classic_state != PREPARING or any(m.awaiting != JOIN for m in members):
-        return False
-    return group.join_wait_until_ms is None or now >= group.join_wait_until_ms
-
-
-def _remove(locked: _Locked, member_id: str, reason: str) -> None:
-    group = locked.group
-    remove(locked.session, locked.state, member_id, reason)
-    if group.leader_id == member_id:
-        rest = sorted(locked.state.members.values(), key=lambda m: (m.joined_ms, m.member_id))
-        group.leader_id = rest[0].member_id if rest else None
-
-
-def _remove_and_rebalance(locked: _Locked, member_id: str, reason: str) -> None:
-    """Kafka's removeMemberAndUpdateClassicGroup."""
-    _remove(locked, member_id, reason)
-    if locked.group.classic_state in (STABLE, COMPLETING):
-        _rebalance_or_complete(locked, reason)
-    else:
-        _maybe_complete_join(locked)
-
-
-def tick(locked: _Locked, keep: str | None = None) -> None:
-    """What time alone does to a classic group: members whose session passed are removed; a
-    join phase past its deadline completes; a leader that did not send its SyncGroup within
-    the rebalance timeout is removed with the members that sent none (Kafka's pending sync)."""
-    now = locked.now
-    for member_id, member in sorted(locked.state.members.items()):
-        if member_id != keep and is_gone(member, now):
-            _remove_and_rebalance(locked, member_id, "session timeout")
-    _maybe_complete_join(locked)
-    group = locked.group
-    if (
-        group.classic_state == COMPLETING
-        and group.phase_deadline_ms is not None
-        and now >= group.phase_deadline_ms
-    ):
-        late = sorted(m.member_id for m in locked.state.members.values() if m.awaiting != SYNC)
-        for member_id in late:
-            _remove(locked, member_id, "sent no SyncGroup within the rebalance timeout")
-        _rebalance_or_complete(locked, "the leader's assignment did not come in time")
-
-
-def _validate_member(
-    state: GroupState, member_id: str, group_instance_id: str | None
-) -> GroupMember:
-    """Kafka's validateMember: a static member's instance id must map to this member id
-    (FENCED_INSTANCE_ID: another incarnation replaced it), and the member must exist."""
-    if group_instance_id is not None:
-        holder = _static_member(state, group_instance_id)
-        if holder is None:
-            raise UnknownMemberId(f"no member has group instance id {group_instance_id!r}")
-        if holder.member_id != member_id:
-            raise FencedInstanceId(
-                f"group instance id {group_instance_id!r} is member {holder.member_id!r} now; "
-                f"{member_id!r} was replaced by a newer instance"
-            )
-    member = state.members.get(member_id)
-    if member is None:
-        raise UnknownMemberId(
-            f"group {state.group.group_id!r} has no member {member_id!r}; join again"
-        )
-    return member
-
-
-def _static_member(state: GroupState, group_instance_id: str) -> GroupMember | None:
-    for member in state.members.values():
-        if member.group_instance_id == group_instance_id:
-            return member
-    return None
-
-
-def _answer(group: ConsumerGroup, members: Iterable[GroupMember], member_id: str) -> JoinAnswer:
-    """A JoinGroup's answer in the group's current generation: the leader gets every member of
-    the generation with its metadata for the chosen protocol."""
-    generation = [m for m in members if m.member_epoch == group.group_epoch]
-    return JoinAnswer(
-        protocol_type=group.classic_protocol_type or CONSUMER_PROTOCOL,
-        member_id=member_id,
-        generation=group.group_epoch,
-        protocol_name=group.protocol_name,
-        leader=group.leader_id or "",
-        members=[
-            JoinedMember(
-                m.member_id,
-                m.group_instance_id,
-                dict(_protocols(m)).get(group.protocol_name or "", b""),
-            )
-            for m in sorted(generation, key=lambda m: (m.joined_ms, m.member_id))
-        ]
-        if member_id == group.leader_id
-        else [],
-    )
-
-
-def _update(member: GroupMember, request: JoinRequest, deadline_ms: int | None) -> None:
-    """The member's JoinGroup: its protocols and timeouts, and it waits for the phase's end
-    (not expired meanwhile, as Kafka does not expire a member whose JoinGroup is parked)."""
-    member.classic_protocols = _stored(request.protocols)
-    member.subscribed_topics = sorted(set(request.subscribed_topics))
-    member.session_timeout_ms = request.session_timeout_ms
-    member.rebalance_timeout_ms = request.rebalance_timeout_ms
-    member.client_id = request.client_id
-    member.client_host = request.client_host
-    member.awaiting = JOIN
-    if deadline_ms is not None:
-        member.session_deadline_ms = max(
-            member.session_deadline_ms, deadline_ms + member.session_timeout_ms
-        )
-
-
-def _add(locked: _Locked, member_id: str, request: JoinRequest) -> GroupMember:
-    group, now = locked.group, locked.now
-    if len(locked.state.members) >= locked.settings.group_consumer_max_size:
-        record_limit_refusal("group_max_size")
-        raise GroupMaxSizeReached(
-            f"group {group.group_id!r} has {len(locked.state.members)} members, its most "
-            "(COORDINATOR_GROUP_CONSUMER_MAX_SIZE)"
-        )
-    member = GroupMember(
-        group_id=group.group_id,
-        member_id=member_id,
-        member_epoch=JOIN_EPOCH,
-        previous_member_epoch=JOIN_EPOCH,
-        client_id=request.client_id,
-        client_host=request.client_host,
-        subscribed_topics=[],
-        assigned=[],
-        rebalance_timeout_ms=request.rebalance_timeout_ms,
-        session_timeout_ms=request.session_timeout_ms,
-        joined_ms=now,
-        last_heartbeat_ms=now,
-        session_deadline_ms=now + request.session_timeout_ms,
-        revoke_deadline_ms=None,
-        protocol=CLASSIC,
-        group_instance_id=request.group_instance_id,
-    )
-    locked.session.add(member)
-    locked.state.members[member_id] = member
-    if group.leader_id is None:
-        group.leader_id = member_id
-    if group.classic_state == PREPARING and group.join_wait_until_ms is not None:
-        # An initial rebalance waits a delay longer for each new member, up to its deadline.
-        wait = now + locked.settings.group_initial_rebalance_delay_ms
-        group.join_wait_until_ms = min(wait, group.phase_deadline_ms or wait)
-    return member
-
-
-def _join_new(locked: _Locked, request: JoinRequest) -> JoinAnswer | str:
-    """Kafka's classicGroupJoinNewMember (an unknown member id): the answer, or the member id
-    that waits for the join phase to complete."""
-    state = locked.state
-    if not _supports(state, request.protocols, besides=None):
-        raise InconsistentGroupProtocol(
-            f"none of the protocols {[p.name for p in request.protocols]} is supported by every "
-            f"member of group {state.group.group_id!r}"
-        )
-    member_id = f"{request.group_instance_id or request.client_id}-{uuid.uuid4()}"[:255]
-    if request.group_instance_id is not None:
-        existing = _static_member(state, request.group_instance_id)
-        if existing is not None:
-            return _replace_static(locked, existing, member_id, request)
-    elif request.require_known_member_id:
-        raise MemberIdRequired("join again with the member id given", member_id)
-    return _join_as_new(locked, member_id, request)
-
-
-def _join_as_new(locked: _Locked, member_id: str, request: JoinRequest) -> str:
-    member = _add(locked, member_id, request)
-    _update(member, request, None)
-    _rebalance_or_complete(locked, f"member {member_id} joined")
-    if member.awaiting == JOIN:
-        _update(member, request, locked.group.phase_deadline_ms)
-    return member_id
-
-
-def _replace_static(
-    locked: _Locked, old: GroupMember, member_id: str, request: JoinRequest
-) -> JoinAnswer | str:
-    """A static member back under a new member id: it takes the old one's place (the old id is
-    fenced). In a Stable group whose protocol stays it gets the current generation at once and
-    keeps its assignment, with no rebalance; otherwise the group rebalances."""
-    group, state = locked.group, locked.state
-    leader_before = group.leader_id or ""
-    was_leader = group.leader_id == old.member_id
-    remove(locked.session, state, old.member_id, f"replaced by {member_id} (static member)")
-    state.rebalance_reasons.pop()
-    member = GroupMember(
-        group_id=group.group_id,
-        member_id=member_id,
-        member_epoch=old.member_epoch,
-        previous_member_epoch=old.previous_member_epoch,
-        client_id=request.client_id,
-        client_host=request.client_host,
-        subscribed_topics=old.subscribed_topics,
-        assigned=old.assigned,
-        rebalance_timeout_ms=old.rebalance_timeout_ms,
-        session_timeout_ms=old.session_timeout_ms,
-        joined_ms=old.joined_ms,
-        last_heartbeat_ms=locked.now,
-        session_deadline_ms=locked.now + request.session_timeout_ms,
-        revoke_deadline_ms=None,
-        protocol=CLASSIC,
-        assignor=old.assignor,
-        group_instance_id=old.group_instance_id,
-        classic_protocols=old.classic_protocols,
-        classic_assignment=old.classic_assignment,
-    )
-    locked.session.info.setdefault("replaced", []).append(member)
-    state.members[member_id] = member
-    if was_leader:
-        group.leader_id = member_id
-    if group.classic_state == STABLE:
-        protocol_before = group.protocol_name
-        _update(member, request, None)
-        if select_protocol(state.members.values()) == protocol_before:
-            member.awaiting = None
-            member.session_deadline_ms = locked.now + member.session_timeout_ms
-            # Kafka answers a follower's shape (the old leader id, no members) below JoinGroup
-            # v9, which this listener serves: the member syncs and gets its assignment back.
-            return JoinAnswer(
-                member_id=member_id,
-                generation=group.group_epoch,
-                protocol_name=group.protocol_name,
-                leader=leader_before if was_leader else group.leader_id or "",
-                members=[],
-            )
-        _rebalance_or_complete(locked, f"static member {member_id} changed its protocols")
-        return member_id
-    if group.classic_state == COMPLETING:
-        _prepare_rebalance(locked, f"static member {member_id} joined again")
-    _update(member, request, group.phase_deadline_ms)
-    _maybe_complete_join(locked)
-    return member_id
-
-
-def _join_known(locked: _Locked, request: JoinRequest) -> JoinAnswer | str:
-    """Kafka's classicGroupJoinExistingMember: the answer, or the member id that waits."""
-    group, state = locked.group, locked.state
-    if request.member_id not in state.members and request.group_instance_id is None:
-        # An id this group does not hold: one handed out with MEMBER_ID_REQUIRED (Kafka's
-        # pending member), or one the group removed; either joins as new.
-        if not _supports(state, request.protocols, besides=None):
-            raise InconsistentGroupProtocol(
-                f"none of the protocols {[p.name for p in request.protocols]} is supported by "
-                f"every member of group {group.group_id!r}"
-            )
-        return _join_as_new(locked, request.member_id, request)
-    if not _supports(state, request.protocols, besides=request.member_id):
-        raise InconsistentGroupProtocol(
-            f"none of the protocols {[p.name for p in request.protocols]} is supported by every "
-            f"member of group {group.group_id!r}"
-        )
-    member = _validate_member(state, request.member_id, request.group_instance_id)
-    if group.classic_state == PREPARING:
-        _update(member, request, group.phase_deadline_ms)
-        _maybe_complete_join(locked)
-        return member.member_id
-    if group.classic_state in (COMPLETING, STABLE):
-        unchanged = _matches(member, request.protocols)
-        if unchanged and (group.classic_state == COMPLETING or member.member_id != group.leader_id):
-            # Its JoinGroup answer was lost, or a follower joins with nothing new: the current
-            # generation, at once.
-            return _answer(group, state.members.values(), member.member_id)
-        # The leader joining again in a Stable group asks for a rebalance (its topics' metadata
-        # changed, which its metadata does not show), as does changed metadata.
-        _update(member, request, None)
-        _rebalance_or_complete(locked, f"member {member.member_id} joined again")
-        if member.awaiting == JOIN:
-            _update(member, request, group.phase_deadline_ms)
-        return member.member_id
-    raise UnknownMemberId(f"group {group.group_id!r} is empty; join again without a member id")
-
-
-# -- the calls -------------------------------------------------------------------------------------
-
-
 class NotClassic(Exception):
     """The group is a consumer group that has members: a classic member joins its assignment
-    (`membership.heartbeat`), as Kafka 4's consumer groups take classic members."""
+    (`groups.classic_members`), as Kafka 4's consumer groups take classic members."""
 
 
 def _check_session_timeout(settings: Settings, session_timeout_ms: int) -> None:
@@ -657,7 +123,7 @@ async def _locked_step(
     db: Store,
     settings: Settings,
     group_id: str,
-    step: Callable[[_Locked], T],
+    step: Callable[[Locked], T],
     *,
     create: bool = False,
     keep: str | None = None,
@@ -680,18 +146,16 @@ async def _locked_step(
                 raise UnknownMemberId(f"group {group_id!r} has no members")
             # An empty group (or one that only had offsets) becomes a classic group.
             group.protocol_type, group.classic_state = CLASSIC, EMPTY
-        locked = _Locked(session, state, settings, now)
+        locked = Locked(state, settings, now)
         tick(locked, keep=keep)
         result: T | None = None
         try:
             result = step(locked)
         except CoordinatorError as error:
+            if isinstance(error, GroupMaxSizeReached):
+                record_limit_refusal("group_max_size")
             refusal = error
         await write(session, state)
-        # A replaced static member's new row goes in once its old one is gone (the instance id
-        # is unique within the group).
-        for member in session.info.pop("replaced", ()):
-            session.add(member)
         _wakeups.wake_after_commit(session, group_id)
     if refusal is not None:
         raise refusal
@@ -717,84 +181,74 @@ async def _look(db: Store, group_id: str) -> tuple[ConsumerGroup | None, list[Gr
         return rows[0][0], [member for _, member in rows if member is not None]
 
 
-def _gone(
-    group_id: str, member_id: str, group_instance_id: str | None, members: list[GroupMember]
-) -> CoordinatorError:
-    """Why a parked member is no longer in the group: replaced by a newer static instance, or
-    removed."""
-    if group_instance_id is not None:
-        holder = next((m for m in members if m.group_instance_id == group_instance_id), None)
-        if holder is not None:
-            return FencedInstanceId(
-                f"group instance id {group_instance_id!r} is member {holder.member_id!r} now"
-            )
-    return UnknownMemberId(f"group {group_id!r} removed member {member_id!r}; join again")
-
-
 async def _park(
     db: Store,
     settings: Settings,
     group_id: str,
     member_id: str,
+    group_instance_id: str | None,
     ready: Callable[[ConsumerGroup, GroupMember, list[GroupMember]], R | None],
 ) -> R:
     """Wait until `ready` has an answer for the member (it raises a refusal), completing the
-    group's phase when its deadline passes (any parked request may)."""
-    while True:
-        waiter = _wakeups.register(group_id)
-        try:
-            group, members = await _look(db, group_id)
-            member = next((m for m in members if m.member_id == member_id), None)
-            if group is None or member is None:
-                raise UnknownMemberId(f"group {group_id!r} removed member {member_id!r}")
-            answer = ready(group, member, members)
-            if answer is not None:
-                return answer
-            now = now_ms()
-            if _due(group, members, now):
-                await _locked_step(db, settings, group_id, lambda _: None, keep=member_id)
-                continue
-            times = [t for t in (group.phase_deadline_ms, group.join_wait_until_ms) if t]
-            wait_s = min([POLL_S, *((t - now) / 1000 for t in times if t > now)])
-            await _wakeups.wait(waiter, wait_s)
-        finally:
-            _wakeups.unregister(group_id, waiter)
+    group's phase when its deadline passes (any parked request may); a member the group no
+    longer holds is told why (`classic_rules.gone`)."""
+    try:
+        while True:
+            waiter = _wakeups.register(group_id)
+            try:
+                group, members = await _look(db, group_id)
+                member = next((m for m in members if m.member_id == member_id), None)
+                if group is None or member is None:
+                    raise UnknownMemberId(f"group {group_id!r} removed member {member_id!r}")
+                answer = ready(group, member, members)
+                if answer is not None:
+                    return answer
+                now = now_ms()
+                if classic_rules.due(group, members, now):
+                    await _locked_step(db, settings, group_id, lambda _: None, keep=member_id)
+                    continue
+                times = [t for t in (group.phase_deadline_ms, group.join_wait_until_ms) if t]
+                wait_s = min([POLL_S, *((t - now) / 1000 for t in times if t > now)])
+                await _wakeups.wait(waiter, wait_s)
+            finally:
+                _wakeups.unregister(group_id, waiter)
+    except UnknownMemberId:
+        _, members = await _look(db, group_id)
+        raise classic_rules.gone(group_id, member_id, group_instance_id, members) from None
 
 
-async def join(db: Store, settings: Settings, request: JoinRequest) -> JoinAnswer:
+# -- the calls, for a classic group or for a classic member of a consumer group ------------------
+
+
+async def join(
+    db: Store, settings: Settings, request: JoinRequest, owned: list[tuple[str, int]]
+) -> JoinAnswer:
     """A JoinGroup: the member's answer once the join phase it takes part in completes (or at
-    once where Kafka answers at once). NotClassic for a consumer group that has members."""
+    once where Kafka answers at once). In a consumer group that has members, the member joins
+    its assignment, listing the partitions it owns (`owned`); only a member of Kafka's consumer
+    protocol can."""
     _check_session_timeout(settings, request.session_timeout_ms)
-
-    def step(locked: _Locked) -> JoinAnswer | str:
-        _take_protocol_type(locked, request.protocol_type)
-        if not request.member_id:
-            return _join_new(locked, request)
-        return _join_known(locked, request)
-
-    joined = await _locked_step(
-        db, settings, request.group_id, step, create=True, keep=request.member_id or None
-    )
+    try:
+        joined = await _locked_step(
+            db,
+            settings,
+            request.group_id,
+            partial(classic_joining.join_step, request=request),
+            create=True,
+            keep=request.member_id or None,
+        )
+    except NotClassic:
+        if request.protocol_type != CONSUMER_PROTOCOL:
+            raise InconsistentGroupProtocol(
+                f"group {request.group_id!r} is a consumer group: its classic members speak "
+                f"the consumer protocol, not {request.protocol_type!r}"
+            ) from None
+        member = await classic_members.join(db, settings, request, owned)
+        return JoinAnswer(member.member_id, member.generation, member.protocol_name, "", [])
     if isinstance(joined, JoinAnswer):
         return joined
-    member_id = joined
-
-    def ready(
-        group: ConsumerGroup, member: GroupMember, members: list[GroupMember]
-    ) -> JoinAnswer | None:
-        if member.awaiting == JOIN:
-            return None
-        # Its join phase completed (only that clears JOIN): its generation's answer.
-        answer = _answer(group, members, member_id)
-        if member.member_epoch != group.group_epoch:
-            raise RebalanceInProgress(f"group {group.group_id!r} moved past its generation")
-        return answer
-
-    try:
-        return await _park(db, settings, request.group_id, member_id, ready)
-    except UnknownMemberId:
-        _, members = await _look(db, request.group_id)
-        raise _gone(request.group_id, member_id, request.group_instance_id, members) from None
+    ready = classic_joining.join_ready
+    return await _park(db, settings, request.group_id, joined, request.group_instance_id, ready)
 
 
 async def sync(
@@ -805,80 +259,49 @@ async def sync(
     group_instance_id: str | None,
     generation: int,
     protocol_name: str | None,
-    assignments: dict[str, Assignment],
+    assignments: dict[str, bytes],
     protocol_type: str | None = None,
 ) -> SyncAnswer:
     """A SyncGroup: the member's assignment for `generation` and the group's protocol. The
     leader's carries every member's assignment (a member it leaves out gets an empty one); a
-    follower's waits for the leader's. `protocol_type` (SyncGroup v5+) must be the group's."""
-
-    def answer(group: ConsumerGroup, member: GroupMember) -> SyncAnswer:
-        return SyncAnswer(
-            group.classic_protocol_type or CONSUMER_PROTOCOL,
-            group.protocol_name,
-            member.classic_assignment or b"",
-        )
-
-    def step(locked: _Locked) -> SyncAnswer | None:
-        group, state, now = locked.group, locked.state, locked.now
-        if not state.members:
-            raise UnknownMemberId(f"group {group_id!r} has no members")
-        member = _validate_member(state, member_id, group_instance_id)
-        _check_generation(group, generation)
-        runs = group.classic_protocol_type or CONSUMER_PROTOCOL
-        if protocol_type is not None and protocol_type != runs:
+    follower's waits for the leader's. `protocol_type` (SyncGroup v5+) must be the group's. A
+    classic member of a consumer group gets the share the coordinator assigned it."""
+    given = {member: _assignment(data) for member, data in assignments.items()}
+    step = partial(
+        classic_rules.sync_step,
+        member_id=member_id,
+        group_instance_id=group_instance_id,
+        generation=generation,
+        protocol_name=protocol_name,
+        assignments=given,
+        protocol_type=protocol_type,
+    )
+    try:
+        synced = await _locked_step(db, settings, group_id, step, keep=member_id)
+    except NotClassic:
+        if protocol_type is not None and protocol_type != CONSUMER_PROTOCOL:
             raise InconsistentGroupProtocol(
-                f"group {group_id!r} runs protocol type {runs!r}, not {protocol_type!r}"
-            )
-        if protocol_name is not None and protocol_name != group.protocol_name:
-            raise InconsistentGroupProtocol(
-                f"group {group_id!r} runs protocol {group.protocol_name!r}, not {protocol_name!r}"
-            )
-        if group.classic_state == PREPARING:
-            raise RebalanceInProgress(f"group {group_id!r} is rebalancing: join again")
-        if group.classic_state == COMPLETING and member_id == group.leader_id:
-            for each in state.members.values():
-                given = assignments.get(each.member_id, Assignment(b"", []))
-                each.classic_assignment = given.data
-                each.assigned = [[t, p] for t, p in sorted(given.partitions or ())]
-                each.awaiting = None
-                each.last_heartbeat_ms = now
-                each.session_deadline_ms = now + each.session_timeout_ms
-            group.classic_state = STABLE
-            group.assignment_epoch = group.group_epoch
-            group.phase_deadline_ms = None
-            group.updated_ms = now
-            log.info("group %r: generation %d assigned by its leader", group_id, group.group_epoch)
-        elif group.classic_state == COMPLETING:
-            member.awaiting = SYNC
-            return None
-        return answer(group, member)
-
-    synced = await _locked_step(db, settings, group_id, step, keep=member_id)
+                f"group {group_id!r} is a consumer group: its classic members speak the "
+                f"consumer protocol, not {protocol_type!r}"
+            ) from None
+        assignor, assigned = await classic_members.sync(db, group_id, member_id, generation)
+        return SyncAnswer(CONSUMER_PROTOCOL, assignor, encode_assignment(assigned))
     if synced is not None:
         return synced
 
-    def ready(
-        group: ConsumerGroup, member: GroupMember, members: list[GroupMember]
-    ) -> SyncAnswer | None:
-        if group.group_epoch != generation or group.classic_state == PREPARING:
-            raise RebalanceInProgress(f"group {group_id!r} is rebalancing: join again")
-        if group.classic_state == STABLE:
-            return answer(group, member)
-        return None
+    def ready(group: ConsumerGroup, member: GroupMember, _: list[GroupMember]) -> SyncAnswer | None:
+        return classic_rules.sync_ready(group, member, generation)
 
+    return await _park(db, settings, group_id, member_id, group_instance_id, ready)
+
+
+def _assignment(data: bytes) -> Assignment:
+    """What the leader gave a member, with the partitions it names where they are the consumer
+    protocol's (a custom assignor's are opaque bytes to the coordinator)."""
     try:
-        return await _park(db, settings, group_id, member_id, ready)
-    except UnknownMemberId:
-        _, members = await _look(db, group_id)
-        raise _gone(group_id, member_id, group_instance_id, members) from None
-
-
-def _check_generation(group: ConsumerGroup, generation: int) -> None:
-    if generation != group.group_epoch:
-        raise IllegalGeneration(
-            f"group {group.group_id!r} is at generation {group.group_epoch}, not {generation}"
-        )
+        return Assignment(data, parse_assignment(data))
+    except Exception:
+        return Assignment(data, None)
 
 
 async def heartbeat(
@@ -888,57 +311,48 @@ async def heartbeat(
     member_id: str,
     group_instance_id: str | None,
     generation: int,
+    client_id: str,
+    client_host: str,
 ) -> None:
     """A classic Heartbeat: the member's session goes on; REBALANCE_IN_PROGRESS while the group
     prepares a rebalance (the member joins again)."""
-
-    def step(locked: _Locked) -> None:
-        group, now = locked.group, locked.now
-        member = _validate_member(locked.state, member_id, group_instance_id)
-        _check_generation(group, generation)
-        if group.classic_state == EMPTY:
-            raise UnknownMemberId(f"group {group_id!r} is empty")
-        member.last_heartbeat_ms = now
-        member.session_deadline_ms = max(
-            member.session_deadline_ms, now + member.session_timeout_ms
+    step = partial(
+        classic_rules.heartbeat_step,
+        member_id=member_id,
+        group_instance_id=group_instance_id,
+        generation=generation,
+    )
+    try:
+        await _locked_step(db, settings, group_id, step, keep=member_id)
+    except NotClassic:
+        await classic_members.heartbeat(
+            db, settings, group_id, member_id, generation, client_id, client_host
         )
-        if group.classic_state == PREPARING:
-            raise RebalanceInProgress(f"group {group_id!r} is rebalancing: join again")
-
-    await _locked_step(db, settings, group_id, step, keep=member_id)
 
 
 async def leave(
-    db: Store, settings: Settings, group_id: str, leaving: list[tuple[str, str | None]]
+    db: Store,
+    settings: Settings,
+    group_id: str,
+    leaving: list[tuple[str, str | None]],
+    client_id: str,
+    client_host: str,
 ) -> list[CoordinatorError | None]:
-    """A LeaveGroup: each (member id, group instance id) leaves; an empty member id with an
-    instance id removes that static member (an operator's removal). One answer per member."""
-
-    def step(locked: _Locked) -> list[CoordinatorError | None]:
+    """A LeaveGroup: each (member id, group instance id) leaves. One answer per member."""
+    try:
+        step = partial(classic_rules.leave_step, leaving=leaving)
+        return await _locked_step(db, settings, group_id, step)
+    except NotClassic:
         answers: list[CoordinatorError | None] = []
-        left = []
-        for member_id, instance_id in leaving:
+        for member_id, _ in leaving:
             try:
-                if not member_id:
-                    holder = _static_member(locked.state, instance_id) if instance_id else None
-                    if holder is None:
-                        raise UnknownMemberId(f"no member has group instance id {instance_id!r}")
-                    member_id = holder.member_id
-                else:
-                    _validate_member(locked.state, member_id, instance_id)
-            except (UnknownMemberId, FencedInstanceId) as refusal:
-                answers.append(refusal)
-                continue
-            _remove(locked, member_id, "left")
-            left.append(member_id)
-            answers.append(None)
-        if left and locked.group.classic_state in (STABLE, COMPLETING):
-            _rebalance_or_complete(locked, f"{', '.join(left)} left")
-        elif left:
-            _maybe_complete_join(locked)
+                await classic_members.leave(
+                    db, settings, group_id, member_id, client_id, client_host
+                )
+                answers.append(None)
+            except CoordinatorError as refused:
+                answers.append(refused)
         return answers
-
-    return await _locked_step(db, settings, group_id, step)
 
 
 async def sweep(db: Store, settings: Settings) -> list[str]:
@@ -964,9 +378,10 @@ async def sweep(db: Store, settings: Settings) -> list[str]:
                 return ticked
             state = await load(session, group)
             epoch, phase = group.group_epoch, group.classic_state
-            tick(_Locked(session, state, settings, now))
+            tick(Locked(state, settings, now))
+            removed = bool(state._removed)
             await write(session, state)
             skipped.add(group.group_id)  # once per round
-            if (epoch, phase) != (group.group_epoch, group.classic_state) or state._removed:
+            if (epoch, phase) != (group.group_epoch, group.classic_state) or removed:
                 ticked.append(group.group_id)
                 _wakeups.wake_after_commit(session, group.group_id)

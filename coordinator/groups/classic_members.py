@@ -1,6 +1,6 @@
 """Classic members of a consumer group: a member of Kafka's classic protocol (JoinGroup,
 SyncGroup, Heartbeat, LeaveGroup) in a group that has consumer-protocol members, as Kafka 4's
-consumer groups take classic members during an upgrade (`classic.NotClassic` sends them here).
+consumer groups take classic members during an upgrade (`groups.classic` sends them here).
 
 The coordinator assigns them, so nobody leads: a join is the member's heartbeat of the consumer
 protocol (at its epoch, or a new member's), SyncGroup hands it its share, and its generation is
@@ -16,8 +16,8 @@ import uuid
 from dataclasses import dataclass
 
 from coordinator.core.settings import Settings
-from coordinator.groups import membership
-from coordinator.groups.classic import JoinRequest
+from coordinator.groups import consumer, membership
+from coordinator.groups.classic_rules import JoinRequest
 from coordinator.groups.errors import (
     FencedMemberEpoch,
     IllegalGeneration,
@@ -25,12 +25,10 @@ from coordinator.groups.errors import (
     RebalanceInProgress,
     UnknownMemberId,
 )
+from coordinator.groups.inputs import DEFAULT_REBALANCE_TIMEOUT_MS, JOIN_EPOCH, LEAVE_EPOCH, Beat
 from coordinator.groups.models import CLASSIC
-from coordinator.groups.schemas import JOIN_EPOCH, LEAVE_EPOCH, HeartbeatRequest, HeartbeatResponse
+from coordinator.groups.schemas import HeartbeatResponse
 from coordinator.store import Store
-
-# A heartbeat of a member the group no longer holds gives it the longest rebalance timeout.
-_REBALANCE_TIMEOUT_MS = 300_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,12 +42,12 @@ async def _beat(
     db: Store,
     settings: Settings,
     group_id: str,
-    body: HeartbeatRequest,
+    body: Beat,
     assignor: str | None,
     client_id: str,
     client_host: str,
 ) -> HeartbeatResponse:
-    return await membership.heartbeat(
+    return await consumer.heartbeat(
         db, settings, group_id, body, client_id, client_host, protocol=CLASSIC, assignor=assignor
     )
 
@@ -64,29 +62,28 @@ async def join(
     if not joining.member_id and joining.require_known_member_id:
         raise MemberIdRequired("join again with the member id given", member_id)
     protocol = joining.protocols[0].name
-    common = {
-        "member_id": member_id,
-        "subscribed_topics": joining.subscribed_topics,
-        "session_timeout_ms": joining.session_timeout_ms,
-        "rebalance_timeout_ms": joining.rebalance_timeout_ms,
-    }
+
+    def beat(epoch: int, owned: list[tuple[str, int]] | None = None) -> Beat:
+        return Beat(
+            member_id,
+            epoch,
+            joining.subscribed_topics,
+            owned,
+            joining.rebalance_timeout_ms,
+            joining.session_timeout_ms,
+        )
+
     group_id, client_id, client_host = joining.group_id, joining.client_id, joining.client_host
     known = await membership.member_of(db, group_id, member_id)
     answer = None
     if known is not None and known.member_epoch > 0:
-        again = HeartbeatRequest.model_validate(
-            {
-                **common,
-                "member_epoch": known.member_epoch,
-                "owned_partitions": [{"topic": t, "partition": p} for t, p in owned],
-            }
-        )
+        again = beat(known.member_epoch, owned)
         try:
             answer = await _beat(db, settings, group_id, again, protocol, client_id, client_host)
         except (UnknownMemberId, FencedMemberEpoch):
             answer = None
     if answer is None:
-        anew = HeartbeatRequest.model_validate({**common, "member_epoch": JOIN_EPOCH})
+        anew = beat(JOIN_EPOCH)
         answer = await _beat(db, settings, group_id, anew, protocol, client_id, client_host)
     return Joined(member_id, answer.member_epoch, protocol)
 
@@ -117,15 +114,14 @@ async def heartbeat(
     """Heartbeat: keeps the member; RebalanceInProgress when its epoch moved on."""
     member = await membership.member_of(db, group_id, member_id)
     # `owned_partitions` unset: a heartbeat never gives a partition up.
-    body = HeartbeatRequest.model_validate(
-        {
-            "member_id": member_id,
-            "member_epoch": generation,
-            "session_timeout_ms": member.session_timeout_ms if member else None,
-            "rebalance_timeout_ms": member.rebalance_timeout_ms
-            if member
-            else _REBALANCE_TIMEOUT_MS,
-        }
+    # A member the group no longer holds is given the longest rebalance timeout.
+    body = Beat(
+        member_id,
+        generation,
+        session_timeout_ms=member.session_timeout_ms if member else None,
+        rebalance_timeout_ms=member.rebalance_timeout_ms
+        if member
+        else DEFAULT_REBALANCE_TIMEOUT_MS,
     )
     assignor = member.assignor if member else None
     answer = await _beat(db, settings, group_id, body, assignor, client_id, client_host)
@@ -137,5 +133,5 @@ async def leave(
     db: Store, settings: Settings, group_id: str, member_id: str, client_id: str, host: str
 ) -> None:
     """LeaveGroup: the member leaves, its partitions free at once."""
-    body = HeartbeatRequest(member_id=member_id, member_epoch=LEAVE_EPOCH)
+    body = Beat(member_id, LEAVE_EPOCH)
     await _beat(db, settings, group_id, body, None, client_id, host)

@@ -1,6 +1,6 @@
-"""The one rule for who may commit a group's offsets (API.md; KIP-447 for the transactional
-commit), called by the plain commit, by the transactional one (AddOffsets/TxnOffsetCommit), and by
-any other front door that commits offsets.
+"""The one rule for who may commit a group's offsets (docs/pages/http-api.md; KIP-447 for the
+transactional commit), called by the plain commit, by the transactional one
+(AddOffsets/TxnOffsetCommit), and by any other front door that commits offsets.
 
 - With member identity: the member must be in the group (else UNKNOWN_MEMBER_ID), and must own
   every partition committed, granted at or before the epoch it sends, which may not be newer than

@@ -9,9 +9,11 @@ from starlette.responses import Response
 
 from coordinator.core.auth import AccessDep
 from coordinator.core.dependencies import DB, AppSettings
+from coordinator.core.names import TOPIC_PATTERN
 from coordinator.core.responses import json_response
-from coordinator.core.schemas import TOPIC_PATTERN, IdPath
-from coordinator.groups import membership, service
+from coordinator.core.schemas import IdPath
+from coordinator.groups import consumer, service
+from coordinator.groups.inputs import Beat, CommittedOffset
 from coordinator.groups.schemas import (
     CommitOffsetsRequest,
     DeletedGroup,
@@ -36,7 +38,12 @@ async def commit_offsets(
     group_id: IdPath, body: CommitOffsetsRequest, db: DB, access: AccessDep
 ) -> Response:
     access.offsets(group_id, (o.topic for o in body.offsets))
-    return json_response(await service.commit(db, group_id, body))
+    offsets = [
+        CommittedOffset(o.topic, o.partition, o.offset, o.metadata, o.leader_epoch)
+        for o in body.offsets
+    ]
+    committed = await service.commit(db, group_id, offsets, body.member_id, body.member_epoch)
+    return json_response(committed)
 
 
 @router.get("/{group_id:path}/offsets", response_model=OffsetsResponse)
@@ -61,12 +68,23 @@ async def heartbeat(
     access: AccessDep,
 ) -> Response:
     """Join (member_epoch 0), heartbeat, or leave (member_epoch -1): the answer says which
-    partitions the member may own now (API.md, Membership)."""
+    partitions the member may own now (docs/pages/http-api.md, Membership)."""
     access.join(group_id, body.subscribed_topics or ())
     client_id = body.client_id or request.headers.get("user-agent", "")[:255]
     client_host = request.client.host if request.client is not None else ""
+    beat = Beat(
+        body.member_id,
+        body.member_epoch,
+        body.subscribed_topics,
+        None
+        if body.owned_partitions is None
+        else [(p.topic, p.partition) for p in body.owned_partitions],
+        body.rebalance_timeout_ms,
+        body.session_timeout_ms,
+        body.client_id,
+    )
     return json_response(
-        await membership.heartbeat(db, settings, group_id, body, client_id, client_host[:255])
+        await consumer.heartbeat(db, settings, group_id, beat, client_id, client_host[:255])
     )
 
 

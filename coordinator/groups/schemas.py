@@ -1,4 +1,5 @@
-"""Bodies of the consumer group calls (API.md, Consumer groups: offsets and membership)."""
+"""Bodies of the consumer group calls (docs/pages/http-api.md, Consumer groups: offsets and
+membership)."""
 
 from __future__ import annotations
 
@@ -17,11 +18,6 @@ from coordinator.core.schemas import (
 from coordinator.groups.identity import MemberEpoch, MemberId, MemberIdentity
 
 TimeoutMs = Annotated[int, Field(ge=1, le=INT32_MAX)]
-LEAVE_EPOCH = -1
-JOIN_EPOCH = 0
-# A static member (KIP-848 with an instance id) that left for now: it keeps its place, and its
-# partitions, until its session runs out or its instance joins again under a new member id.
-STATIC_LEAVE_EPOCH = -2
 
 
 class OffsetIn(RequestModel):
@@ -29,7 +25,8 @@ class OffsetIn(RequestModel):
     partition: PartitionNumber
     offset: Offset
     metadata: Annotated[str, Field(max_length=4096)] | None = None
-    # Beyond API.md: Kafka's committed_leader_epoch, kept and given back to Kafka's OffsetFetch.
+    # Beyond docs/pages/http-api.md: Kafka's committed_leader_epoch, kept and given back to Kafka's
+    # OffsetFetch.
     leader_epoch: Annotated[int, Field(ge=-1, le=INT32_MAX)] | None = None
 
 
@@ -42,7 +39,7 @@ class OffsetOut(BaseModel):
     partition: int
     offset: int
     metadata: str | None
-    # For Kafka's OffsetFetch only: not in API.md's answer.
+    # For Kafka's OffsetFetch only: not in the HTTP API's answer.
     leader_epoch: int | None = Field(default=None, exclude=True)
 
 
@@ -56,8 +53,9 @@ class HeartbeatRequest(RequestModel):
     subscribed_topics: Annotated[list[TopicName], Field(max_length=10_000)] | None = None
     owned_partitions: Annotated[list[TopicPartitionIn], Field(max_length=100_000)] | None = None
     rebalance_timeout_ms: TimeoutMs = 300_000
-    # Beyond API.md: the client's session.timeout.ms (bounded by the service's min and max;
-    # default COORDINATOR_GROUP_SESSION_TIMEOUT_MS) and client.id (default: its User-Agent).
+    # Beyond docs/pages/http-api.md: the client's session.timeout.ms (bounded by the service's min
+    # and max; default COORDINATOR_GROUP_SESSION_TIMEOUT_MS) and client.id (default: its
+    # User-Agent).
     session_timeout_ms: TimeoutMs | None = None
     client_id: Annotated[str, Field(max_length=255)] | None = None
 
@@ -89,7 +87,7 @@ class MemberDescription(BaseModel):
     # Where the assignor wants the member to end up; equal to `assignment` once reconciled.
     target_assignment: list[TopicPartitionOut]
     last_heartbeat_at: str | None
-    # For Kafka's DescribeGroups only, not in API.md's answer: a classic member's instance id,
+    # For Kafka's DescribeGroups only, not in the HTTP API's answer: a classic member's instance id,
     # its metadata for the group's protocol and the leader's assignment, as the client sent them.
     group_instance_id: str | None = Field(default=None, exclude=True)
     metadata: bytes | None = Field(default=None, exclude=True)

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from sqlalchemy import delete, select
@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from coordinator.core.clock import now_ms, rfc3339
 from coordinator.core.errors import CoordinatorError, InvalidRequest
-from coordinator.groups.classic import classic_metadata, classic_state, protocol_type_of
+from coordinator.groups.classic_rules import classic_metadata, classic_state, protocol_type_of
 from coordinator.groups.committing import MemberCommit, commit_as_member
 from coordinator.groups.errors import (
     GroupIdNotFound,
@@ -22,6 +22,7 @@ from coordinator.groups.errors import (
     UnstableOffsetCommit,
 )
 from coordinator.groups.fencing import check_offset_commit
+from coordinator.groups.inputs import CommittedOffset, check_member, check_offsets
 from coordinator.groups.membership import GroupState, group_state, is_gone, load, lock_group
 from coordinator.groups.models import (
     CLASSIC,
@@ -33,7 +34,6 @@ from coordinator.groups.models import (
 )
 from coordinator.groups.offsets import commit_offsets
 from coordinator.groups.schemas import (
-    CommitOffsetsRequest,
     DeletedGroup,
     GroupDescription,
     GroupList,
@@ -69,38 +69,47 @@ def use_pending_offsets(pending: PendingOffset) -> None:
     _pending_offset = pending
 
 
-async def commit(db: Store, group_id: str, body: CommitOffsetsRequest) -> OffsetsResponse:
-    keys = sorted({(o.topic, o.partition) for o in body.offsets})
-    if len(keys) != len(body.offsets):
+async def commit(
+    db: Store,
+    group_id: str,
+    offsets: Sequence[CommittedOffset],
+    member_id: str | None = None,
+    member_epoch: int | None = None,
+) -> OffsetsResponse:
+    """Commit the offsets, by the member (with its epoch: KIP-447) or by no member."""
+    check_member(member_id, member_epoch)
+    check_offsets(offsets, at_least=1)
+    keys = sorted({(o.topic, o.partition) for o in offsets})
+    if len(keys) != len(offsets):
         raise InvalidRequest("offsets: a partition appears more than once")
-    if body.member_id is not None and body.member_epoch is not None:
-        offsets = {(o.topic, o.partition): o for o in body.offsets}
+    if member_id is not None and member_epoch is not None:
+        by_key = {(o.topic, o.partition): o for o in offsets}
         commit = MemberCommit(
             group_id,
-            body.member_id,
-            body.member_epoch,
+            member_id,
+            member_epoch,
             keys,
-            [(o.offset, o.metadata, o.leader_epoch) for o in (offsets[key] for key in keys)],
+            [(o.offset, o.metadata, o.leader_epoch) for o in (by_key[key] for key in keys)],
             now_ms(),
         )
         if await commit_as_member(db, commit):
-            return _committed(body)
+            return _committed(offsets)
     async with db.write() as session:
-        await check_offset_commit(session, group_id, body.member_id, body.member_epoch, keys)
+        await check_offset_commit(session, group_id, member_id, member_epoch, keys)
         await require_partitions(session, keys)
         now = now_ms()
         await commit_offsets(
             session,
             [
                 (group_id, o.topic, o.partition, o.offset, o.metadata, o.leader_epoch)
-                for o in body.offsets
+                for o in offsets
             ],
             now,
         )
-    return _committed(body)
+    return _committed(offsets)
 
 
-def _committed(body: CommitOffsetsRequest) -> OffsetsResponse:
+def _committed(offsets: Sequence[CommittedOffset]) -> OffsetsResponse:
     return OffsetsResponse(
         offsets=[
             OffsetOut(
@@ -110,7 +119,7 @@ def _committed(body: CommitOffsetsRequest) -> OffsetsResponse:
                 metadata=o.metadata,
                 leader_epoch=o.leader_epoch,
             )
-            for o in sorted(body.offsets, key=lambda o: (o.topic, o.partition))
+            for o in sorted(offsets, key=lambda o: (o.topic, o.partition))
         ]
     )
 

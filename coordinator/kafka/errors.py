@@ -1,12 +1,11 @@
-"""Domain errors as Kafka error codes, by name: API.md's codes are Kafka's, so the mapping is the
-name itself, but for the few the HTTP API has and Kafka's protocol does not."""
+"""Domain errors as Kafka error codes, by name: the HTTP API's codes are Kafka's, so the mapping is
+the name itself, but for the few the HTTP API has and Kafka's protocol does not."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from kio.schema.errors import ErrorCode
-from pydantic import ValidationError
 
 from coordinator.core.errors import CoordinatorError
 from coordinator.groups.errors import InvalidSessionTimeout
@@ -32,15 +31,13 @@ class Refused(Exception):
 
 
 def error_code(error: BaseException) -> ErrorCode:
-    """The Kafka error code for what a domain service raised (or a request model refused)."""
+    """The Kafka error code for what a domain service raised."""
     if isinstance(error, Refused):
         return error.code
     if isinstance(error, InvalidSessionTimeout):
         return ErrorCode.invalid_session_timeout
     if isinstance(error, BatchTooLarge):
         return ErrorCode.message_too_large
-    if isinstance(error, ValidationError):
-        return _BY_FIELD.get(_field(error), ErrorCode.invalid_request)
     if isinstance(error, CoordinatorError):
         found = _BESIDES_THE_NAME.get(error.code)
         if found is not None:
@@ -49,21 +46,9 @@ def error_code(error: BaseException) -> ErrorCode:
     raise error
 
 
-# A request model's field that Kafka names its own error for (CreateTopics' name, partitions).
-_BY_FIELD = {"name": ErrorCode.invalid_topic_exception, "partitions": ErrorCode.invalid_partitions}
-
-
-def _field(error: ValidationError) -> str:
-    return str(error.errors()[0]["loc"][0]) if error.errors()[0]["loc"] else ""
-
-
 def message(error: BaseException) -> str:
     if isinstance(error, CoordinatorError):
         return error.detail
-    if isinstance(error, ValidationError):
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        return f"{where}: {first['msg']}"
     return str(error)
 
 
@@ -75,4 +60,4 @@ def outcome(failure: BaseException | None = None) -> dict[str, Any]:
     return {"error_code": error_code(failure), "error_message": message(failure)}
 
 
-FAILURES = (CoordinatorError, ValidationError, Refused)
+FAILURES = (CoordinatorError, Refused)

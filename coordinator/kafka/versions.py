@@ -27,10 +27,10 @@ _FENCED = ErrorCode.producer_fenced
 _MEMBER_EPOCH = ErrorCode.fenced_member_epoch
 _STORE_OUT = {ErrorCode.coordinator_not_available: (ALWAYS, ErrorCode.kafka_storage_error)}
 
-# api key -> the domain's code -> Kafka's, at every version: where Kafka's broker names an
-# outcome otherwise than API.md. AddPartitionsToTxn, AddOffsetsToTxn and EndTxn: Kafka's
-# transaction coordinator answers any epoch but the current one PRODUCER_FENCED (API.md's newer
-# epoch is INVALID_PRODUCER_EPOCH) and a transactional id it does not know
+# api key -> the domain's code -> Kafka's, at every version: where Kafka's broker names an outcome
+# otherwise than docs/pages/http-api.md. AddPartitionsToTxn, AddOffsetsToTxn and EndTxn: Kafka's
+# transaction coordinator answers any epoch but the current one PRODUCER_FENCED (the HTTP API's
+# newer epoch is INVALID_PRODUCER_EPOCH) and a transactional id it does not know
 # INVALID_PRODUCER_ID_MAPPING (TRANSACTIONAL_ID_NOT_FOUND is DescribeTransactions' code).
 _TXN_CALL = {
     ErrorCode.invalid_producer_epoch: _FENCED,

@@ -24,7 +24,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
-from coordinator.kafka import guard
+from coordinator.core import guard
 
 # Every API the listener answers, by key, with the versions it answers (ApiVersions advertises
 # exactly these). The ceilings keep to versions whose shape the domain can fill; each served

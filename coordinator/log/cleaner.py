@@ -1,6 +1,6 @@
-"""The log cleaner: retention by time and size, compaction, and producer-state expiry (API.md,
-"Topic configs" and the producer-state paragraph under InitPid), run by every service process
-every `COORDINATOR_LOG_RETENTION_CHECK_INTERVAL_MS`.
+"""The log cleaner: retention by time and size, compaction, and producer-state expiry
+(docs/pages/http-api.md, "Topic configs" and the producer-state paragraph under InitPid), run by
+every service process every `COORDINATOR_LOG_RETENTION_CHECK_INTERVAL_MS`.
 
 Each partition is cleaned in a unit of work of its own, claimed so that two processes never work
 on one at once: on Postgres a transaction-scoped advisory lock on the partition, tried without

@@ -1,6 +1,6 @@
-"""Log compaction's decisions, apart from the store (API.md, "Topic configs"): which records of a
-cleanable range stay, and the batches rebuilt around them with their offsets unchanged, as
-Kafka's log cleaner does.
+"""Log compaction's decisions, apart from the store (docs/pages/http-api.md, "Topic configs"): which
+records of a cleanable range stay, and the batches rebuilt around them with their offsets unchanged,
+as Kafka's log cleaner does.
 
 Two passes over the range, oldest first: `newest_offsets` finds the newest offset of every key
 among committed records; `Compactor` then visits each batch and says whether it stays as it is,

@@ -1,4 +1,4 @@
-"""Topic configs (API.md, "Topic configs"): Kafka's names, validation and defaults.
+"""Topic configs (docs/pages/http-api.md, "Topic configs"): Kafka's names, validation and defaults.
 
 A topic stores only the configs set on it, as a JSON object of canonical string values (Kafka's
 AdminClient speaks strings); every other config takes its default, some from the service's
@@ -97,6 +97,9 @@ def edit_list(current: str, items: str, append: bool) -> str:
 class ConfigDef:
     parse: Callable[[object], str]
     default: Callable[[Settings], str]
+    # Its type as Kafka 4.4's broker reports it (DescribeConfigs v3+, KIP-569): BOOLEAN,
+    # STRING, INT, LONG, DOUBLE or LIST.
+    type: str
 
 
 def _fixed(value: str) -> Callable[[Settings], str]:
@@ -107,20 +110,23 @@ def _fixed(value: str) -> Callable[[Settings], str]:
 PRODUCER = "producer"
 _COMPRESSION_TYPES = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 _LONG_MAX = str(INT64_MAX)
+BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = "BOOLEAN", "STRING", "INT", "LONG", "DOUBLE", "LIST"
 
 # The configs the coordinator acts on. The produce path obeys cleanup.policy (keys on a
 # compacted topic), compression.type, max.message.bytes and message.timestamp.type; the log
 # cleaner obeys cleanup.policy, retention.ms, retention.bytes, min.compaction.lag.ms and
 # delete.retention.ms.
 ACTED_ON: dict[str, ConfigDef] = {
-    "cleanup.policy": ConfigDef(_cleanup_policy, _fixed("delete")),
-    "compression.type": ConfigDef(_choice(PRODUCER, *_COMPRESSION_TYPES), _fixed(PRODUCER)),
-    "delete.retention.ms": ConfigDef(_long(0), _fixed("86400000")),
-    "max.message.bytes": ConfigDef(_long(0, INT32_MAX), lambda s: str(s.max_request_bytes)),
-    "message.timestamp.type": ConfigDef(_choice(CREATE_TIME, LOG_APPEND_TIME), _fixed(CREATE_TIME)),
-    "min.compaction.lag.ms": ConfigDef(_long(0), _fixed("0")),
-    "retention.bytes": ConfigDef(_long(-1), _fixed("-1")),
-    "retention.ms": ConfigDef(_long(-1), lambda s: str(s.log_retention_ms)),
+    "cleanup.policy": ConfigDef(_cleanup_policy, _fixed("delete"), LIST),
+    "compression.type": ConfigDef(_choice(PRODUCER, *_COMPRESSION_TYPES), _fixed(PRODUCER), STRING),
+    "delete.retention.ms": ConfigDef(_long(0), _fixed("86400000"), LONG),
+    "max.message.bytes": ConfigDef(_long(0, INT32_MAX), lambda s: str(s.max_request_bytes), INT),
+    "message.timestamp.type": ConfigDef(
+        _choice(CREATE_TIME, LOG_APPEND_TIME), _fixed(CREATE_TIME), STRING
+    ),
+    "min.compaction.lag.ms": ConfigDef(_long(0), _fixed("0"), LONG),
+    "retention.bytes": ConfigDef(_long(-1), _fixed("-1"), LONG),
+    "retention.ms": ConfigDef(_long(-1), lambda s: str(s.log_retention_ms), LONG),
 }
 
 # Every other topic config Kafka 4.4 defines (as its DescribeConfigs lists them; the message
@@ -128,35 +134,35 @@ ACTED_ON: dict[str, ConfigDef] = {
 # accepted, stored and described, so tools and clients that set them work, but not acted on
 # (segments, flushing, replicas and tiered storage are the database's business here).
 STORED_ONLY: dict[str, ConfigDef] = {
-    "compression.gzip.level": ConfigDef(_long(-1, 9), _fixed("-1")),
-    "compression.lz4.level": ConfigDef(_long(1, 17), _fixed("9")),
-    "compression.zstd.level": ConfigDef(_long(-131072, 22), _fixed("3")),
-    "file.delete.delay.ms": ConfigDef(_long(0), _fixed("60000")),
-    "flush.messages": ConfigDef(_long(1), _fixed(_LONG_MAX)),
-    "flush.ms": ConfigDef(_long(0), _fixed(_LONG_MAX)),
-    "follower.replication.throttled.replicas": ConfigDef(_text, _fixed("")),
-    "index.interval.bytes": ConfigDef(_long(0, INT32_MAX), _fixed("4096")),
-    "errors.deadletterqueue.group.enable": ConfigDef(_bool, _fixed("false")),
-    "leader.replication.throttled.replicas": ConfigDef(_text, _fixed("")),
-    "local.retention.bytes": ConfigDef(_long(-2), _fixed("-2")),
-    "local.retention.ms": ConfigDef(_long(-2), _fixed("-2")),
-    "max.compaction.lag.ms": ConfigDef(_long(1), _fixed(_LONG_MAX)),
-    "max.decompressed.message.bytes": ConfigDef(_long(0, INT32_MAX), _fixed("2147483639")),
-    "message.timestamp.after.max.ms": ConfigDef(_long(0), _fixed("3600000")),
-    "message.timestamp.before.max.ms": ConfigDef(_long(0), _fixed(_LONG_MAX)),
-    "min.cleanable.dirty.ratio": ConfigDef(_ratio, _fixed("0.5")),
-    "min.insync.replicas": ConfigDef(_long(1, INT32_MAX), _fixed("1")),
-    "preallocate": ConfigDef(_bool, _fixed("false")),
-    "remote.copy.lag.bytes": ConfigDef(_long(-1), _fixed("-1")),
-    "remote.copy.lag.ms": ConfigDef(_long(-1), _fixed("0")),
-    "remote.log.copy.disable": ConfigDef(_bool, _fixed("false")),
-    "remote.log.delete.on.disable": ConfigDef(_bool, _fixed("false")),
-    "remote.storage.enable": ConfigDef(_bool, _fixed("false")),
-    "segment.bytes": ConfigDef(_long(14, INT32_MAX), _fixed("1073741824")),
-    "segment.index.bytes": ConfigDef(_long(4, INT32_MAX), _fixed("10485760")),
-    "segment.jitter.ms": ConfigDef(_long(0), _fixed("0")),
-    "segment.ms": ConfigDef(_long(1), _fixed("604800000")),
-    "unclean.leader.election.enable": ConfigDef(_bool, _fixed("false")),
+    "compression.gzip.level": ConfigDef(_long(-1, 9), _fixed("-1"), INT),
+    "compression.lz4.level": ConfigDef(_long(1, 17), _fixed("9"), INT),
+    "compression.zstd.level": ConfigDef(_long(-131072, 22), _fixed("3"), INT),
+    "file.delete.delay.ms": ConfigDef(_long(0), _fixed("60000"), LONG),
+    "flush.messages": ConfigDef(_long(1), _fixed(_LONG_MAX), LONG),
+    "flush.ms": ConfigDef(_long(0), _fixed(_LONG_MAX), LONG),
+    "follower.replication.throttled.replicas": ConfigDef(_text, _fixed(""), LIST),
+    "index.interval.bytes": ConfigDef(_long(0, INT32_MAX), _fixed("4096"), INT),
+    "errors.deadletterqueue.group.enable": ConfigDef(_bool, _fixed("false"), BOOLEAN),
+    "leader.replication.throttled.replicas": ConfigDef(_text, _fixed(""), LIST),
+    "local.retention.bytes": ConfigDef(_long(-2), _fixed("-2"), LONG),
+    "local.retention.ms": ConfigDef(_long(-2), _fixed("-2"), LONG),
+    "max.compaction.lag.ms": ConfigDef(_long(1), _fixed(_LONG_MAX), LONG),
+    "max.decompressed.message.bytes": ConfigDef(_long(0, INT32_MAX), _fixed("2147483639"), INT),
+    "message.timestamp.after.max.ms": ConfigDef(_long(0), _fixed("3600000"), LONG),
+    "message.timestamp.before.max.ms": ConfigDef(_long(0), _fixed(_LONG_MAX), LONG),
+    "min.cleanable.dirty.ratio": ConfigDef(_ratio, _fixed("0.5"), DOUBLE),
+    "min.insync.replicas": ConfigDef(_long(1, INT32_MAX), _fixed("1"), INT),
+    "preallocate": ConfigDef(_bool, _fixed("false"), BOOLEAN),
+    "remote.copy.lag.bytes": ConfigDef(_long(-1), _fixed("-1"), LONG),
+    "remote.copy.lag.ms": ConfigDef(_long(-1), _fixed("0"), LONG),
+    "remote.log.copy.disable": ConfigDef(_bool, _fixed("false"), BOOLEAN),
+    "remote.log.delete.on.disable": ConfigDef(_bool, _fixed("false"), BOOLEAN),
+    "remote.storage.enable": ConfigDef(_bool, _fixed("false"), BOOLEAN),
+    "segment.bytes": ConfigDef(_long(14, INT32_MAX), _fixed("1073741824"), INT),
+    "segment.index.bytes": ConfigDef(_long(4, INT32_MAX), _fixed("10485760"), INT),
+    "segment.jitter.ms": ConfigDef(_long(0), _fixed("0"), LONG),
+    "segment.ms": ConfigDef(_long(1), _fixed("604800000"), LONG),
+    "unclean.leader.election.enable": ConfigDef(_bool, _fixed("false"), BOOLEAN),
 }
 
 CONFIGS: dict[str, ConfigDef] = {**ACTED_ON, **STORED_ONLY}

@@ -1,4 +1,5 @@
-"""Errors of the partition logs and producer state (API.md, Records and Error codes)."""
+"""Errors of the partition logs and producer state (docs/pages/http-api.md, Records and Error
+codes)."""
 
 from coordinator.core.errors import CoordinatorError
 
@@ -79,7 +80,8 @@ class InvalidTxnState(CoordinatorError):
 
 class BatchTooLarge(RecordListTooLarge):
     """One batch over its topic's `max.message.bytes`: RECORD_LIST_TOO_LARGE over HTTP, as
-    API.md says; Kafka's broker names it MESSAGE_TOO_LARGE, and so does the Kafka door."""
+    docs/pages/http-api.md says; Kafka's broker names it MESSAGE_TOO_LARGE, and so does the Kafka
+    door."""
 
 
 class FencedLeaderEpoch(CoordinatorError):
@@ -93,3 +95,27 @@ class UnknownLeaderEpoch(CoordinatorError):
     status = 409
     retriable = True
     title = "Unknown leader epoch"
+
+
+class InvalidTopic(CoordinatorError):
+    """A name that is not a topic name (Kafka's INVALID_TOPIC_EXCEPTION)."""
+
+    code = "INVALID_TOPIC_EXCEPTION"
+    status = 422
+    title = "Invalid topic name"
+
+
+class InvalidReplicationFactor(CoordinatorError):
+    """A replication factor the store does not take (the database keeps the copies)."""
+
+    code = "INVALID_REPLICATION_FACTOR"
+    status = 400
+    title = "Invalid replication factor"
+
+
+class InvalidReplicaAssignment(CoordinatorError):
+    """A manual replica assignment that names another broker than this one."""
+
+    code = "INVALID_REPLICA_ASSIGNMENT"
+    status = 400
+    title = "Invalid replica assignment"

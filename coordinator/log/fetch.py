@@ -1,4 +1,4 @@
-"""Fetch and offsets by time: the reads of API.md's Records section for every front door (HTTP
+"""Fetch and offsets by time: the reads of the HTTP API's Records section for every front door (HTTP
 JSON, HTTP record batches, and Kafka's protocol).
 
 Fetch returns stored batches (`fetch_batches`), with the options each door needs; JSON fetch
@@ -18,7 +18,7 @@ from typing import Any, cast
 from sqlalchemy import Table, bindparam, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from coordinator.core.errors import InvalidRequest
+from coordinator.core.errors import CoordinatorError, InvalidRequest
 from coordinator.log.bounds import Bounds, partition_bounds
 from coordinator.log.errors import (
     OffsetOutOfRange,
@@ -200,6 +200,58 @@ async def fetch_batches(
     return await db.fetch(ask)
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionAsk:
+    """One partition of Kafka's Fetch: where it reads from, and its own byte budget."""
+
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+
+
+async def fetch_partitions(
+    db: Store,
+    asks: Sequence[PartitionAsk],
+    max_bytes: int | None,
+    limit: int,
+    *,
+    read_committed: bool,
+) -> list[Fetched | CoordinatorError]:
+    """Kafka's Fetch of several partitions, in order, as its broker fills the answer: each
+    partition's batches, markers and aborted batches included (a Kafka client filters them,
+    with the aborted list under read_committed), within its own budget and what is left of the
+    request's (`max_bytes`, at most `limit`, COORDINATOR_FETCH_MAX_BYTES; none asked: `limit`).
+    The first batch of the first partition with data comes whatever its size, so a client always
+    makes progress; once the request's budget is spent, a partition answers where it stands,
+    with no data. Each partition's answer, or the error that refused it alone."""
+    budget = min(max_bytes or limit, limit)
+    total = 0
+    results: list[Fetched | CoordinatorError] = []
+    for ask in asks:
+        try:
+            if total >= budget:
+                fetched = await fetch_batches(
+                    db, ask.topic, ask.partition, ask.offset, max_bytes=1,
+                    read_committed=read_committed, include_control=True, include_aborted=True,
+                    max_records=0,
+                )  # fmt: skip
+                fetched.batches = []
+            else:
+                fetched = await fetch_batches(
+                    db, ask.topic, ask.partition, ask.offset,
+                    max_bytes=max(1, min(ask.max_bytes, budget - total)),
+                    read_committed=read_committed, include_control=True, include_aborted=True,
+                    fit=True, at_least_one=total == 0, aborted_list=read_committed,
+                )  # fmt: skip
+        except CoordinatorError as refused:
+            results.append(refused)
+            continue
+        total += sum(len(batch) for batch in fetched.batches)
+        results.append(fetched)
+    return results
+
+
 async def fetch_portably(session: AsyncSession, ask: FetchAsk) -> Fetched:
     """`Store.fetch` in portable statements, in a read unit of work: the bounds, then chunks of
     batches, then the aborted list."""
@@ -295,7 +347,7 @@ async def fetch_json(
     encoding: str,
     max_bytes: int,
 ) -> dict[str, Any]:
-    """API.md's JSON fetch: the records of the fetched batches from `offset` on, at most
+    """The HTTP API's JSON fetch: the records of the fetched batches from `offset` on, at most
     `max_records`, keys, values and header values as text or base64."""
     fetched = await fetch_batches(
         db,

@@ -18,11 +18,11 @@ from starlette.responses import Response
 from coordinator.core.auth import Access, AccessDep
 from coordinator.core.dependencies import DB, AppSettings, Quota
 from coordinator.core.errors import InvalidRequest
+from coordinator.core.names import TOPIC_PATTERN
 from coordinator.core.responses import json_response
 from coordinator.core.schemas import (
     INT32_MAX,
     INT64_MAX,
-    TOPIC_PATTERN,
     Digits,
     TopicNameParam,
     TransactionalId,
@@ -58,7 +58,8 @@ PartitionPath = Annotated[int, Digits, Path(ge=0, le=INT32_MAX, description="par
 async def create_topic(body: CreateTopic, db: DB, access: AccessDep, quota: Quota) -> Response:
     access.cluster()
     await quota.admit(db, access.name, body.partitions)
-    return json_response(await log_topics.create_topic(db, body), 201)
+    spec = log_topics.TopicSpec(body.name, body.partitions, body.configs)
+    return json_response(await log_topics.create_topic(db, spec), 201)
 
 
 @router.get("", response_model=TopicList)
@@ -82,7 +83,8 @@ async def delete_records(
     """Move partitions' log start offsets up (Kafka's DeleteRecords; offset -1: the high
     watermark)."""
     access.cluster()
-    return json_response(await log_topics.delete_records(db, topic, body))
+    wanted = [(p.partition, p.offset) for p in body.partitions]
+    return json_response(await log_topics.delete_records(db, topic, wanted))
 
 
 @router.get("/{topic}/configs", response_model=ConfigList)
@@ -98,7 +100,8 @@ async def alter_configs(
     topic: TopicPath, body: AlterConfigs, db: DB, settings: AppSettings, access: AccessDep
 ) -> Response:
     access.cluster()
-    return json_response(await log_topics.alter_configs(db, settings, topic, body))
+    change = log_topics.ConfigChange(body.set, body.delete)
+    return json_response(await log_topics.alter_configs(db, settings, topic, change))
 
 
 def _inline(schema: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Request and response bodies of topics, produce and fetch (API.md, Topics and Records)."""
+"""Request and response bodies of topics, produce and fetch (docs/pages/http-api.md, Topics and
+Records)."""
 
 from __future__ import annotations
 
@@ -75,9 +76,9 @@ class DeletedTopic(BaseModel):
 class TopicSummary(BaseModel):
     name: str
     partitions: int
-    # Kafka's topic id, for the Kafka door (not in API.md's answer).
+    # Kafka's topic id, for the Kafka door (not in the HTTP API's answer).
     topic_id: UUID | None = Field(default=None, exclude=True)
-    # The topic's stated replication factor, for the Kafka door (not in API.md's answer).
+    # The topic's stated replication factor, for the Kafka door (not in the HTTP API's answer).
     replication_factor: int = Field(default=1, exclude=True)
 
 

@@ -1,13 +1,13 @@
-"""Topics and their configs, partitions and log start: the rules of API.md's Topics section for
-every front door (HTTP and Kafka's protocol). Produce is `coordinator.log.produce`, fetch
+"""Topics and their configs, partitions and log start: the rules of the HTTP API's Topics section
+for every front door (HTTP and Kafka's protocol). Produce is `coordinator.log.produce`, fetch
 `coordinator.log.fetch`; deleting a topic, which reaches into transactions and groups, is
-`coordinator.deletion`.
-"""
+`coordinator.deletion`."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from sqlalchemy import delete, func, insert, select, update
@@ -15,12 +15,16 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from coordinator.core.errors import InvalidRequest
+from coordinator.core.names import topic_name_problem
 from coordinator.core.settings import Settings
 from coordinator.log import configs
 from coordinator.log.bounds import all_bounds, bytes_kept
 from coordinator.log.errors import (
     InvalidConfig,
     InvalidPartitions,
+    InvalidReplicaAssignment,
+    InvalidReplicationFactor,
+    InvalidTopic,
     OffsetOutOfRange,
     TopicAlreadyExists,
     UnknownTopicOrPartition,
@@ -28,12 +32,9 @@ from coordinator.log.errors import (
 from coordinator.log.models import Batch, Partition, Topic
 from coordinator.log.schemas import (
     MAX_PARTITIONS,
-    AlterConfigs,
     ConfigEntry,
     ConfigList,
-    CreateTopic,
     DeletedRecords,
-    DeleteRecords,
     LogStart,
     PartitionInfo,
     TopicDescription,
@@ -43,42 +44,141 @@ from coordinator.log.schemas import (
 from coordinator.store import Store
 from coordinator.store.sql import pairs_in
 
+# At most this many configs in one topic's creation or change.
+MAX_CONFIGS = 100
+# The largest stated replication factor taken: Metadata lists that many replicas per partition,
+# so a factor is bounded as every other size a client sends is.
+MAX_REPLICATION_FACTOR = 16
 
-async def create_topic(
-    db: Store, body: CreateTopic, *, replication_factor: int = 1
-) -> TopicSummary:
-    """Create the topic; `replication_factor` is its stated factor (Kafka's CreateTopics)."""
-    topic_configs = configs.encode(configs.validated(body.configs or {}))
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    """A topic to create: its name, partition count, configs (as given: the log checks and
+    stores them) and stated replication factor (Kafka's CreateTopics)."""
+
+    name: str
+    partitions: int = 1
+    configs: Mapping[str, object] | None = None
+    replication_factor: int = 1
+
+    def checked(self) -> dict[str, str]:
+        """Its configs as stored, once the rules pass: a topic name, 1 to MAX_PARTITIONS
+        partitions, at most MAX_CONFIGS valid configs."""
+        problem = topic_name_problem(self.name)
+        if problem is not None:
+            raise InvalidTopic(problem)
+        if not 1 <= self.partitions <= MAX_PARTITIONS:
+            raise InvalidPartitions(f"{self.partitions} partitions: 1 to {MAX_PARTITIONS}")
+        if len(self.configs or {}) > MAX_CONFIGS:
+            raise InvalidRequest(f"configs: at most {MAX_CONFIGS}")
+        return configs.validated(self.configs or {})
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigChange:
+    """Configs to set, and configs to delete (back to their defaults)."""
+
+    set: Mapping[str, object] = field(default_factory=dict)
+    delete: Sequence[str] = ()
+
+    def checked(self) -> tuple[dict[str, str], list[str]]:
+        """What it sets (as stored) and deletes, once the rules pass."""
+        if len(self.set) > MAX_CONFIGS or len(self.delete) > MAX_CONFIGS:
+            raise InvalidRequest(f"at most {MAX_CONFIGS} configs set and {MAX_CONFIGS} deleted")
+        changes = configs.validated(self.set)
+        removed = configs.known(self.delete)
+        both = sorted(set(changes) & set(removed))
+        if both:
+            raise InvalidConfig(f"{both[0]!r} is both set and deleted")
+        return changes, removed
+
+
+def replication_factor(asked: int, *, strict: bool) -> int:
+    """The stated factor Kafka's CreateTopics asked (-1: the default, 1). The database keeps the
+    copies, so any factor up to MAX_REPLICATION_FACTOR is kept as stated, but 1 only when
+    `strict` (COORDINATOR_STRICT_REPLICATION_FACTOR)."""
+    factor = 1 if asked == -1 else asked
+    if strict and factor != 1:
+        raise InvalidReplicationFactor(
+            f"replication factor {asked}: this coordinator is one broker; the database keeps "
+            "the copies (use 1 or -1)"
+        )
+    if not 1 <= factor <= MAX_REPLICATION_FACTOR:
+        raise InvalidReplicationFactor(
+            f"replication factor {asked}: 1 to {MAX_REPLICATION_FACTOR}, or -1 for the default (1)"
+        )
+    return factor
+
+
+def assigned_partitions(
+    assignments: Mapping[int, Sequence[int]], num_partitions: int, factor: int, broker: int
+) -> int:
+    """How many partitions a manual replica assignment (partition -> replicas) makes: it is
+    taken when it names this one `broker` for every partition, 0 to n-1, with the count and
+    the factor left to it (-1), as Kafka asks."""
+    if num_partitions != -1 or factor != -1:
+        raise InvalidRequest(
+            "with a replica assignment, num_partitions and replication_factor must be -1"
+        )
+    if sorted(assignments) != list(range(len(assignments))):
+        raise InvalidReplicaAssignment("partitions must be 0 to n-1")
+    on_one_broker(assignments, broker)
+    return len(assignments)
+
+
+def on_one_broker(assignments: Mapping[int, Sequence[int]], broker: int) -> None:
+    """A replica assignment (partition -> replicas) names this one `broker` alone."""
+    for partition, replicas in sorted(assignments.items()):
+        if list(replicas) != [broker]:
+            raise InvalidReplicaAssignment(
+                f"partition {partition}: this coordinator is one broker, node {broker}; its "
+                f"replicas are [{broker}]"
+            )
+
+
+async def create_topic(db: Store, spec: TopicSpec, *, validate_only: bool = False) -> TopicSummary:
+    """Create the topic (with `validate_only`, only check that it could be created)."""
+    topic_configs = configs.encode(spec.checked())
+    if validate_only:
+        async with db.read() as session:
+            if await session.scalar(select(Topic.name).where(Topic.name == spec.name)):
+                raise TopicAlreadyExists(f"topic {spec.name!r} already exists")
+        return TopicSummary(
+            name=spec.name,
+            partitions=spec.partitions,
+            topic_id=None,
+            replication_factor=spec.replication_factor,
+        )
     try:
         async with db.write() as session:
-            exists = await session.scalar(select(Topic.name).where(Topic.name == body.name))
+            exists = await session.scalar(select(Topic.name).where(Topic.name == spec.name))
             if exists is not None:
-                raise TopicAlreadyExists(f"topic {body.name!r} already exists")
+                raise TopicAlreadyExists(f"topic {spec.name!r} already exists")
             topic = Topic(
-                name=body.name,
-                partitions=body.partitions,
+                name=spec.name,
+                partitions=spec.partitions,
                 created_at=datetime.now(UTC),
                 configs=topic_configs,
                 topic_id=uuid.uuid4(),
-                replication_factor=replication_factor,
+                replication_factor=spec.replication_factor,
             )
             session.add(topic)
             await session.flush()
             await session.execute(
                 insert(Partition),
                 [
-                    {"topic": body.name, "partition": p, "log_start_offset": 0, "high_watermark": 0}
-                    for p in range(body.partitions)
+                    {"topic": spec.name, "partition": p, "log_start_offset": 0, "high_watermark": 0}
+                    for p in range(spec.partitions)
                 ],
             )
     except IntegrityError:
         # Another process created it between our check and our insert.
-        raise TopicAlreadyExists(f"topic {body.name!r} already exists") from None
+        raise TopicAlreadyExists(f"topic {spec.name!r} already exists") from None
     return TopicSummary(
-        name=body.name,
-        partitions=body.partitions,
+        name=spec.name,
+        partitions=spec.partitions,
         topic_id=topic.topic_id,
-        replication_factor=replication_factor,
+        replication_factor=spec.replication_factor,
     )
 
 
@@ -172,13 +272,14 @@ async def describe_configs(db: Store, settings: Settings, name: str) -> ConfigLi
     return _config_list(stored, settings)
 
 
-async def alter_configs(db: Store, settings: Settings, name: str, body: AlterConfigs) -> ConfigList:
-    """Set and delete (back to the default) configs, all or nothing."""
-    changes = configs.validated(body.set)
-    removed = configs.known(body.delete)
-    both = sorted(set(changes) & set(removed))
-    if both:
-        raise InvalidConfig(f"{both[0]!r} is both set and deleted")
+async def alter_configs(
+    db: Store, settings: Settings, name: str, change: ConfigChange, *, validate_only: bool = False
+) -> ConfigList:
+    """Set and delete (back to the default) configs, all or nothing (with `validate_only`,
+    only check that they could be)."""
+    changes, removed = change.checked()
+    if validate_only:
+        return await describe_configs(db, settings, name)
     async with db.write() as session:
         stored = await session.scalar(
             select(Topic.configs).where(Topic.name == name).with_for_update()
@@ -194,14 +295,21 @@ async def alter_configs(db: Store, settings: Settings, name: str, body: AlterCon
     return _config_list(updated, settings)
 
 
-async def delete_records(db: Store, name: str, body: DeleteRecords) -> DeletedRecords:
+async def delete_records(
+    db: Store, name: str, partitions: Sequence[tuple[int, int]]
+) -> DeletedRecords:
     """Kafka's DeleteRecords: move each partition's log start offset up to the offset asked
-    (-1: the high watermark), deleting the batches wholly below it; all or nothing."""
+    (-1: the high watermark), deleting the batches wholly below it; all or nothing. `partitions`
+    are (partition, offset) pairs."""
     wanted: dict[int, int] = {}
-    for entry in body.partitions:
-        if entry.partition in wanted:
-            raise InvalidRequest(f"body.partitions: partition {entry.partition} is named twice")
-        wanted[entry.partition] = entry.offset
+    for partition, offset in partitions:
+        if partition in wanted:
+            raise InvalidRequest(f"body.partitions: partition {partition} is named twice")
+        if offset < -1:
+            raise OffsetOutOfRange(f"{name}-{partition}: offset {offset}, not -1 or an offset")
+        if not 0 <= partition < MAX_PARTITIONS:
+            raise UnknownTopicOrPartition(f"{name}-{partition} does not exist")
+        wanted[partition] = offset
     async with db.write() as session:
         rows = (
             await session.execute(

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import uuid
 
     from coordinator.groups.committing import CommitRule, MemberCommit
-    from coordinator.groups.heartbeats import Renewal, SteadyRule
+    from coordinator.groups.consumer import Renewal, SteadyRule
     from coordinator.log.appends import ConditionalAppends, ProducerView
     from coordinator.log.fetch import FetchAsk, Fetched
     from coordinator.store.postgres.replicas import Replicas
@@ -314,6 +314,6 @@ class Store:
     async def renew_if_steady(
         self, group_id: str, member_id: str, now: int, steady: SteadyRule, renewal: Renewal
     ) -> list[tuple[str, int]] | None:
-        """A steady member's heartbeat (`groups.heartbeats`): its assignment, or None when
+        """A steady member's heartbeat (`groups.consumer`): its assignment, or None when
         nothing was written."""
         return None

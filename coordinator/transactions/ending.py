@@ -31,8 +31,8 @@ from typing import Any, cast
 from sqlalchemy import Table, bindparam, delete, update
 
 from coordinator.core.schemas import EPOCH_MAX
+from coordinator.log.group_commit import transaction_ended
 from coordinator.log.markers import marker_params
-from coordinator.log.produce import transaction_ended
 from coordinator.store import Store
 from coordinator.transactions.models import Transaction, TransactionOffset, TransactionPartition
 from coordinator.transactions.states import TRANSITIONS, Op, State

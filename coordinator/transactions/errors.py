@@ -1,4 +1,4 @@
-"""Errors of transactions (API.md, Transactions and Error codes)."""
+"""Errors of transactions (docs/pages/http-api.md, Transactions and Error codes)."""
 
 from coordinator.core.errors import CoordinatorError
 

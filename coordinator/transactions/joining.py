@@ -15,8 +15,8 @@ from sqlalchemy.orm.attributes import set_committed_value
 
 from coordinator.transactions.caller import check_caller
 from coordinator.transactions.errors import TransactionalIdNotFound
+from coordinator.transactions.locks import Locked, lock_ids, partitions_by_id
 from coordinator.transactions.models import Transaction, TransactionPartition
-from coordinator.transactions.service import Locked, lock_ids, partitions_by_id
 from coordinator.transactions.states import Op, State, transition
 
 _transactions = cast(Table, Transaction.__table__)
@@ -66,7 +66,7 @@ class GroupJoins:
             self._joining[tid].joined.add((topic, partition))
 
     async def check(self, transactional_id: str, producer_id: int, epoch: int) -> None:
-        """A transactional batch's checks, in API.md's order: the id, the caller, the state."""
+        """A transactional batch's checks, in the contract's order: id, caller, state."""
         joining = self._joining.get(transactional_id)
         if joining is None:
             raise TransactionalIdNotFound(f"transactional id {transactional_id!r} is not known")

@@ -9,8 +9,11 @@ from coordinator.core.auth import AccessDep
 from coordinator.core.dependencies import DB, AppSettings
 from coordinator.core.responses import json_response
 from coordinator.core.schemas import IdPath
+from coordinator.groups.inputs import CommittedOffset
 from coordinator.producers.schemas import InitPidRequest, InitPidResponse
+from coordinator.transactions import commit_group as committing
 from coordinator.transactions import producer_ids, service
+from coordinator.transactions.inputs import AddOffsets, Caller, Committing, InitPid
 from coordinator.transactions.schemas import (
     AddOffsetsRequest,
     AddPartitionsRequest,
@@ -22,9 +25,10 @@ from coordinator.transactions.schemas import (
     StateResponse,
     TransactionDescription,
 )
+from coordinator.transactions.schemas import Caller as CallerBody
 
 router = APIRouter(prefix="/v1/transactions", tags=["transactions"])
-# InitPid keeps its own tag in the OpenAPI schema (API.md's "Producer ids").
+# InitPid keeps its own tag in the OpenAPI schema (the HTTP API's "Producer ids").
 producers_router = APIRouter(tags=["producers"])
 
 
@@ -35,7 +39,11 @@ async def commit_group(body: CommitGroupRequest, db: DB, access: AccessDep) -> R
         access.transactional_id(member.transactional_id)
     if body.abort_others_with_prefix is not None:
         access.transactional_prefix(body.abort_others_with_prefix)
-    return json_response(await service.commit_group(db, body))
+    transactions = [
+        Committing(m.transactional_id, m.producer_id, m.producer_epoch) for m in body.transactions
+    ]
+    committed = await committing.commit_group(db, transactions, body.abort_others_with_prefix)
+    return json_response(committed)
 
 
 @router.post("/{transactional_id:path}/partitions", response_model=StateResponse)
@@ -43,7 +51,10 @@ async def add_partitions(
     transactional_id: IdPath, body: AddPartitionsRequest, db: DB, access: AccessDep
 ) -> Response:
     access.add_partitions(transactional_id, (p.topic for p in body.partitions))
-    return json_response(await service.add_partitions(db, transactional_id, body))
+    partitions = [(p.topic, p.partition) for p in body.partitions]
+    return json_response(
+        await service.add_partitions(db, transactional_id, _caller(body), partitions)
+    )
 
 
 @router.post("/{transactional_id:path}/offsets", response_model=StateResponse)
@@ -51,7 +62,12 @@ async def add_offsets(
     transactional_id: IdPath, body: AddOffsetsRequest, db: DB, access: AccessDep
 ) -> Response:
     access.transaction_offsets(transactional_id, body.group_id, (o.topic for o in body.offsets))
-    return json_response(await service.add_offsets(db, transactional_id, body))
+    offsets = [
+        CommittedOffset(o.topic, o.partition, o.offset, o.metadata, o.leader_epoch)
+        for o in body.offsets
+    ]
+    adding = AddOffsets(_caller(body), body.group_id, offsets, body.member_id, body.member_epoch)
+    return json_response(await service.add_offsets(db, transactional_id, adding))
 
 
 @router.post("/{transactional_id:path}/prepare", response_model=StateResponse)
@@ -59,13 +75,13 @@ async def prepare(
     transactional_id: IdPath, body: PrepareRequest, db: DB, settings: AppSettings, access: AccessDep
 ) -> Response:
     access.transactional_id(transactional_id)
-    return json_response(await service.prepare(db, settings, transactional_id, body))
+    return json_response(await service.prepare(db, settings, transactional_id, _caller(body)))
 
 
 @router.post("/{transactional_id:path}/end", response_model=EndTxnResponse)
 async def end(transactional_id: IdPath, body: EndTxnRequest, db: DB, access: AccessDep) -> Response:
     access.transactional_id(transactional_id)
-    return json_response(await service.end(db, transactional_id, body))
+    return json_response(await service.end(db, transactional_id, _caller(body), body.commit))
 
 
 @router.get("/{transactional_id:path}", response_model=TransactionDescription)
@@ -82,4 +98,9 @@ async def init_pid(
         access.idempotent_producer()
     else:
         access.transactional_id(body.transactional_id)
-    return json_response(await producer_ids.init_pid(db, settings, body))
+    asked = InitPid(body.transactional_id, body.transaction_timeout_ms, body.keep_prepared)
+    return json_response(await producer_ids.init_pid(db, settings, asked))
+
+
+def _caller(body: CallerBody) -> Caller:
+    return Caller(body.producer_id, body.producer_epoch)

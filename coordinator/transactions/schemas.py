@@ -1,4 +1,4 @@
-"""Bodies of the transaction calls (API.md, Transactions)."""
+"""Bodies of the transaction calls (docs/pages/http-api.md, Transactions)."""
 
 from __future__ import annotations
 

@@ -11,16 +11,16 @@ import logging
 from coordinator.core.periodic import run_periodically
 from coordinator.core.settings import Settings
 from coordinator.store import Store
-from coordinator.transactions import service
+from coordinator.transactions import aborts
 
 log = logging.getLogger("coordinator.sweeper")
 
 
 async def sweep_once(db: Store, settings: Settings) -> None:
-    aborted = await service.abort_timed_out(db)
+    aborted = await aborts.abort_timed_out(db)
     if aborted:
         log.info("aborted %d timed-out transaction(s): %s", len(aborted), ", ".join(aborted[:20]))
-    expired = await service.expire_idle(db, settings.transactional_id_expiration_ms)
+    expired = await aborts.expire_idle(db, settings.transactional_id_expiration_ms)
     if expired:
         log.info("expired %d idle transactional id(s)", expired)
 

@@ -2,7 +2,7 @@
 
 The long profile restarts Postgres under the services. While the server was refusing
 connections, shutting down or starting up, requests were answered 500 `INTERNAL_ERROR` (which
-API.md reserves for bugs) with a traceback in the log, instead of 503
+docs/pages/http-api.md reserves for bugs) with a traceback in the log, instead of 503
 `COORDINATOR_NOT_AVAILABLE`, the code for a store that is unreachable.
 """
 

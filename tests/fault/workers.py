@@ -40,7 +40,7 @@ LIVE_ROUND_S = 0.4  # pause between a live reader's rounds over every partition
 GROUP_POLL_S = 2.0  # how often a live reader with groups looks at their committed offsets
 FINAL_READ_S = 120.0  # bound on a final read of every partition
 
-# Another instance took the transactional id over (API.md, Transactions).
+# Another instance took the transactional id over (docs/pages/http-api.md, Transactions).
 _TAKEN_OVER = {KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 
 log = logging.getLogger("fault.workers")
@@ -261,7 +261,8 @@ class TransactionalWorker:
                 outcome = "aborted"
         except KafkaException as exc:
             error = exc.code
-            # Only an EndTxn(commit) commits; a timed-out epoch's transaction was aborted (API.md).
+            # Only an EndTxn(commit) commits; a timed-out epoch's transaction was aborted
+            # (docs/pages/http-api.md).
             definite = not witness.commit_in_doubt or exc.code == KafkaError.TRANSACTION_TIMED_OUT
             outcome = "aborted" if definite else "unknown"
             usable = definite and exc.txn_requires_abort and not exc.fatal

@@ -1,7 +1,7 @@
 """Kafka's own clients, unchanged, against `coordinator serve` with its Kafka listener, on SQLite
-and on Postgres (API.md, "Kafka protocol"): kcat (Debian's), kafka-python and confluent-kafka
-(librdkafka) produce, consume, rebalance and run exactly-once transactions; records written
-through either door are read through the other."""
+and on Postgres (docs/pages/http-api.md, "Kafka protocol"): kcat (Debian's), kafka-python and
+confluent-kafka (librdkafka) produce, consume, rebalance and run exactly-once transactions; records
+written through either door are read through the other."""
 
 from __future__ import annotations
 

@@ -17,8 +17,8 @@ import httpx
 import pytest
 from kio.static.constants import EntityType
 
-from coordinator.kafka import guard
-from coordinator.kafka.handlers.groups import parse_subscription
+from coordinator.core import guard
+from coordinator.groups.consumer_protocol import parse_subscription
 from coordinator.kafka.wire import BadRequest, decode, payload_type
 from tests.support.kafka_fuzz import mutate, random_request, served
 from tests.support.services import ServiceProcess, free_port, serve_on_fresh_store

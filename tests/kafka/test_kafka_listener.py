@@ -30,9 +30,9 @@ from coordinator.core.settings import Settings
 from coordinator.kafka.handlers import HANDLERS
 from coordinator.kafka.server import KafkaListener
 from coordinator.kafka.wire import SUPPORTED, payload_type
-from coordinator.log import produce
+from coordinator.log import group_commit
 from coordinator.log import topics as log_topics
-from coordinator.log.schemas import CreateTopic
+from coordinator.log.topics import TopicSpec
 from coordinator.store.engines import open_store
 from sdk import recordbatch
 from tests.support.kafka_wire import Connection, fetch_request, produce_request
@@ -196,7 +196,7 @@ async def test_bytes_after_a_request_body_are_ignored_as_kafka_ignores_them(
 async def test_a_frame_before_authentication_is_held_to_the_sasl_limit(
     listener: KafkaListener,
 ) -> None:
-    await log_topics.create_topic(listener.db, CreateTopic(name="big", partitions=1))
+    await log_topics.create_topic(listener.db, TopicSpec("big", 1))
     # Over the limit before SASL: closed on the size alone, without the frame being sent.
     before = await connect(listener)
     before.writer.write(struct.pack(">i", 4097))
@@ -214,7 +214,7 @@ async def test_a_frame_before_authentication_is_held_to_the_sasl_limit(
 async def test_a_frame_over_socket_request_max_bytes_closes_the_connection(
     listener: KafkaListener,
 ) -> None:
-    await log_topics.create_topic(listener.db, CreateTopic(name="capped", partitions=1))
+    await log_topics.create_topic(listener.db, TopicSpec("capped", 1))
     connection = await connect(listener)
     batch = recordbatch.build([(1, b"k", b"v" * 8192, [])], producer_id=-1, producer_epoch=-1)
     with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
@@ -225,7 +225,7 @@ async def test_a_frame_over_socket_request_max_bytes_closes_the_connection(
 
 
 async def test_corrupt_batch_is_refused_and_nothing_is_written(listener: KafkaListener) -> None:
-    await log_topics.create_topic(listener.db, CreateTopic(name="corrupt", partitions=1))
+    await log_topics.create_topic(listener.db, TopicSpec("corrupt", 1))
     good = recordbatch.build([(1, b"k", b"v", [])], producer_id=-1, producer_epoch=-1)
     bad = bytearray(good)
     bad[-1] ^= 0xFF  # the CRC no longer matches
@@ -286,8 +286,8 @@ async def test_sasl_plain_refuses_unknown_tokens_and_applies_roles(listener: Kaf
         _, answer = await _authenticated(listener, user, token)
         assert answer.error_code == ErrorCode.sasl_authentication_failed
 
-    await log_topics.create_topic(listener.db, CreateTopic(name="payments", partitions=1))
-    await log_topics.create_topic(listener.db, CreateTopic(name="secret", partitions=1))
+    await log_topics.create_topic(listener.db, TopicSpec("payments", 1))
+    await log_topics.create_topic(listener.db, TopicSpec("secret", 1))
     reader, answer = await _authenticated(listener, "reader", "reader-token-1")
     assert answer.error_code == ErrorCode.none
     metadata = await reader.call(3, 12, topics=None, include_topic_authorized_operations=False)
@@ -402,7 +402,7 @@ async def test_a_nul_in_a_kafka_id_is_answered_invalid_request_not_a_closed_conn
 async def test_a_decompression_bomb_is_record_list_too_large_and_writes_nothing(
     listener: KafkaListener,
 ) -> None:
-    await log_topics.create_topic(listener.db, CreateTopic(name="bombed", partitions=1))
+    await log_topics.create_topic(listener.db, TopicSpec("bombed", 1))
     bomb = recordbatch.build(
         [(1, b"k", bytes(4 * 1024 * 1024), [])],
         producer_id=-1,
@@ -435,14 +435,14 @@ def _hold_appends(monkeypatch: pytest.MonkeyPatch) -> tuple[asyncio.Event, async
     """Appends wait at a gate: the first event is set once a group is being written, the
     second opens the gate."""
     writing, gate = asyncio.Event(), asyncio.Event()
-    write = produce._GroupCommit._write
+    write = group_commit._GroupCommit._write
 
     async def held(commits: Any, group: Any) -> None:
         writing.set()
         await gate.wait()
         await write(commits, group)
 
-    monkeypatch.setattr(produce._GroupCommit, "_write", held)
+    monkeypatch.setattr(group_commit._GroupCommit, "_write", held)
     return writing, gate
 
 
@@ -466,7 +466,7 @@ async def test_a_connections_produce_requests_sent_together_are_appended_in_the_
     sequence rules in the order sent, though the first one's check takes longer: an
     incompressible compressed batch, checked on a worker thread, ahead of small ones that are
     not."""
-    await log_topics.create_topic(listener.db, CreateTopic(name="piped", partitions=1))
+    await log_topics.create_topic(listener.db, TopicSpec("piped", 1))
     connection = await connect(listener)
     pid, epoch = await _idempotent_producer(connection)
     noise = random.Random(7).randbytes(24_000)
@@ -506,7 +506,7 @@ async def test_produce_requests_under_way_together_hold_their_memory_and_a_fetch
     """With the appends held: pipelined, both Produce requests of the connection are read and
     held in the request memory (one at a time, the first alone), and the Fetch sent after them
     is answered after them, seeing both; every byte is given back once answered."""
-    await log_topics.create_topic(listener.db, CreateTopic(name="held", partitions=2))
+    await log_topics.create_topic(listener.db, TopicSpec("held", 2))
     writing, gate = _hold_appends(monkeypatch)
     memory = request_memory()
     before = memory.used
@@ -543,7 +543,7 @@ async def test_a_malformed_request_behind_a_produce_under_way_closes_after_its_a
 ) -> None:
     """The produce before it is answered and stands; the malformed one closes the connection,
     as it would alone, and nothing is logged as a failure."""
-    await log_topics.create_topic(listener.db, CreateTopic(name="then-garbage", partitions=1))
+    await log_topics.create_topic(listener.db, TopicSpec("then-garbage", 1))
     writing, gate = _hold_appends(monkeypatch)
     connection = await connect(listener)
     batch = recordbatch.build([(0, b"k", b"v", [])], producer_id=-1, producer_epoch=-1)

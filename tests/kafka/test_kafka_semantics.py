@@ -15,7 +15,7 @@ from coordinator.kafka.server import KafkaListener
 from coordinator.log import fetch as log_fetch
 from coordinator.log import produce
 from coordinator.log import topics as log_topics
-from coordinator.log.schemas import CreateTopic
+from coordinator.log.topics import TopicSpec
 from sdk import recordbatch
 from tests.kafka.test_kafka_listener import connect, listener
 
@@ -25,7 +25,7 @@ __all__ = ["listener"]
 async def test_delete_records_answers_each_partition_on_its_own(listener: KafkaListener) -> None:
     # Kafka's DeleteRecords: an offset above the high watermark (or below -1) is
     # OFFSET_OUT_OF_RANGE for that partition, and the others still move (issue 22, item 8).
-    await log_topics.create_topic(listener.db, CreateTopic(name="trim", partitions=3))
+    await log_topics.create_topic(listener.db, TopicSpec("trim", 3))
     connection = await connect(listener)
     batch = recordbatch.build([(1, b"k", b"v", [])], producer_id=-1, producer_epoch=-1)
     produce: Any = __import__("kio.schema.produce.v9.request", fromlist=["x"])
@@ -102,7 +102,7 @@ async def test_a_replica_assignment_naming_this_broker_is_taken(listener: KafkaL
 async def test_cleanup_policy_is_a_list_config_that_takes_append_and_subtract(
     listener: KafkaListener,
 ) -> None:
-    await log_topics.create_topic(listener.db, CreateTopic(name="policy", partitions=1))
+    await log_topics.create_topic(listener.db, TopicSpec("policy", 1))
     connection = await connect(listener)
     module: Any = __import__("kio.schema.incremental_alter_configs.v1.request", fromlist=["x"])
 
@@ -144,7 +144,7 @@ async def test_only_the_first_partition_with_data_may_exceed_the_fetch_budget(
     import random
 
     topic = f"budget-{max_bytes}"
-    await log_topics.create_topic(listener.db, CreateTopic(name=topic, partitions=3))
+    await log_topics.create_topic(listener.db, TopicSpec(topic, 3))
     noise = random.Random(0).randbytes(600_000)  # one 600 KB batch a partition
     for partition in range(3):
         batch = recordbatch.build([(1, b"k", noise, [])], producer_id=-1, producer_epoch=-1)
@@ -159,7 +159,7 @@ async def test_only_the_first_partition_with_data_may_exceed_the_fetch_budget(
 
 
 async def test_list_offsets_by_time_answers_the_exact_record(listener: KafkaListener) -> None:
-    await log_topics.create_topic(listener.db, CreateTopic(name="times", partitions=1))
+    await log_topics.create_topic(listener.db, TopicSpec("times", 1))
     for records in ([(100, b"a"), (200, b"b"), (300, b"c")], [(400, b"d"), (350, b"e")]):
         batch = recordbatch.build(
             [(ts, b"k", v, []) for ts, v in records], producer_id=-1, producer_epoch=-1
@@ -181,7 +181,7 @@ async def test_offset_fetch_echoes_the_committed_leader_epoch_and_metadata(
 ) -> None:
     # librdkafka's transactional test compares what it committed with what it fetches: the
     # leader epoch, and metadata that may hold a NUL (issue 22, item 8).
-    await log_topics.create_topic(listener.db, CreateTopic(name="echo", partitions=2))
+    await log_topics.create_topic(listener.db, TopicSpec("echo", 2))
     connection = await connect(listener)
     commit: Any = __import__("kio.schema.offset_commit.v8.request", fromlist=["x"])
     committed = await connection.call(
@@ -265,7 +265,7 @@ async def test_describe_transactions_gives_the_start_time_in_milliseconds(
 ) -> None:
     import time
 
-    await log_topics.create_topic(listener.db, CreateTopic(name="described", partitions=1))
+    await log_topics.create_topic(listener.db, TopicSpec("described", 1))
     connection = await connect(listener)
     init = await connection.call(
         22,
@@ -358,7 +358,7 @@ async def test_only_a_principal_that_may_create_topics_auto_creates_them(
 async def test_alter_configs_replaces_every_config_as_kafka_does(listener: KafkaListener) -> None:
     await log_topics.create_topic(
         listener.db,
-        CreateTopic(name="replaced", partitions=1, configs={"retention.ms": "1000"}),
+        TopicSpec("replaced", 1, {"retention.ms": "1000"}),
     )
     connection = await connect(listener)
     module: Any = __import__("kio.schema.alter_configs.v2.request", fromlist=["x"])
@@ -384,21 +384,19 @@ async def test_alter_configs_replaces_every_config_as_kafka_does(listener: Kafka
 async def test_offset_delete_removes_offsets_but_of_subscribed_topics(
     listener: KafkaListener,
 ) -> None:
-    from coordinator.groups import membership
+    from coordinator.groups import consumer
     from coordinator.groups import service as groups_service
-    from coordinator.groups.schemas import CommitOffsetsRequest, HeartbeatRequest
+    from coordinator.groups.inputs import Beat, CommittedOffset
 
     for name in ("kept", "gone"):
-        await log_topics.create_topic(listener.db, CreateTopic(name=name, partitions=1))
-    offsets = [{"topic": t, "partition": 0, "offset": 1} for t in ("kept", "gone")]
-    await groups_service.commit(
-        listener.db, "od-g", CommitOffsetsRequest.model_validate({"offsets": offsets})
-    )
-    await membership.heartbeat(
+        await log_topics.create_topic(listener.db, TopicSpec(name, 1))
+    offsets = [CommittedOffset(t, 0, 1) for t in ("kept", "gone")]
+    await groups_service.commit(listener.db, "od-g", offsets)
+    await consumer.heartbeat(
         listener.db,
         listener.settings,
         "od-g",
-        HeartbeatRequest(member_id="m", member_epoch=0, subscribed_topics=["kept"]),
+        Beat("m", 0, ["kept"]),
         "test",
         "127.0.0.1",
     )
@@ -447,7 +445,7 @@ async def test_authorized_operations_follow_the_principal_s_rights(
     # KIP-430, for Metadata: the reader may READ, DESCRIBE and DESCRIBE_CONFIGS its topics.
     from tests.kafka.test_kafka_listener import _authenticated
 
-    await log_topics.create_topic(listener.db, CreateTopic(name="pay-ops", partitions=1))
+    await log_topics.create_topic(listener.db, TopicSpec("pay-ops", 1))
     module: Any = __import__("kio.schema.metadata.v12.request", fromlist=["x"])
 
     async def operations(user: str, token: str, asked: bool) -> int:
@@ -491,7 +489,7 @@ async def test_a_topic_recreated_under_its_name_has_a_new_id_and_ids_name_topics
         found: uuid.UUID = answer.topics[0].topic_id
         return found
 
-    await log_topics.create_topic(listener.db, CreateTopic(name="again", partitions=2))
+    await log_topics.create_topic(listener.db, TopicSpec("again", 2))
     first = await topic_id("again")
     assert first != no_id
     by_id = await connection.call(
@@ -509,7 +507,7 @@ async def test_a_topic_recreated_under_its_name_has_a_new_id_and_ids_name_topics
         timeout=datetime.timedelta(seconds=5),
     )
     assert [(r.name, r.error_code) for r in deleted.responses] == [("again", ErrorCode.none)]
-    await log_topics.create_topic(listener.db, CreateTopic(name="again", partitions=1))
+    await log_topics.create_topic(listener.db, TopicSpec("again", 1))
     assert await topic_id("again") not in (first, no_id)
     gone = await connection.call(
         3,
@@ -569,7 +567,7 @@ async def test_keyless_records_on_a_compacted_topic_are_named_in_record_errors(
     # (librdkafka's 0011 test counts them) and nothing of the batch is written.
     await log_topics.create_topic(
         listener.db,
-        CreateTopic(name="compacted", partitions=1, configs={"cleanup.policy": "compact"}),
+        TopicSpec("compacted", 1, {"cleanup.policy": "compact"}),
     )
     connection = await connect(listener)
     batch = recordbatch.build(
@@ -667,16 +665,16 @@ async def test_a_classic_member_of_a_consumer_group_is_assigned_by_the_coordinat
     members speak the consumer protocol gets its id first (KIP-394), then joins with no leader
     at its member epoch; SyncGroup hands it its share, a heartbeat at an old generation is told
     to rejoin, and it leaves."""
-    from coordinator.groups import membership
-    from coordinator.groups.schemas import HeartbeatRequest
-    from coordinator.kafka.handlers.groups import encode_subscription, parse_assignment
+    from coordinator.groups import consumer, membership
+    from coordinator.groups.consumer_protocol import encode_subscription, parse_assignment
+    from coordinator.groups.inputs import Beat
 
-    await log_topics.create_topic(listener.db, CreateTopic(name="mixed", partitions=2))
-    await membership.heartbeat(
+    await log_topics.create_topic(listener.db, TopicSpec("mixed", 2))
+    await consumer.heartbeat(
         listener.db,
         listener.settings,
         "mix-g",
-        HeartbeatRequest(member_id="rest", member_epoch=0, subscribed_topics=["mixed"]),
+        Beat("rest", 0, ["mixed"]),
         "test",
         "127.0.0.1",
     )
@@ -762,10 +760,8 @@ async def test_describe_topic_partitions_pages_by_its_cursor(listener: KafkaList
     """KIP-966, as Kafka 4's AdminClient and `kafka-topics --describe` ask it: topics by name,
     at most the limit of partitions in all, a cursor at the first one left out."""
     module: Any = __import__("kio.schema.describe_topic_partitions.v0.request", fromlist=["x"])
-    await log_topics.create_topic(
-        listener.db, CreateTopic(name="dtp-a", partitions=3), replication_factor=2
-    )
-    await log_topics.create_topic(listener.db, CreateTopic(name="dtp-b", partitions=2))
+    await log_topics.create_topic(listener.db, TopicSpec("dtp-a", 3, replication_factor=2))
+    await log_topics.create_topic(listener.db, TopicSpec("dtp-b", 2))
     connection = await connect(listener)
 
     async def describe(names: tuple[str, ...], cursor: Any = None) -> Any:
@@ -800,7 +796,7 @@ async def test_describe_topic_partitions_pages_by_its_cursor(listener: KafkaList
 async def test_replica_calls_answer_as_a_one_broker_cluster(listener: KafkaListener) -> None:
     """ElectLeaders: every leader is already the preferred one; ListPartitionReassignments: none
     in progress; DescribeLogDirs: one directory, the store, with each partition's bytes."""
-    await log_topics.create_topic(listener.db, CreateTopic(name="dirs", partitions=2))
+    await log_topics.create_topic(listener.db, TopicSpec("dirs", 2))
     await produce.produce_batch(
         listener.db, listener.settings, "dirs", 1, recordbatch.build([(0, b"k", b"v", [])]), None
     )
@@ -999,7 +995,7 @@ async def test_a_consumer_group_member_keeps_its_rebalance_timeout_when_it_sends
     """KIP-848: a member sends its rebalance timeout to join and -1 ("unchanged") after, as
     Kafka's clients and franz-go do. A member that must give a partition up has that rebalance
     timeout to do so, not 1 ms; a join without one is INVALID_REQUEST, as Kafka answers it."""
-    await log_topics.create_topic(listener.db, CreateTopic(name="rto", partitions=2))
+    await log_topics.create_topic(listener.db, TopicSpec("rto", 2))
     connection = await connect(listener)
     topic_id = await _topic_id(connection, "rto")
 
@@ -1034,7 +1030,7 @@ async def test_a_static_consumer_group_member_leaves_for_now_and_its_instance_ta
     INVALID_REQUEST; a member gone for now is removed once its session runs out."""
     from coordinator.groups import membership
 
-    await log_topics.create_topic(listener.db, CreateTopic(name="static", partitions=2))
+    await log_topics.create_topic(listener.db, TopicSpec("static", 2))
     connection = await connect(listener)
     topic_id = await _topic_id(connection, "static")
 
@@ -1098,7 +1094,7 @@ async def test_the_log_s_one_leader_epoch_is_stamped_reported_and_answered(
     # keeps the producer's -1); OffsetForLeaderEpoch ends epoch 0 at the log end, later or
     # undefined epochs at (-1, -1), as Kafka's leader epoch cache does; a current epoch other
     # than 0 is refused.
-    await log_topics.create_topic(listener.db, CreateTopic(name="epochs", partitions=1))
+    await log_topics.create_topic(listener.db, TopicSpec("epochs", 1))
     connection = await connect(listener)
     batch = recordbatch.build([(1, b"k", b"v", [])], producer_id=-1, producer_epoch=-1)
     await produce.produce_batch(listener.db, listener.settings, "epochs", 0, batch, None)

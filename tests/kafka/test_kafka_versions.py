@@ -16,7 +16,7 @@ from coordinator.kafka.errors import error_code
 from coordinator.kafka.server import KafkaListener
 from coordinator.kafka.wire import SUPPORTED
 from coordinator.log import topics as log_topics
-from coordinator.log.schemas import CreateTopic
+from coordinator.log.topics import TopicSpec
 from sdk import recordbatch
 from tests.kafka.test_kafka_listener import Connection, connect, listener
 
@@ -147,7 +147,7 @@ async def test_a_fenced_producer_ending_its_transaction_gets_the_code_its_versio
 async def test_a_fenced_producer_producing_gets_invalid_producer_epoch(
     listener: KafkaListener,
 ) -> None:
-    await log_topics.create_topic(listener.db, CreateTopic(name="fenced-t", partitions=1))
+    await log_topics.create_topic(listener.db, TopicSpec("fenced-t", 1))
     connection = await connect(listener)
     producer_id = await _fenced_producer(connection)
     batch = recordbatch.build(
@@ -180,9 +180,9 @@ async def test_txn_offset_commit_without_member_identity_is_fenced_by_the_epoch_
 ) -> None:
     # KafkaJS and aiokafka send TxnOffsetCommit v0-v2, which carry no member id: Kafka checks
     # no generation there, so a group with members takes it (issue 22, item 2).
-    from coordinator.kafka.handlers.groups import encode_subscription
+    from coordinator.groups.consumer_protocol import encode_subscription
 
-    await log_topics.create_topic(listener.db, CreateTopic(name="eos-in", partitions=1))
+    await log_topics.create_topic(listener.db, TopicSpec("eos-in", 1))
     connection = await connect(listener)
     join: Any = __import__("kio.schema.join_group.v7.request", fromlist=["x"])
     joined = await connection.call(

@@ -1,6 +1,6 @@
 """The SDK producer's sequencing, retries and recovery, and its transaction states, without a
 service: the coordinator is a fake behind an httpx transport (as Kafka's SenderTest puts a mock
-client under its sender), which applies API.md's idempotence rules to the batches it gets and
+client under its sender), which applies the HTTP API's idempotence rules to the batches it gets and
 answers what a test scripts (a retriable refusal, a lost answer, a lost producer state).
 
 The end-to-end tests against the service are in test_sdk_producer and test_sdk_transactions.

@@ -112,7 +112,7 @@ EXPECTED_ALL = [
     "UnstableOffsetCommit",
 ]
 
-# API.md's error codes: (code, status, retriable).
+# The HTTP API's error codes: (code, status, retriable).
 API_CODES = [
     ("INVALID_REQUEST", 422, False),
     ("INVALID_TRANSACTION_TIMEOUT", 400, False),

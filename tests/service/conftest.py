@@ -6,14 +6,14 @@ from typing import Any
 
 import pytest
 
-from coordinator.log import produce
+from coordinator.log import group_commit
 
 
 @pytest.fixture
 def paths(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Which path wrote each group: "one statement" or "locks"."""
     taken: list[str] = []
-    write_group, write_optimistic = produce.write_group, produce.write_optimistic
+    write_group, write_optimistic = group_commit.write_group, group_commit.write_optimistic
 
     async def locking(db: Any, settings: Any, batch: Any, seen: Any = None) -> Any:
         taken.append("locks")
@@ -25,6 +25,6 @@ def paths(monkeypatch: pytest.MonkeyPatch) -> list[str]:
             taken.append("one statement")
         return written
 
-    monkeypatch.setattr(produce, "write_group", locking)
-    monkeypatch.setattr(produce, "write_optimistic", optimistic)
+    monkeypatch.setattr(group_commit, "write_group", locking)
+    monkeypatch.setattr(group_commit, "write_optimistic", optimistic)
     return taken

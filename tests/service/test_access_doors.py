@@ -18,7 +18,7 @@ from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 
-from coordinator.kafka.handlers.groups import encode_subscription
+from coordinator.groups.consumer_protocol import encode_subscription
 from coordinator.kafka.server import KafkaListener
 from sdk import recordbatch
 from tests.kafka.test_kafka_listener import Connection

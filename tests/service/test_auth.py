@@ -1,5 +1,5 @@
-"""Authentication and authorisation (API.md, Conventions and Configuration): tokens, roles,
-prefixes; 401 without a valid token, 403 with the resource's code without the right, and a
+"""Authentication and authorisation (docs/pages/http-api.md, Conventions and Configuration): tokens,
+roles, prefixes; 401 without a valid token, 403 with the resource's code without the right, and a
 refused call changes nothing."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Bad input of every kind gets a clear 4xx problem document and changes nothing (API.md,
-Conventions: "No input ever produces a 5xx").
+"""Bad input of every kind gets a clear 4xx problem document and changes nothing
+(docs/pages/http-api.md, Conventions: "No input ever produces a 5xx").
 
 Each case runs against a store holding a topic `t` (two partitions) with one record, written by an
 idempotent producer; after the refusal the topics, their offsets and records, the producer's next
@@ -379,8 +379,9 @@ async def test_transaction_timeout_no_producer_could_use_is_refused(
 async def test_transactional_produce_for_an_unknown_transactional_id_writes_nothing(
     client: httpx.AsyncClient, before: Before
 ) -> None:
-    # API.md, Transactions: the checks of a transactional produce start with the transactional
-    # id; one never initialised is 404 TRANSACTIONAL_ID_NOT_FOUND, and nothing is written.
+    # docs/pages/http-api.md, Transactions: the checks of a transactional produce start with the
+    # transactional id; one never initialised is 404 TRANSACTIONAL_ID_NOT_FOUND, and nothing is
+    # written.
     body = {**VALID[RECORDS], **IDEMPOTENT, "transactional_id": "never-initialised"}
     response = await client.post(RECORDS, content=encode(body), headers=JSON)
     assert_problem(response, 404, "TRANSACTIONAL_ID_NOT_FOUND")

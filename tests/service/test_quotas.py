@@ -19,7 +19,7 @@ from kio.static.constants import EntityType
 from coordinator.core import quotas
 from coordinator.core.metrics import LIMIT_REFUSALS
 from coordinator.core.quotas import MutationQuota, ThrottlingQuotaExceeded
-from coordinator.kafka.handlers.groups import encode_subscription
+from coordinator.groups.consumer_protocol import encode_subscription
 from coordinator.kafka.server import KafkaListener
 from tests.kafka.test_kafka_listener import Connection
 from tests.support.api import assert_problem, create_topic

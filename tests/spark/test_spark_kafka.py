@@ -56,7 +56,8 @@ def _connector() -> None:
 def produce(
     broker: Broker, topic: str, partition: int, records: list[dict[str, Any]]
 ) -> dict[str, Any]:
-    """Plain appends over HTTP (`key`, `value`, `headers`, `timestamp` as API.md has them)."""
+    """Plain appends over HTTP (`key`, `value`, `headers`, `timestamp` as docs/pages/http-api.md has
+    them)."""
     response = httpx.post(
         f"{broker.url}/v1/topics/{topic}/partitions/{partition}/records",
         json={"records": records},

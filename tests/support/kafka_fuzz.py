@@ -18,7 +18,7 @@ from typing import Any
 from kio.serial import entity_writer
 from kio.static.constants import EntityType
 
-from coordinator.kafka.handlers.groups import encode_subscription
+from coordinator.groups.consumer_protocol import encode_subscription
 from coordinator.kafka.wire import SUPPORTED, payload_type
 from sdk import recordbatch
 

@@ -7,7 +7,6 @@ import uuid
 from typing import Any
 
 from kio.schema.errors import ErrorCode
-from pydantic import ValidationError
 
 from coordinator.core.errors import ClusterAuthorizationFailed, StoreUnavailable
 from coordinator.kafka.connection import Client
@@ -15,8 +14,7 @@ from coordinator.kafka.errors import FAILURES, error_code
 from coordinator.kafka.wire import SUPPORTED, Reply, Request
 from coordinator.log import topics as log_topics
 from coordinator.log.epochs import LEADER_EPOCH
-from coordinator.log.errors import TopicAlreadyExists
-from coordinator.log.schemas import CreateTopic
+from coordinator.log.errors import InvalidTopic, TopicAlreadyExists
 
 NODE_ID = 0
 # KIP-430: the authorized operations' value when the client did not ask for them.
@@ -81,9 +79,10 @@ async def _auto_create(client: Client, request: Request, name: str) -> tuple[Err
     settings = client.settings
     allowed = getattr(request.body, "allow_auto_topic_creation", True)
     assert client.access is not None
+    spec = log_topics.TopicSpec(name, settings.num_partitions)
     try:
-        spec = CreateTopic(name=name, partitions=settings.num_partitions)
-    except ValidationError:
+        spec.checked()
+    except InvalidTopic:
         return ErrorCode.invalid_topic_exception, 0  # a name no topic may have, as Kafka says
     if not (settings.auto_create_topics_enable and allowed):
         return ErrorCode.unknown_topic_or_partition, 0

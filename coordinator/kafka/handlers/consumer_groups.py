@@ -16,10 +16,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.groups import membership
+from coordinator.groups import consumer
 from coordinator.groups import service as groups_service
+from coordinator.groups.inputs import LEAVE_EPOCH, Beat
 from coordinator.groups.models import CONSUMER
-from coordinator.groups.schemas import LEAVE_EPOCH, HeartbeatRequest
 from coordinator.kafka.connection import Client, kafka_host
 from coordinator.kafka.errors import FAILURES, Refused, error_code, message
 from coordinator.kafka.handlers.cluster import NOT_ASKED
@@ -73,25 +73,28 @@ async def consumer_group_heartbeat(client: Client, request: Request) -> Any:
             raise Refused(
                 ErrorCode.invalid_request, "RebalanceTimeoutMs must be provided in first request."
             )
-        beat = {
-            "member_id": member_id,
-            "member_epoch": LEAVE_EPOCH if leaving else body.member_epoch,
-            "rebalance_timeout_ms": max(1, rebalance_timeout_ms),
-        }
-        if topics is not None:
-            beat["subscribed_topics"] = list(topics)
-        if body.topic_partitions is not None:
-            beat["owned_partitions"] = [
-                {"topic": by_id[tp.topic_id], "partition": p}
+        owned = (
+            None
+            if body.topic_partitions is None
+            else [
+                (by_id[tp.topic_id], p)
                 for tp in body.topic_partitions
                 if tp.topic_id in by_id
                 for p in tp.partitions
             ]
-        answer = await membership.heartbeat(
+        )
+        beat = Beat(
+            member_id,
+            LEAVE_EPOCH if leaving else body.member_epoch,
+            None if topics is None else list(topics),
+            owned,
+            max(1, rebalance_timeout_ms),
+        )
+        answer = await consumer.heartbeat(
             client.db,
             client.settings,
             body.group_id,
-            HeartbeatRequest.model_validate(beat),
+            beat,
             client.client_id[:255] or "kafka",
             client.client_host[:255],
             protocol=CONSUMER,

@@ -2,97 +2,29 @@
 offsets (OffsetCommit, OffsetFetch), ListGroups, DescribeGroups, DeleteGroups and OffsetDelete,
 on the same group state as the HTTP membership.
 
-The protocol's rules are the groups domain's (`groups.classic`): these handlers read the
-consumer protocol's bytes (subscriptions, the leader's assignments) and translate. A classic
-member of a consumer group that has members (REST ones) is assigned by the coordinator instead
-(`groups.classic.NotClassic`), by the rules of `groups.classic_members`, as Kafka 4's consumer
-groups take classic members during an upgrade.
+The protocol's rules are the groups domain's (`groups.classic_rules`, run by `groups.classic`),
+the consumer protocol's bytes too (`groups.consumer_protocol`): these handlers translate. A
+classic member of a consumer group that has members (REST ones) is assigned by the coordinator
+instead (`groups.classic_members`), as Kafka 4's consumer groups take classic members during an
+upgrade.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
 from typing import Any
 
-from kio.schema.consumer_protocol_assignment.v0 import data as assignment_v0
-from kio.schema.consumer_protocol_assignment.v1 import data as assignment_v1
-from kio.schema.consumer_protocol_assignment.v2 import data as assignment_v2
-from kio.schema.consumer_protocol_assignment.v3 import data as assignment_v3
-from kio.schema.consumer_protocol_subscription.v0 import data as subscription_v0
-from kio.schema.consumer_protocol_subscription.v1 import data as subscription_v1
-from kio.schema.consumer_protocol_subscription.v2 import data as subscription_v2
-from kio.schema.consumer_protocol_subscription.v3 import data as subscription_v3
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_writer
 
-from coordinator.groups import classic, classic_members
+from coordinator.groups import classic, classic_rules, consumer_protocol
 from coordinator.groups import service as groups_service
-from coordinator.groups.errors import InconsistentGroupProtocol, MemberIdRequired
+from coordinator.groups.consumer_protocol import encode_assignment, encode_subscription
+from coordinator.groups.errors import MemberIdRequired
+from coordinator.groups.inputs import CommittedOffset
 from coordinator.groups.models import CONSUMER_PROTOCOL
-from coordinator.groups.schemas import (
-    CommitOffsetsRequest,
-)
-from coordinator.kafka import guard
 from coordinator.kafka.connection import Client, kafka_host
 from coordinator.kafka.errors import FAILURES, error_code
 from coordinator.kafka.handlers.cluster import NOT_ASKED
 from coordinator.kafka.wire import Request, milliseconds
-
-_SUBSCRIPTIONS = [subscription_v0, subscription_v1, subscription_v2, subscription_v3]
-_ASSIGNMENTS = [assignment_v0, assignment_v1, assignment_v2, assignment_v3]
-
-
-def parse_subscription(metadata: bytes) -> tuple[list[str], list[tuple[str, int]]]:
-    """A member's ConsumerProtocolSubscription: its topics and the partitions it owns (versions
-    1+; a newer version is read as the newest known, as Kafka's clients do)."""
-    data = bytes(metadata)
-    if len(data) < 2:
-        raise ValueError("subscription metadata shorter than its version")
-    version = int.from_bytes(data[:2], "big", signed=True)
-    module = _SUBSCRIPTIONS[max(0, min(version, len(_SUBSCRIPTIONS) - 1))]
-    # Lengths checked first: the subscription is the client's bytes, read by kio (see guard).
-    subscription, _ = guard.read(module.ConsumerProtocolSubscription, data, 2)
-    owned = [
-        (tp.topic, p) for tp in getattr(subscription, "owned_partitions", ()) for p in tp.partitions
-    ]
-    return list(subscription.topics), owned
-
-
-def parse_assignment(data: bytes) -> list[tuple[str, int]]:
-    """The partitions of a ConsumerProtocolAssignment (what a leader gave a member), read as
-    the subscription is (lengths checked first)."""
-    if len(data) < 2:
-        return []  # an empty assignment
-    version = int.from_bytes(data[:2], "big", signed=True)
-    module = _ASSIGNMENTS[max(0, min(version, len(_ASSIGNMENTS) - 1))]
-    assignment, _ = guard.read(module.ConsumerProtocolAssignment, data, 2)
-    return [(tp.topic, p) for tp in assignment.assigned_partitions for p in tp.partitions]
-
-
-def encode_assignment(partitions: list[tuple[str, int]] | list[list[Any]]) -> bytes:
-    by_topic: dict[str, list[int]] = {}
-    for topic, partition in partitions:
-        by_topic.setdefault(topic, []).append(partition)
-    entity = assignment_v0.ConsumerProtocolAssignment(
-        assigned_partitions=tuple(
-            assignment_v0.TopicPartition(topic=t, partitions=tuple(sorted(ps)))  # type: ignore[arg-type]
-            for t, ps in sorted(by_topic.items())
-        ),
-        user_data=None,
-    )
-    out = io.BytesIO(b"\0\0")
-    out.seek(2)
-    entity_writer(assignment_v0.ConsumerProtocolAssignment)(out, entity)
-    return out.getvalue()
-
-
-def encode_subscription(topics: list[str]) -> bytes:
-    entity = subscription_v0.ConsumerProtocolSubscription(topics=tuple(topics), user_data=None)
-    out = io.BytesIO(b"\0\0")
-    out.seek(2)
-    entity_writer(subscription_v0.ConsumerProtocolSubscription)(out, entity)
-    return out.getvalue()
 
 
 def _failed_join(member_id: str, version: int) -> dict[str, Any]:
@@ -118,22 +50,16 @@ async def join_group(client: Client, request: Request) -> Any:
                 error_code=ErrorCode.inconsistent_group_protocol,
                 **_failed_join(body.member_id, request.version),
             )
-        # The consumer protocol's subscription names topics the principal must be allowed to
-        # read; another protocol's metadata (Kafka Connect's, Schema Registry's), or one that
-        # cannot be read, stays opaque, as Kafka keeps it.
-        topics: list[str] = []
-        owned: list[tuple[str, int]] = []
-        if body.protocol_type == CONSUMER_PROTOCOL:
-            with contextlib.suppress(Exception):
-                topics, owned = parse_subscription(body.protocols[0].metadata)
+        protocols = tuple(classic_rules.Protocol(p.name, bytes(p.metadata)) for p in body.protocols)
+        topics, owned = consumer_protocol.subscription_of(body.protocol_type, protocols)
         client.access.join(body.group_id, topics)
         session_ms = milliseconds(body.session_timeout)
         rebalance_ms = milliseconds(getattr(body, "rebalance_timeout", None))
-        joining = classic.JoinRequest(
+        joining = classic_rules.JoinRequest(
             group_id=body.group_id,
             member_id=body.member_id,
             group_instance_id=getattr(body, "group_instance_id", None),
-            protocols=tuple(classic.Protocol(p.name, bytes(p.metadata)) for p in body.protocols),
+            protocols=protocols,
             subscribed_topics=topics,
             session_timeout_ms=session_ms,
             rebalance_timeout_ms=rebalance_ms if rebalance_ms > 0 else session_ms,
@@ -142,15 +68,7 @@ async def join_group(client: Client, request: Request) -> Any:
             require_known_member_id=request.version >= 4,
             protocol_type=body.protocol_type,
         )
-        try:
-            answer = await classic.join(client.db, client.settings, joining)
-        except classic.NotClassic:
-            if body.protocol_type != CONSUMER_PROTOCOL:
-                raise InconsistentGroupProtocol(
-                    f"group {body.group_id!r} is a consumer group: its classic members speak "
-                    f"the consumer protocol, not {body.protocol_type!r}"
-                ) from None
-            return await _join_consumer_group(client, request, joining, owned)
+        answer = await classic.join(client.db, client.settings, joining, owned)
     except MemberIdRequired as required:
         return reply.body(
             error_code=ErrorCode.member_id_required,
@@ -180,62 +98,23 @@ async def join_group(client: Client, request: Request) -> Any:
     )
 
 
-async def _join_consumer_group(
-    client: Client, request: Request, joining: classic.JoinRequest, owned: list[tuple[str, int]]
-) -> Any:
-    """A classic member of a consumer group that has members (`groups.classic_members`)."""
-    joined = await classic_members.join(client.db, client.settings, joining, owned)
-    return request.reply.body(
-        error_code=ErrorCode.none,
-        generation_id=joined.generation,
-        protocol_type=CONSUMER_PROTOCOL,
-        protocol_name=joined.protocol_name,
-        leader="",
-        member_id=joined.member_id,
-        skip_assignment=False,
-        members=(),
-    )
-
-
-def _assignments(body: Any) -> dict[str, classic.Assignment]:
-    """The leader's SyncGroup assignments, with the partitions each names where they are the
-    consumer protocol's (a custom assignor's are opaque bytes to the coordinator)."""
-    given = {}
-    for each in getattr(body, "assignments", ()) or ():
-        data = bytes(each.assignment)
-        try:
-            partitions = parse_assignment(data)
-        except Exception:
-            partitions = None
-        given[each.member_id] = classic.Assignment(data, partitions)
-    return given
-
-
 async def sync_group(client: Client, request: Request) -> Any:
     body = request.body
     assert client.access is not None
     failed = {"protocol_type": None, "protocol_name": None, "assignment": b""}  # Kafka's
     try:
         client.access.group(body.group_id, "consumer")
-        protocol_type = getattr(body, "protocol_type", None)
-        try:
-            synced = await classic.sync(
-                client.db,
-                client.settings,
-                body.group_id,
-                body.member_id,
-                getattr(body, "group_instance_id", None),
-                body.generation_id,
-                getattr(body, "protocol_name", None),
-                _assignments(body),
-                protocol_type,
-            )
-        except classic.NotClassic:
-            if protocol_type is not None and protocol_type != CONSUMER_PROTOCOL:
-                return request.reply.body(
-                    error_code=ErrorCode.inconsistent_group_protocol, **failed
-                )
-            return await _sync_consumer_group(client, request)
+        synced = await classic.sync(
+            client.db,
+            client.settings,
+            body.group_id,
+            body.member_id,
+            getattr(body, "group_instance_id", None),
+            body.generation_id,
+            getattr(body, "protocol_name", None),
+            {a.member_id: bytes(a.assignment) for a in getattr(body, "assignments", ()) or ()},
+            getattr(body, "protocol_type", None),
+        )
     except FAILURES as failure:
         return request.reply.body(error_code=error_code(failure), **failed)
     return request.reply.body(
@@ -246,51 +125,23 @@ async def sync_group(client: Client, request: Request) -> Any:
     )
 
 
-async def _sync_consumer_group(client: Client, request: Request) -> Any:
-    body = request.body
-    assignor, assigned = await classic_members.sync(
-        client.db, body.group_id, body.member_id, body.generation_id
-    )
-    return request.reply.body(
-        error_code=ErrorCode.none,
-        assignment=encode_assignment(assigned),
-        protocol_type=CONSUMER_PROTOCOL,
-        protocol_name=assignor,
-    )
-
-
 async def heartbeat(client: Client, request: Request) -> Any:
     body = request.body
     assert client.access is not None
     try:
         client.access.group(body.group_id, "consumer")
-        try:
-            await classic.heartbeat(
-                client.db,
-                client.settings,
-                body.group_id,
-                body.member_id,
-                getattr(body, "group_instance_id", None),
-                body.generation_id,
-            )
-        except classic.NotClassic:
-            return await _heartbeat_consumer_group(client, request)
+        await classic.heartbeat(
+            client.db,
+            client.settings,
+            body.group_id,
+            body.member_id,
+            getattr(body, "group_instance_id", None),
+            body.generation_id,
+            client.client_id[:255] or "kafka",
+            client.client_host[:255],
+        )
     except FAILURES as failure:
         return request.reply.body(error_code=error_code(failure))
-    return request.reply.body(error_code=ErrorCode.none)
-
-
-async def _heartbeat_consumer_group(client: Client, request: Request) -> Any:
-    body = request.body
-    await classic_members.heartbeat(
-        client.db,
-        client.settings,
-        body.group_id,
-        body.member_id,
-        body.generation_id,
-        client.client_id[:255] or "kafka",
-        client.client_host[:255],
-    )
     return request.reply.body(error_code=ErrorCode.none)
 
 
@@ -305,11 +156,15 @@ async def leave_group(client: Client, request: Request) -> Any:
     )
     try:
         client.access.group(body.group_id, "consumer")
-        try:
-            refusals = await classic.leave(client.db, client.settings, body.group_id, leaving)
-            codes = [ErrorCode.none if r is None else error_code(r) for r in refusals]
-        except classic.NotClassic:
-            codes = [await _leave_consumer_group(client, body.group_id, m) for m, _ in leaving]
+        refusals = await classic.leave(
+            client.db,
+            client.settings,
+            body.group_id,
+            leaving,
+            client.client_id[:255] or "kafka",
+            client.client_host[:255],
+        )
+        codes = [ErrorCode.none if r is None else error_code(r) for r in refusals]
     except FAILURES as failure:
         if not batched:
             return reply.body(error_code=error_code(failure))
@@ -325,21 +180,6 @@ async def leave_group(client: Client, request: Request) -> Any:
     )
 
 
-async def _leave_consumer_group(client: Client, group_id: str, member_id: str) -> ErrorCode:
-    try:
-        await classic_members.leave(
-            client.db,
-            client.settings,
-            group_id,
-            member_id,
-            client.client_id[:255] or "kafka",
-            client.client_host[:255],
-        )
-    except FAILURES as failure:
-        return error_code(failure)
-    return ErrorCode.none
-
-
 def member_identity(body: Any) -> tuple[str | None, int | None]:
     """The member id and generation an OffsetCommit or TxnOffsetCommit carries, or neither
     (a commit from outside the group: no member id, or generation -1)."""
@@ -352,16 +192,16 @@ def member_identity(body: Any) -> tuple[str | None, int | None]:
     return member_id, generation
 
 
-def committed_offsets(topics: Any) -> list[dict[str, Any]]:
+def committed_offsets(topics: Any) -> list[CommittedOffset]:
     """An OffsetCommit's or TxnOffsetCommit's offsets, in the domain's shape."""
     return [
-        {
-            "topic": t.name,
-            "partition": p.partition_index,
-            "offset": p.committed_offset,
-            "metadata": p.committed_metadata,
-            "leader_epoch": getattr(p, "committed_leader_epoch", -1),
-        }
+        CommittedOffset(
+            t.name,
+            p.partition_index,
+            p.committed_offset,
+            p.committed_metadata,
+            getattr(p, "committed_leader_epoch", -1),
+        )
         for t in topics
         for p in t.partitions
     ]
@@ -376,13 +216,7 @@ async def offset_commit(client: Client, request: Request) -> Any:
         client.access.offsets(body.group_id, (t.name for t in body.topics))
         offsets = committed_offsets(body.topics)
         if offsets:
-            await groups_service.commit(
-                client.db,
-                body.group_id,
-                CommitOffsetsRequest.model_validate(
-                    {"offsets": offsets, "member_id": member_id, "member_epoch": epoch}
-                ),
-            )
+            await groups_service.commit(client.db, body.group_id, offsets, member_id, epoch)
     except FAILURES as failure:
         code = error_code(failure)
     return reply.body(
@@ -533,7 +367,8 @@ async def describe_groups(client: Client, request: Request) -> Any:
                 "DescribedGroup",
                 error_code=ErrorCode.none,
                 group_id=group_id,
-                # A classic group by Kafka's classic states; a consumer group by API.md's.
+                # A classic group by Kafka's classic states; a consumer group by
+                # docs/pages/http-api.md's.
                 group_state=d.classic_state if classic_group else d.state,
                 protocol_type=d.classic_protocol_type or CONSUMER_PROTOCOL,
                 protocol_data=(

@@ -10,7 +10,6 @@ import time
 from typing import Any
 
 from kio.schema.errors import ErrorCode
-from pydantic import ValidationError
 
 from coordinator.kafka.connection import Client
 from coordinator.kafka.errors import FAILURES, Refused, error_code, outcome
@@ -19,7 +18,6 @@ from coordinator.log import epochs
 from coordinator.log import fetch as log_fetch
 from coordinator.log import produce as appending
 from coordinator.log import topics as log_topics
-from coordinator.log.schemas import DeleteRecords
 from sdk import recordbatch
 
 READ_COMMITTED = 1
@@ -139,84 +137,43 @@ async def _fetch_once(
     reply, body = request.reply, request.body
     assert client.access is not None
     read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
-    budget = body.max_bytes if getattr(body, "max_bytes", None) else client.settings.fetch_max_bytes
-    budget = min(budget, client.settings.fetch_max_bytes)
-    total = 0
-    topics = []
+    # Each partition's answer: a refusal, or its index among those the log fetches.
+    checked: list[BaseException | int] = []
+    wanted: list[log_fetch.PartitionAsk] = []
     for topic, name in zip(body.topics, names, strict=True):
-        partitions = []
         for asked in topic.partitions:
-            answer: dict[str, Any] = {
-                "high_watermark": -1,
-                "last_stable_offset": -1,
-                "log_start_offset": -1,
-                # Beside a partition it cannot read, Kafka's broker answers an empty list.
-                "aborted_transactions": (),
-                "records": b"",
-            }
             if name is None:
-                answer["error_code"] = ErrorCode.unknown_topic_id
-                partitions.append(reply("PartitionData", partition_index=asked.partition, **answer))
+                checked.append(Refused(ErrorCode.unknown_topic_id, "no topic has this id"))
                 continue
             try:
                 client.access.fetch(name)
                 epochs.check_current_epoch(getattr(asked, "current_leader_epoch", epochs.NO_EPOCH))
-                if total >= budget:
-                    # Over the fetch's budget: where the partition stands, no data (Kafka's way).
-                    fetched = await log_fetch.fetch_batches(
-                        client.db,
-                        name,
-                        asked.partition,
-                        asked.fetch_offset,
-                        max_bytes=1,
-                        read_committed=read_committed,
-                        include_control=True,
-                        include_aborted=True,
-                        max_records=0,
-                    )
-                    fetched.batches = []
-                else:
-                    # Batches must fit the partition's and the fetch's budgets, but the first
-                    # batch of the first partition with data comes whatever its size, so a
-                    # client always makes progress (Kafka's rule).
-                    fetched = await log_fetch.fetch_batches(
-                        client.db,
-                        name,
-                        asked.partition,
-                        asked.fetch_offset,
-                        max_bytes=max(1, min(asked.partition_max_bytes, budget - total)),
-                        read_committed=read_committed,
-                        include_control=True,
-                        include_aborted=True,
-                        fit=True,
-                        at_least_one=total == 0,
-                        aborted_list=read_committed,
-                    )
-                # The log keeps each batch as its producer wrote it; a Kafka leader's answer
-                # carries the leader's epoch in each (`log.epochs`).
-                records = recordbatch.joined_with_leader_epoch(fetched.batches, epochs.LEADER_EPOCH)
-                total += len(records)
-                # Kafka's broker: null unless read_committed (then a list, maybe empty).
-                aborted = (
-                    tuple(
-                        reply("AbortedTransaction", producer_id=pid, first_offset=first)
-                        for pid, first in fetched.aborted
-                    )
-                    if read_committed
-                    else None
-                )
-                answer = {
-                    "error_code": ErrorCode.none,
-                    "high_watermark": fetched.high_watermark,
-                    "last_stable_offset": fetched.last_stable_offset,
-                    "log_start_offset": fetched.log_start_offset,
-                    "aborted_transactions": aborted,
-                    "records": records,
-                }
             except FAILURES as failure:
-                answer["error_code"] = error_code(failure)
-                if answer["error_code"] in _READS_REFUSALS and not read_committed:
-                    answer["aborted_transactions"] = None  # a read's answer, as Kafka's is
+                checked.append(failure)
+                continue
+            checked.append(len(wanted))
+            wanted.append(
+                log_fetch.PartitionAsk(
+                    name, asked.partition, asked.fetch_offset, asked.partition_max_bytes
+                )
+            )
+    fetched = await log_fetch.fetch_partitions(
+        client.db,
+        wanted,
+        getattr(body, "max_bytes", None) or None,
+        client.settings.fetch_max_bytes,
+        read_committed=read_committed,
+    )
+    total = 0
+    each = iter(checked)
+    topics = []
+    for topic, name in zip(body.topics, names, strict=True):
+        partitions = []
+        for asked in topic.partitions:
+            outcome_ = next(each)
+            result = outcome_ if isinstance(outcome_, BaseException) else fetched[outcome_]
+            answer = _partition_data(reply, result, read_committed)
+            total += len(answer["records"])
             partitions.append(reply("PartitionData", partition_index=asked.partition, **answer))
         topics.append(
             reply(
@@ -227,6 +184,40 @@ async def _fetch_once(
             )
         )
     return tuple(topics), total
+
+
+def _partition_data(reply: Any, result: Any, read_committed: bool) -> dict[str, Any]:
+    """A partition's answer to a Fetch: its batches (with the leader's epoch in each), where it
+    stands, and the aborted transactions a read_committed client filters by; or its refusal."""
+    if isinstance(result, BaseException):
+        code = error_code(result)
+        return {
+            "error_code": code,
+            "high_watermark": -1,
+            "last_stable_offset": -1,
+            "log_start_offset": -1,
+            # Beside a partition it cannot read, Kafka's broker answers an empty list; a read's
+            # refusal carries a null one, as Kafka's does.
+            "aborted_transactions": None if code in _READS_REFUSALS and not read_committed else (),
+            "records": b"",
+        }
+    # The log keeps each batch as its producer wrote it; a Kafka leader's answer carries the
+    # leader's epoch in each (`log.epochs`).
+    records = recordbatch.joined_with_leader_epoch(result.batches, epochs.LEADER_EPOCH)
+    return {
+        "error_code": ErrorCode.none,
+        "high_watermark": result.high_watermark,
+        "last_stable_offset": result.last_stable_offset,
+        "log_start_offset": result.log_start_offset,
+        # Kafka's broker: null unless read_committed (then a list, maybe empty).
+        "aborted_transactions": tuple(
+            reply("AbortedTransaction", producer_id=pid, first_offset=first)
+            for pid, first in result.aborted
+        )
+        if read_committed
+        else None,
+        "records": records,
+    }
 
 
 async def list_offsets(client: Client, request: Request) -> Any:
@@ -314,25 +305,12 @@ async def delete_records(client: Client, request: Request) -> Any:
             try:
                 client.access.cluster()
                 deleted = await log_topics.delete_records(
-                    client.db,
-                    topic.name,
-                    DeleteRecords.model_validate(
-                        {"partitions": [{"partition": p.partition_index, "offset": p.offset}]}
-                    ),
+                    client.db, topic.name, [(p.partition_index, p.offset)]
                 )
                 (moved,) = deleted.partitions
                 results[p.partition_index] = {
                     "low_watermark": moved.log_start_offset,
                     "error_code": ErrorCode.none,
-                }
-            except ValidationError:
-                # An offset below -1 is out of range, as Kafka says; a partition number no
-                # partition can have is unknown.
-                results[p.partition_index] = {
-                    "low_watermark": -1,
-                    "error_code": ErrorCode.offset_out_of_range
-                    if p.offset < -1
-                    else ErrorCode.unknown_topic_or_partition,
                 }
             except FAILURES as failure:
                 results[p.partition_index] = {

@@ -17,78 +17,16 @@ from coordinator.kafka.handlers.cluster import NODE_ID
 from coordinator.kafka.wire import Request
 from coordinator.log import configs
 from coordinator.log import topics as log_topics
-from coordinator.log.schemas import AlterConfigs, CreateTopic
 
 TOPIC = 2
 BROKER = 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 # ConfigSource: DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG.
 _SOURCES = {"TOPIC": 1, "DEFAULT": 5}
-# Each topic config's type (DescribeConfigs v3+, KIP-569), as Kafka 4.4's broker reports it:
-# BOOLEAN 1, STRING 2, INT 3, LONG 5, DOUBLE 6, LIST 7; a name not here is UNKNOWN (0).
-_BOOLEAN, _STRING, _INT, _LONG, _DOUBLE, _LIST = 1, 2, 3, 5, 6, 7
-CONFIG_TYPES = {
-    **dict.fromkeys(
-        [
-            "errors.deadletterqueue.group.enable",
-            "preallocate",
-            "remote.log.copy.disable",
-            "remote.log.delete.on.disable",
-            "remote.storage.enable",
-            "unclean.leader.election.enable",
-        ],
-        _BOOLEAN,
-    ),
-    **dict.fromkeys(["compression.type", "message.timestamp.type"], _STRING),
-    **dict.fromkeys(
-        [
-            "compression.gzip.level",
-            "compression.lz4.level",
-            "compression.zstd.level",
-            "index.interval.bytes",
-            "max.decompressed.message.bytes",
-            "max.message.bytes",
-            "min.insync.replicas",
-            "segment.bytes",
-            "segment.index.bytes",
-        ],
-        _INT,
-    ),
-    **dict.fromkeys(
-        [
-            "delete.retention.ms",
-            "file.delete.delay.ms",
-            "flush.messages",
-            "flush.ms",
-            "local.retention.bytes",
-            "local.retention.ms",
-            "max.compaction.lag.ms",
-            "message.timestamp.after.max.ms",
-            "message.timestamp.before.max.ms",
-            "min.compaction.lag.ms",
-            "remote.copy.lag.bytes",
-            "remote.copy.lag.ms",
-            "retention.bytes",
-            "retention.ms",
-            "segment.jitter.ms",
-            "segment.ms",
-        ],
-        _LONG,
-    ),
-    "min.cleanable.dirty.ratio": _DOUBLE,
-    **dict.fromkeys(
-        [
-            "cleanup.policy",
-            "follower.replication.throttled.replicas",
-            "leader.replication.throttled.replicas",
-        ],
-        _LIST,
-    ),
-}
+# Kafka's ConfigType numbers for the log's config types (DescribeConfigs v3+, KIP-569); a name
+# the log does not know is UNKNOWN (0).
+_CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "LONG": 5, "DOUBLE": 6, "LIST": 7}
 _NO_TOPIC_ID = uuid.UUID(int=0)
-# The largest stated replication factor taken: Metadata lists that many replicas per partition,
-# so a factor is bounded as every other size a client sends is.
-MAX_REPLICATION_FACTOR = 16
 
 
 async def create_topics(client: Client, request: Request) -> Any:
@@ -104,44 +42,24 @@ async def create_topics(client: Client, request: Request) -> Any:
         described: list[dict[str, str]] = []
         try:
             client.access.cluster()
-            factor = 1 if topic.replication_factor == -1 else topic.replication_factor
-            if client.settings.strict_replication_factor and factor != 1:
-                raise Refused(
-                    ErrorCode.invalid_replication_factor,
-                    f"replication factor {topic.replication_factor}: this coordinator is one "
-                    "broker; the database keeps the copies (use 1 or -1)",
-                )
-            if not 1 <= factor <= MAX_REPLICATION_FACTOR:
-                raise Refused(
-                    ErrorCode.invalid_replication_factor,
-                    f"replication factor {topic.replication_factor}: 1 to "
-                    f"{MAX_REPLICATION_FACTOR}, or -1 for the default (1)",
-                )
+            strict = client.settings.strict_replication_factor
+            factor = log_topics.replication_factor(topic.replication_factor, strict=strict)
             if topic.assignments:
-                partitions = _assigned_partitions(topic)
-            spec = CreateTopic.model_validate(
-                {
-                    "name": topic.name,
-                    "partitions": partitions,
-                    "configs": {c.name: c.value for c in topic.configs} or None,
-                }
-            )
-            if body.validate_only:
-                configs.validated(spec.configs or {})
-                if any(
-                    t.name == topic.name for t in (await log_topics.list_topics(client.db)).topics
-                ):
-                    raise Refused(
-                        ErrorCode.topic_already_exists, f"topic {topic.name!r} already exists"
-                    )
-            else:
+                replicas = {a.partition_index: list(a.broker_ids) for a in topic.assignments}
+                partitions = log_topics.assigned_partitions(
+                    replicas, topic.num_partitions, topic.replication_factor, NODE_ID
+                )
+            given = {c.name: c.value for c in topic.configs} or None
+            spec = log_topics.TopicSpec(topic.name, partitions, given, factor)
+            if not body.validate_only:
                 await client.quota.admit(client.db, client.access.name, spec.partitions)
-                created = await log_topics.create_topic(client.db, spec, replication_factor=factor)
-                topic_id = created.topic_id or _NO_TOPIC_ID
+            created = await log_topics.create_topic(
+                client.db, spec, validate_only=body.validate_only
+            )
+            topic_id = created.topic_id or _NO_TOPIC_ID
             if request.version >= 5:
                 # KIP-525: the new topic's every config, as DescribeConfigs shows it.
-                stored = configs.validated(spec.configs or {})
-                described = configs.describe(stored, client.settings)
+                described = configs.describe(spec.checked(), client.settings)
         except FAILURES as failure:
             answer = outcome(failure)
             if isinstance(failure, ThrottlingQuotaExceeded):
@@ -173,27 +91,6 @@ async def create_topics(client: Client, request: Request) -> Any:
     return reply.body(topics=tuple(results), throttle_time=throttle_ms)
 
 
-def _assigned_partitions(topic: Any) -> int:
-    """A manual replica assignment is taken when it names this one broker for every partition,
-    0 to n-1 (with num_partitions and replication_factor -1, as Kafka asks): n partitions."""
-    if topic.num_partitions != -1 or topic.replication_factor != -1:
-        raise Refused(
-            ErrorCode.invalid_request,
-            "with a replica assignment, num_partitions and replication_factor must be -1",
-        )
-    indexes = sorted(a.partition_index for a in topic.assignments)
-    if indexes != list(range(len(indexes))):
-        raise Refused(ErrorCode.invalid_replica_assignment, "partitions must be 0 to n-1")
-    for assignment in topic.assignments:
-        if list(assignment.broker_ids) != [NODE_ID]:
-            raise Refused(
-                ErrorCode.invalid_replica_assignment,
-                f"partition {assignment.partition_index}: this coordinator is one broker, node "
-                f"{NODE_ID}; its replicas are [{NODE_ID}]",
-            )
-    return len(indexes)
-
-
 async def create_partitions(client: Client, request: Request) -> Any:
     """`kafka-topics --alter --partitions N`: a topic's partitions only grow."""
     reply, body = request.reply, request.body
@@ -204,13 +101,9 @@ async def create_partitions(client: Client, request: Request) -> Any:
         answer = outcome()
         try:
             client.access.cluster()
-            if topic.assignments and any(
-                list(a.broker_ids) != [NODE_ID] for a in topic.assignments
-            ):
-                raise Refused(
-                    ErrorCode.invalid_replica_assignment,
-                    f"this coordinator is one broker, node {NODE_ID}",
-                )
+            log_topics.on_one_broker(
+                {a.partition_index: list(a.broker_ids) for a in topic.assignments or ()}, NODE_ID
+            )
             added = await log_topics.grow_topic(
                 client.db, topic.name, topic.count, validate_only=True
             )
@@ -288,7 +181,7 @@ async def describe_configs(client: Client, request: Request) -> Any:
                         config_source=_SOURCES[c.source],
                         is_sensitive=False,
                         synonyms=(),
-                        config_type=CONFIG_TYPES.get(c.name, 0),
+                        config_type=_config_type(c.name),
                         documentation=None,
                     )
                     for c in listed.configs
@@ -311,8 +204,13 @@ async def describe_configs(client: Client, request: Request) -> Any:
     return reply.body(results=tuple(results))
 
 
+def _config_type(name: str) -> int:
+    known = configs.CONFIGS.get(name)
+    return 0 if known is None else _CONFIG_TYPES[known.type]
+
+
 # How a request turns one resource's configs into the domain's change (set, delete).
-ChangeOf = Callable[[Client, Any], Awaitable[AlterConfigs]]
+ChangeOf = Callable[[Client, Any], Awaitable[log_topics.ConfigChange]]
 
 
 async def _alter_each(client: Client, request: Request, change_of: ChangeOf) -> Any:
@@ -328,16 +226,13 @@ async def _alter_each(client: Client, request: Request, change_of: ChangeOf) -> 
             if resource.resource_type != TOPIC:
                 raise Refused(ErrorCode.invalid_request, "only topic configs can be altered")
             change = await change_of(client, resource)
-            if body.validate_only:
-                configs.validated(change.set)
-                configs.known(change.delete)
-                await log_topics.describe_configs(
-                    client.db, client.settings, resource.resource_name
-                )
-            else:
-                await log_topics.alter_configs(
-                    client.db, client.settings, resource.resource_name, change
-                )
+            await log_topics.alter_configs(
+                client.db,
+                client.settings,
+                resource.resource_name,
+                change,
+                validate_only=body.validate_only,
+            )
         except FAILURES as failure:
             answer = outcome(failure)
         results.append(
@@ -351,16 +246,14 @@ async def _alter_each(client: Client, request: Request, change_of: ChangeOf) -> 
     return reply.body(responses=tuple(results))
 
 
-async def _replacing(client: Client, resource: Any) -> AlterConfigs:
+async def _replacing(client: Client, resource: Any) -> log_topics.ConfigChange:
     """Kafka's non-incremental AlterConfigs: the configs given replace all; every other
     config goes back to its default."""
     given = {c.name: c.value for c in resource.configs}
-    return AlterConfigs.model_validate(
-        {"set": given, "delete": sorted(set(configs.CONFIGS) - set(given))}
-    )
+    return log_topics.ConfigChange(given, sorted(set(configs.CONFIGS) - set(given)))
 
 
-async def _incremental(client: Client, resource: Any) -> AlterConfigs:
+async def _incremental(client: Client, resource: Any) -> log_topics.ConfigChange:
     """IncrementalAlterConfigs: SET, DELETE, and APPEND / SUBTRACT on list configs."""
     to_set: dict[str, Any] = {}
     to_delete: list[str] = []
@@ -391,7 +284,7 @@ async def _incremental(client: Client, resource: Any) -> AlterConfigs:
                 ErrorCode.invalid_request,
                 f"{config.name}: unknown operation {config.config_operation}",
             )
-    return AlterConfigs.model_validate({"set": to_set, "delete": to_delete})
+    return log_topics.ConfigChange(to_set, to_delete)
 
 
 async def alter_configs(client: Client, request: Request) -> Any:

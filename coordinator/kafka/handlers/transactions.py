@@ -19,14 +19,9 @@ from coordinator.kafka.handlers.groups import committed_offsets, member_identity
 from coordinator.kafka.wire import Request, milliseconds
 from coordinator.log import topics as log_topics
 from coordinator.log.producer_states import describe_producers as describe_producer_states
-from coordinator.producers.schemas import InitPidRequest
-from coordinator.transactions import listing, producer_ids
+from coordinator.transactions import aborts, listing, producer_ids
 from coordinator.transactions import service as transactions
-from coordinator.transactions.schemas import (
-    AddOffsetsRequest,
-    AddPartitionsRequest,
-    EndTxnRequest,
-)
+from coordinator.transactions.inputs import AddOffsets, Caller, InitPid
 from coordinator.transactions.states import State
 
 # EndTxn from this version on is transaction version 2's.
@@ -51,7 +46,7 @@ async def init_producer_id(client: Client, request: Request) -> Any:
         answer = await producer_ids.init_pid(
             client.db,
             client.settings,
-            InitPidRequest(transactional_id=tid, transaction_timeout_ms=timeout),
+            InitPid(tid, timeout),
             recovering=None if given[0] == -1 else given,
         )
         return request.reply.body(
@@ -137,17 +132,7 @@ async def _added(
     assert client.access is not None
     try:
         client.access.add_partitions(tid, (topic for topic, _ in wanted))
-        await transactions.add_partitions(
-            client.db,
-            tid,
-            AddPartitionsRequest.model_validate(
-                {
-                    "producer_id": producer_id,
-                    "producer_epoch": epoch,
-                    "partitions": [{"topic": t, "partition": p} for t, p in wanted],
-                }
-            ),
-        )
+        await transactions.add_partitions(client.db, tid, Caller(producer_id, epoch), wanted)
     except FAILURES as failure:
         return error_code(failure)
     return ErrorCode.none
@@ -158,15 +143,9 @@ async def add_offsets_to_txn(client: Client, request: Request) -> Any:
     assert client.access is not None
     try:
         client.access.transaction_offsets(body.transactional_id, body.group_id)
+        caller = Caller(body.producer_id, body.producer_epoch)
         await transactions.add_offsets(
-            client.db,
-            body.transactional_id,
-            AddOffsetsRequest(
-                producer_id=body.producer_id,
-                producer_epoch=body.producer_epoch,
-                group_id=body.group_id,
-                offsets=[],
-            ),
+            client.db, body.transactional_id, AddOffsets(caller, body.group_id)
         )
     except FAILURES as failure:
         return request.reply.body(error_code=error_code(failure))
@@ -182,20 +161,14 @@ async def txn_offset_commit(client: Client, request: Request) -> Any:
         client.access.transaction_offsets(
             body.transactional_id, body.group_id, (t.name for t in body.topics)
         )
-        await transactions.add_offsets(
-            client.db,
-            body.transactional_id,
-            AddOffsetsRequest.model_validate(
-                {
-                    "producer_id": body.producer_id,
-                    "producer_epoch": body.producer_epoch,
-                    "group_id": body.group_id,
-                    "member_id": member_id,
-                    "member_epoch": generation,
-                    "offsets": committed_offsets(body.topics),
-                }
-            ),
+        adding = AddOffsets(
+            Caller(body.producer_id, body.producer_epoch),
+            body.group_id,
+            committed_offsets(body.topics),
+            member_id,
+            generation,
         )
+        await transactions.add_offsets(client.db, body.transactional_id, adding)
     except FAILURES as failure:
         code = error_code(failure)
     return reply.body(
@@ -217,11 +190,8 @@ async def end_txn(client: Client, request: Request) -> Any:
         ended = await transactions.end(
             client.db,
             body.transactional_id,
-            EndTxnRequest(
-                producer_id=body.producer_id,
-                producer_epoch=body.producer_epoch,
-                commit=body.committed,
-            ),
+            Caller(body.producer_id, body.producer_epoch),
+            body.committed,
             version=2 if raising else 1,
             kafka_aborts=raising,
         )
@@ -371,7 +341,7 @@ async def write_txn_markers(client: Client, request: Request) -> Any:
             if marker.transaction_result:
                 code = ErrorCode.invalid_txn_state  # only the coordinator writes commit markers
             elif keys:
-                await transactions.abort_by_marker(
+                await aborts.abort_by_marker(
                     client.db, marker.producer_id, marker.producer_epoch, keys
                 )
         except FAILURES as failure:

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, create_async_e
 
 from coordinator.core.settings import Settings
 from coordinator.groups.committing import CommitRule, MemberCommit
-from coordinator.groups.heartbeats import Renewal, SteadyRule
+from coordinator.groups.consumer import Renewal, SteadyRule
 from coordinator.log.appends import ConditionalAppends, ProducerView
 from coordinator.log.fetch import FetchAsk, Fetched
 from coordinator.store.base import Store

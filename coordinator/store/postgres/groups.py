@@ -1,7 +1,7 @@
 """The Postgres engine's fast paths of the groups: a member's commit and a steady member's
 heartbeat, each in two statements on one connection, neither in a transaction. The first reads
 the facts the domain's rule decides on, with each row's version (its xmin); the rule runs
-(`groups.committing.commit_rule`, `groups.heartbeats.steady`); the second locks the rows in the
+(`groups.committing.commit_rule`, `groups.consumer.steady`); the second locks the rows in the
 fixed order and writes only if each is still the version read."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from coordinator.groups.committing import (
     MemberFacts,
     ReadFacts,
 )
+from coordinator.groups.consumer import Renewal, SteadyFacts, SteadyRule
 from coordinator.groups.fencing import CommitFacts
-from coordinator.groups.heartbeats import Renewal, SteadyFacts, SteadyRule
 from coordinator.groups.models import CLASSIC, CONSUMER
 from coordinator.groups.offsets import COLUMNS, commit_from
 from coordinator.store.postgres.driver import on_driver, render, rows_of

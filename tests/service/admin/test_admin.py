@@ -1,4 +1,4 @@
-"""API.md's Admin calls: list, describe producers, find hanging, abort (which fences)."""
+"""The HTTP API's Admin calls: list, describe producers, find hanging, abort (which fences)."""
 
 from __future__ import annotations
 

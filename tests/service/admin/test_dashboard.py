@@ -351,7 +351,7 @@ async def test_ends_of_transaction_version_1_are_each_counted(
     """Kafka's clients keep their epoch from one transaction to the next (transaction version
     1): four commits of one producer at one epoch are four commits, not one."""
     from coordinator.transactions import service
-    from coordinator.transactions.schemas import EndTxnRequest
+    from coordinator.transactions.inputs import Caller
 
     # A clock that moves between any two readings, as it does between two database
     # transactions on any real machine.
@@ -366,7 +366,8 @@ async def test_ends_of_transaction_version_1_are_each_counted(
         ended = await service.end(
             app.state.db,
             producer.tid,
-            EndTxnRequest(producer_id=producer.pid, producer_epoch=producer.epoch, commit=True),
+            Caller(producer.pid, producer.epoch),
+            True,
             version=1,
         )
         assert ended.producer_epoch == producer.epoch

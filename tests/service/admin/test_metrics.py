@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 
 from coordinator.core.clock import now_ms
-from coordinator.transactions import service
+from coordinator.transactions import aborts
 from tests.support.api import create_topic
 from tests.support.metrics import scrape, value
 from tests.support.txn import started
@@ -52,7 +52,7 @@ async def test_metrics_count_commits_and_aborts_by_reason(
     await started(client, "a")  # fences the open transaction
     timed = await started(client, "b")
     await timed.add(("t", 0))
-    await service.abort_timed_out(app.state.db, now=now_ms() + 10**7)
+    await aborts.abort_timed_out(app.state.db, now=now_ms() + 10**7)
     after = await scrape(client)
     for name, reason, expected in (
         ("coordinator_transaction_commits_total", "client", 1),

@@ -1,6 +1,6 @@
-"""Side effects once per key (API.md, "Side effects: once per key"): one owner at a time under a
-lease, fencing tokens that only rise, a stored result that answers every later claim, release,
-expiry of old keys, the counts the dashboard and /metrics show; on SQLite and Postgres."""
+"""Side effects once per key (docs/pages/http-api.md, "Side effects: once per key"): one owner at a
+time under a lease, fencing tokens that only rise, a stored result that answers every later claim,
+release, expiry of old keys, the counts the dashboard and /metrics show; on SQLite and Postgres."""
 
 from __future__ import annotations
 

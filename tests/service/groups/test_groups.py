@@ -1,6 +1,6 @@
-"""Consumer group membership (API.md, Consumer groups): joining, even and sticky assignment,
-partitions handed over only after their owner gave them up, member epochs, session and rebalance
-timeouts, and the groups' descriptions, listing and deletion; on SQLite and on Postgres.
+"""Consumer group membership (docs/pages/http-api.md, Consumer groups): joining, even and sticky
+assignment, partitions handed over only after their owner gave them up, member epochs, session and
+rebalance timeouts, and the groups' descriptions, listing and deletion; on SQLite and on Postgres.
 
 Timeouts are made to pass by moving a member's deadline into the past in the store (no sleeps)."""
 
@@ -410,7 +410,7 @@ async def test_a_transactional_commit_of_a_partition_given_to_another_is_fenced(
     assert_problem(refused, 409, "FENCED_MEMBER_EPOCH")
     assert (await txn.describe())["state"] == "Empty"
     # Without identity (Kafka's TxnOffsetCommit v0-v2) the producer's epoch fences the commit,
-    # not the group's members, as Kafka exempts it (API.md, Consumer groups).
+    # not the group's members, as Kafka exempts it (docs/pages/http-api.md, Consumer groups).
     without_identity = await txn.offsets("g", ("t", 0, 1))
     assert without_identity.status_code == 200, without_identity.text
 

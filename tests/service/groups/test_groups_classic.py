@@ -16,7 +16,7 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from coordinator.groups import classic
+from coordinator.groups import classic, classic_rules
 from coordinator.groups.errors import (
     FencedInstanceId,
     IllegalGeneration,
@@ -41,12 +41,12 @@ def joining(
     protocols: tuple[tuple[str, bytes], ...] = (("range", b"sub"),),
     instance: str | None = None,
     require_known: bool = False,
-) -> classic.JoinRequest:
-    return classic.JoinRequest(
+) -> classic_rules.JoinRequest:
+    return classic_rules.JoinRequest(
         group_id="g",
         member_id=member_id,
         group_instance_id=instance,
-        protocols=tuple(classic.Protocol(n, m) for n, m in protocols),
+        protocols=tuple(classic_rules.Protocol(n, m) for n, m in protocols),
         subscribed_topics=["t"],
         session_timeout_ms=10_000,
         rebalance_timeout_ms=60_000,
@@ -63,8 +63,8 @@ class Group:
         self.app = app
         self.db, self.settings = app.state.db, app.state.settings
 
-    async def join(self, request: classic.JoinRequest) -> classic.JoinAnswer:
-        return await classic.join(self.db, self.settings, request)
+    async def join(self, request: classic_rules.JoinRequest) -> classic_rules.JoinAnswer:
+        return await classic.join(self.db, self.settings, request, [])
 
     async def sync(
         self,
@@ -81,17 +81,19 @@ class Group:
             instance,
             generation,
             None,
-            {m: classic.Assignment(a, None) for m, a in (assignments or {}).items()},
+            assignments or {},
         )
         return synced.assignment
 
     async def beat(self, member_id: str, generation: int, instance: str | None = None) -> None:
-        await classic.heartbeat(self.db, self.settings, "g", member_id, instance, generation)
+        await classic.heartbeat(
+            self.db, self.settings, "g", member_id, instance, generation, "c", "h"
+        )
 
     async def state(self, client: httpx.AsyncClient) -> str:
         return str((await client.get("/v1/groups/g")).json()["state"])
 
-    async def stable_pair(self) -> tuple[classic.JoinAnswer, classic.JoinAnswer]:
+    async def stable_pair(self) -> tuple[classic_rules.JoinAnswer, classic_rules.JoinAnswer]:
         """a alone, then b joining and a joining again: both in generation 2, a leading."""
         a = await self.join(joining())
         await self.sync(a.member_id, a.generation, {a.member_id: b"a-all"})
@@ -264,7 +266,7 @@ async def test_a_static_member_back_under_a_new_id_keeps_its_assignment_without_
 async def test_leaving_rebalances_the_others(client: httpx.AsyncClient, group: Group) -> None:
     a, b = await group.stable_pair()
     answers = await classic.leave(
-        group.db, group.settings, "g", [(b.member_id, None), ("nobody", None)]
+        group.db, group.settings, "g", [(b.member_id, None), ("nobody", None)], "c", "h"
     )
     assert answers[0] is None and isinstance(answers[1], UnknownMemberId)
     with pytest.raises(RebalanceInProgress):

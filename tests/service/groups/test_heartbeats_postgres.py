@@ -1,4 +1,4 @@
-"""A steady member's heartbeat on Postgres (coordinator.groups.heartbeats): its facts read in one
+"""A steady member's heartbeat on Postgres (coordinator.groups.consumer): its facts read in one
 statement, `steady` applied to them, and the session renewed by a second that checks nothing it
 read changed; every other heartbeat (a join, a rebalance, a subscription change, a member whose
 partitions move) and what changed between the two are the locking path's. The heartbeat's rules
@@ -16,7 +16,7 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from coordinator.groups import heartbeats, membership
+from coordinator.groups import consumer
 from coordinator.store.postgres import groups as engine
 from tests.support.api import create_topic
 from tests.support.groups import Member, member_owning_two
@@ -33,14 +33,14 @@ def store(postgres_store: Backend) -> Backend:
 def renewed(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Whether each heartbeat tried in two statements was written by them."""
     written: list[bool] = []
-    real = membership.renew_if_steady
+    real = consumer.renew_if_steady
 
     async def spy(*args: Any, **kwargs: Any) -> Any:
         assignment = await real(*args, **kwargs)
         written.append(assignment is not None)
         return assignment
 
-    monkeypatch.setattr(membership, "renew_if_steady", spy)
+    monkeypatch.setattr(consumer, "renew_if_steady", spy)
     return written
 
 
@@ -135,7 +135,7 @@ async def test_a_row_changed_between_the_statements_sends_the_heartbeat_to_the_l
     assert renewed == [False]  # renewed by the locking path, which still accepts it
 
 
-STEADY = heartbeats.SteadyFacts(
+STEADY = consumer.SteadyFacts(
     consumer_group=True,
     member_epoch=3,
     consumer_member=True,
@@ -177,6 +177,6 @@ def test_a_heartbeat_is_steady_only_when_the_locks_would_change_nothing_else(
         "owned_partitions": [("t", 1)],
         "now": 1_000,
     }
-    assert heartbeats.steady(STEADY, **asked)
-    assert heartbeats.steady(STEADY, 3, None, None, 1_000)  # a heartbeat that sends neither
-    assert not heartbeats.steady(replace(STEADY, **changed), **{**asked, **call})
+    assert consumer.steady(STEADY, **asked)
+    assert consumer.steady(STEADY, 3, None, None, 1_000)  # a heartbeat that sends neither
+    assert not consumer.steady(replace(STEADY, **changed), **{**asked, **call})

@@ -1,5 +1,5 @@
-"""API.md's compaction (`cleanup.policy=compact`, Topic configs): the newest record of every key
-below the LSO stays with its offset unchanged; aborted records, old tombstones and markers no
+"""The HTTP API's compaction (`cleanup.policy=compact`, Topic configs): the newest record of every
+key below the LSO stays with its offset unchanged; aborted records, old tombstones and markers no
 record refers to go; `min.compaction.lag.ms` protects young records; keyless records are refused.
 
 A hypothesis test drives random produce / commit / abort / tombstone / compact steps against a

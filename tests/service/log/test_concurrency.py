@@ -1,7 +1,7 @@
 """Concurrent idempotent producers on one partition, across processes and across crashes.
 
-Appends to a partition are serial and deduplicated however many requests, connections and
-service processes race for it, and an acknowledged batch survives SIGKILL (API.md, Records).
+Appends to a partition are serial and deduplicated however many requests, connections and service
+processes race for it, and an acknowledged batch survives SIGKILL (docs/pages/http-api.md, Records).
 """
 
 from __future__ import annotations

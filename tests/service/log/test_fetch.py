@@ -1,4 +1,4 @@
-"""Each rule of API.md's Records section (Fetch) for plain appends, on SQLite and on Postgres.
+"""Each rule of the HTTP API's Records section (Fetch) for plain appends, on SQLite and on Postgres.
 
 These tests open no transaction, so both isolation levels must see every record below the high
 watermark, and the last stable offset is the high watermark.
@@ -116,7 +116,7 @@ async def test_max_records_bounds_the_page_and_next_offset_follows_its_last_reco
 
 
 async def test_max_records_defaults_to_500(client: httpx.AsyncClient) -> None:
-    # API.md's query template: `max_records=500`.
+    # The HTTP API's query template: `max_records=500`.
     await create_topic(client, "t")
     await fill(client, "t", [501])
     page = await fetch(client, "t")

@@ -16,7 +16,7 @@ import pytest
 
 from coordinator.core.errors import UnstorableText
 from coordinator.core.schemas import INT32_MAX
-from coordinator.log import produce
+from coordinator.log import group_commit, produce, sequences
 from coordinator.log.errors import OutOfOrderSequenceNumber, UnknownTopicOrPartition
 from coordinator.log.produce import Append, Appended
 from sdk import recordbatch
@@ -40,7 +40,7 @@ async def append_of(
 def group_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many batches each unit of work wrote."""
     sizes: list[int] = []
-    write_group, write_optimistic = produce.write_group, produce.write_optimistic
+    write_group, write_optimistic = group_commit.write_group, group_commit.write_optimistic
 
     async def locking(db: Any, settings: Any, batch: Any, seen: Any = None) -> Any:
         sizes.append(len(batch))
@@ -52,8 +52,8 @@ def group_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
             sizes.append(len(batch))
         return written
 
-    monkeypatch.setattr(produce, "write_group", locking)
-    monkeypatch.setattr(produce, "write_optimistic", optimistic)
+    monkeypatch.setattr(group_commit, "write_group", locking)
+    monkeypatch.setattr(group_commit, "write_optimistic", optimistic)
     return sizes
 
 
@@ -182,7 +182,7 @@ def test_sequence_order_keeps_other_batches_in_place_and_runs_past_the_wrap() ->
         append(0, 8, 0, top),  # 6
     ]
 
-    assert produce.in_sequence_order(batch) == [2, 1, 0, 3, 4, 6, 5]
+    assert sequences.in_sequence_order(batch) == [2, 1, 0, 3, 4, 6, 5]
 
 
 @dataclass
@@ -199,7 +199,7 @@ def units(monkeypatch: pytest.MonkeyPatch) -> Units:
     """Fails an append whose unit of work starts on a partition another unit is writing."""
     seen = Units()
     writing: set[tuple[str, int]] = set()
-    write_group, write_optimistic = produce.write_group, produce.write_optimistic
+    write_group, write_optimistic = group_commit.write_group, group_commit.write_optimistic
 
     def wrapped(write: Any) -> Any:
         async def unit(db: Any, settings: Any, batch: Any, seen_views: Any = None) -> Any:
@@ -215,8 +215,8 @@ def units(monkeypatch: pytest.MonkeyPatch) -> Units:
 
         return unit
 
-    monkeypatch.setattr(produce, "write_group", wrapped(write_group))
-    monkeypatch.setattr(produce, "write_optimistic", wrapped(write_optimistic))
+    monkeypatch.setattr(group_commit, "write_group", wrapped(write_group))
+    monkeypatch.setattr(group_commit, "write_optimistic", wrapped(write_optimistic))
     return seen
 
 

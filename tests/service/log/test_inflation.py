@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from coordinator.log import produce
+from coordinator.log import edge
 from sdk import recordbatch as rb
 from tests.support.api import assert_problem, create_topic, produce_batch
 
@@ -134,6 +134,6 @@ def test_the_inflation_limit_is_the_smaller_cap_above_the_floor() -> None:
     from coordinator.core.settings import Settings
 
     settings = Settings(max_uncompressed_batch_bytes=4 * MiB, max_compression_ratio=50)
-    assert produce.inflation_limit(settings, 1000) == 1 * MiB  # the floor
-    assert produce.inflation_limit(settings, 40_000) == 2_000_000  # the ratio
-    assert produce.inflation_limit(settings, 1 * MiB) == 4 * MiB  # the absolute cap
+    assert edge.inflation_limit(settings, 1000) == 1 * MiB  # the floor
+    assert edge.inflation_limit(settings, 40_000) == 2_000_000  # the ratio
+    assert edge.inflation_limit(settings, 1 * MiB) == 4 * MiB  # the absolute cap

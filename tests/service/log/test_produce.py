@@ -1,4 +1,4 @@
-"""Each rule of API.md's Records section (Produce), on SQLite and on Postgres."""
+"""Each rule of the HTTP API's Records section (Produce), on SQLite and on Postgres."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from coordinator.log.produce import last_sequence_of, next_sequence
+from coordinator.log.sequences import last_sequence_of, next_sequence
 from tests.support.api import (
     assert_problem,
     batch,
@@ -120,9 +120,9 @@ async def test_lower_unknown_sequence_is_out_of_order(client: httpx.AsyncClient)
 async def test_an_idempotent_producer_may_raise_its_own_epoch_from_sequence_0(
     client: httpx.AsyncClient,
 ) -> None:
-    # KIP-360 as Kafka's broker takes it (API.md is silent): Kafka's Java client raises an
-    # idempotent producer's epoch itself after a sequence it cannot resolve, and starts again
-    # at sequence 0; the older epoch is refused on that partition from then on.
+    # KIP-360 as Kafka's broker takes it (docs/pages/http-api.md is silent): Kafka's Java client
+    # raises an idempotent producer's epoch itself after a sequence it cannot resolve, and starts
+    # again at sequence 0; the older epoch is refused on that partition from then on.
     await create_topic(client, "t")
     pid = await init_pid(client)
     await produce(client, "t", 0, batch(["a"], pid, 0, 0))

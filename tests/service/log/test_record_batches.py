@@ -1,4 +1,4 @@
-"""API.md's "Record batches: Kafka's binary format", on SQLite and on Postgres: binary produce
+"""The HTTP API's "Record batches: Kafka's binary format", on SQLite and on Postgres: binary produce
 and fetch, both formats reading and writing the same log, every bad batch refused with nothing
 written, topic configs that the produce path obeys."""
 

@@ -1,4 +1,4 @@
-"""API.md's log lifecycle in the background: retention by time and by size (whole batches from
+"""The HTTP API's log lifecycle in the background: retention by time and by size (whole batches from
 the start, never at or above the LSO), partitions claimed so two processes never clean one at
 once, and producer-state expiry with the removal of idempotent producer ids left without state.
 

@@ -1,4 +1,4 @@
-"""API.md's delete-records and topic deletion (Topics): the log start moves up and never down,
+"""The HTTP API's delete-records and topic deletion (Topics): the log start moves up and never down,
 fetches below it are 416 in both formats, and a deleted topic takes its records, producer state
 and group offsets with it, aborting (and fencing) open transactions that include it.
 

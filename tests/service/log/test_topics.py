@@ -1,4 +1,5 @@
-"""Each rule of API.md's Topics section, `/healthz`, and the answers to unknown paths and methods.
+"""Each rule of the HTTP API's Topics section, `/healthz`, and the answers to unknown paths and
+methods.
 
 Run on SQLite and on Postgres.
 """
@@ -23,7 +24,8 @@ async def test_create_answers_201_with_name_and_partitions(client: httpx.AsyncCl
 
 
 async def test_partitions_default_to_one_when_omitted(client: httpx.AsyncClient) -> None:
-    # API.md gives no default; the service follows Kafka's `num.partitions` default of 1.
+    # docs/pages/http-api.md gives no default; the service follows Kafka's `num.partitions` default
+    # of 1.
     response = await client.post("/v1/topics", json={"name": "t"})
     assert response.status_code == 201, response.text
     assert response.json() == {"name": "t", "partitions": 1}

@@ -18,7 +18,7 @@ import pytest
 
 from coordinator.store.postgres import PostgresStore
 from coordinator.transactions import service
-from coordinator.transactions.schemas import EndTxnRequest
+from coordinator.transactions.inputs import Caller
 from coordinator.transactions.states import State
 from tests.support.api import create_topic, read_all
 from tests.support.locks import Blocking, waiting_for_a_lock
@@ -110,9 +110,9 @@ async def test_an_end_of_transaction_version_1_goes_in_one_statement_and_keeps_t
     await producer.add(("t", 1))
     await producer.offsets("g", ("t", 0, 1))
     epoch = producer.epoch
-    request = EndTxnRequest(producer_id=producer.pid, producer_epoch=epoch, commit=commit)
+    request = (Caller(producer.pid, epoch), commit)
 
-    answer = await service.end(app.state.db, "a", request, version=1)
+    answer = await service.end(app.state.db, "a", *request, version=1)
 
     wanted = State.COMPLETE_COMMIT if commit else State.COMPLETE_ABORT
     assert (answer.state, answer.producer_id) == (wanted, producer.pid)
@@ -127,7 +127,7 @@ async def test_an_end_of_transaction_version_1_goes_in_one_statement_and_keeps_t
     assert await committed(client, 0) == (["a"] if commit else [])
     assert await group_offsets(client) == ([("t", 0, 1)] if commit else [])
     # Its retry finds the transaction ended: the locking path answers it, as the same end.
-    again = await service.end(app.state.db, "a", request, version=1)
+    again = await service.end(app.state.db, "a", *request, version=1)
     assert (again.state, again.producer_epoch) == (wanted, epoch)
     assert one_statement_ends == [wanted, None]
     # The next transaction runs at the same epoch. The process saw its end, so the first batch
@@ -138,7 +138,7 @@ async def test_an_end_of_transaction_version_1_goes_in_one_statement_and_keeps_t
     assert (await producer.produce("t", 0, "c")).status_code == 200
     assert paths == ["one statement", "one statement"]
     assert (await partition_state(client, "t", 0))["last_stable_offset"] == 2  # pinned at b
-    assert (await service.end(app.state.db, "a", request, version=1)).state == wanted
+    assert (await service.end(app.state.db, "a", *request, version=1)).state == wanted
     assert one_statement_ends == [wanted, None, wanted]
     committed_now = await committed(client, 0)
     assert committed_now == (["a", "b", "c"] if commit else [])
@@ -158,13 +158,13 @@ async def test_a_batch_planned_before_a_version_1_end_is_not_written_as_if_it_jo
     producer = await started(client, "a")
     assert (await producer.produce("t", 0, "a")).status_code == 200
     assert (await producer.produce("t", 0, "b")).status_code == 200  # the process saw it open
-    request = EndTxnRequest(producer_id=producer.pid, producer_epoch=producer.epoch, commit=True)
+    request = (Caller(producer.pid, producer.epoch), True)
     written = PostgresStore.write_appends_if_unchanged
     ended: list[State] = []
 
     async def end_first(*args: Any, **kwargs: Any) -> Any:
         if not ended:
-            ended.append((await service.end(app.state.db, "a", request, version=1)).state)
+            ended.append((await service.end(app.state.db, "a", *request, version=1)).state)
         return await written(*args, **kwargs)
 
     monkeypatch.setattr(PostgresStore, "write_appends_if_unchanged", end_first)

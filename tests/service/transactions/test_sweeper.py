@@ -11,13 +11,13 @@ import pytest
 
 from coordinator.core.clock import now_ms
 from coordinator.store.engines import open_store
-from coordinator.transactions import service
+from coordinator.transactions import aborts
 from tests.support.api import create_topic, read_all
 from tests.support.services import Backend, make_settings
 from tests.support.txn import Instance
 
 
-@pytest.mark.parametrize("per_unit", [1, 5, service.ABORTS_PER_UNIT])
+@pytest.mark.parametrize("per_unit", [1, 5, aborts.ABORTS_PER_UNIT])
 async def test_concurrent_sweeps_abort_each_timed_out_transaction_once(
     client: httpx.AsyncClient, store: Backend, app: Any, per_unit: int
 ) -> None:
@@ -36,8 +36,8 @@ async def test_concurrent_sweeps_abort_each_timed_out_transaction_once(
     later = now_ms() + 5000
     try:
         results = await asyncio.gather(
-            service.abort_timed_out(app.state.db, now=later, per_unit=per_unit),
-            *(service.abort_timed_out(db, now=later, per_unit=per_unit) for db in others),
+            aborts.abort_timed_out(app.state.db, now=later, per_unit=per_unit),
+            *(aborts.abort_timed_out(db, now=later, per_unit=per_unit) for db in others),
         )
     finally:
         for db in others:

@@ -17,11 +17,10 @@ from typing import Any
 import httpx
 import pytest
 
-from coordinator.producers.schemas import InitPidRequest
 from coordinator.transactions import producer_ids as producers
 from coordinator.transactions import service
 from coordinator.transactions.errors import InvalidTxnState, ProducerFenced
-from coordinator.transactions.schemas import EndTxnRequest
+from coordinator.transactions.inputs import Caller, InitPid
 from sdk import recordbatch as rb
 from tests.support.api import assert_problem, create_topic, produce_batch, read_all
 from tests.support.txn import Instance, partition_state, started
@@ -118,7 +117,8 @@ async def end_v1(app: Any, producer: Instance, *, commit: bool) -> tuple[str, in
     answer = await service.end(
         app.state.db,
         producer.tid,
-        EndTxnRequest(producer_id=producer.pid, producer_epoch=producer.epoch, commit=commit),
+        Caller(producer.pid, producer.epoch),
+        commit,
         version=1,
     )
     return answer.state, answer.producer_id, answer.producer_epoch
@@ -186,7 +186,7 @@ async def test_a_new_instance_still_fences_the_old_epoch(
 
 async def recover(app: Any, producer: Instance, given: tuple[int, int]) -> tuple[int, int]:
     answer = await producers.init_pid(
-        app.state.db, app.state.settings, InitPidRequest(transactional_id=producer.tid), given
+        app.state.db, app.state.settings, InitPid(producer.tid), given
     )
     return answer.producer_id, answer.producer_epoch
 

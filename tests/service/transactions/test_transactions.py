@@ -1,4 +1,4 @@
-"""Each rule of API.md's Transactions section, on SQLite and on Postgres."""
+"""Each rule of the HTTP API's Transactions section, on SQLite and on Postgres."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from sqlalchemy import update
 
 from coordinator.core.clock import now_ms
 from coordinator.producers.models import ProducerId
-from coordinator.transactions import service
+from coordinator.transactions import aborts, service
 from tests.support.api import assert_problem, create_topic, read_all
 from tests.support.txn import Instance, partition_state, started
 
@@ -191,7 +191,8 @@ async def test_concurrent_init_pid_calls_on_one_id_each_get_a_distinct_epoch(
     assert len({a.json()["producer_id"] for a in answers}) == 1
 
 
-# -- the checks every call makes, in API.md's order ---------------------------------------------
+# -- the checks every call makes, in the HTTP API's order
+# ---------------------------------------------
 
 
 async def test_unknown_transactional_id_is_404(client: httpx.AsyncClient) -> None:
@@ -396,8 +397,8 @@ async def test_commit_after_coordinator_timed_it_out_is_transaction_timed_out(
     await producer.add(("t", 0))
     await producer.produce("t", 0, "too slow")
     # Not yet past the timeout: nothing happens.
-    assert await service.abort_timed_out(app.state.db, now=now_ms()) == []
-    assert await service.abort_timed_out(app.state.db, now=now_ms() + 2000) == ["a"]
+    assert await aborts.abort_timed_out(app.state.db, now=now_ms()) == []
+    assert await aborts.abort_timed_out(app.state.db, now=now_ms() + 2000) == ["a"]
     assert_problem(await producer.end(commit=True), 409, "TRANSACTION_TIMED_OUT")
     assert_problem(await producer.produce("t", 0, "more"), 409, "TRANSACTION_TIMED_OUT")
     described = await producer.describe()
@@ -729,9 +730,9 @@ async def test_prepared_survives_its_timeout_but_not_the_prepared_timeout(
     await producer.add(("t", 0))
     await producer.produce("t", 0, "prepared")
     await producer.prepare()
-    assert await service.abort_timed_out(app.state.db, now=now_ms() + 60_000) == []
+    assert await aborts.abort_timed_out(app.state.db, now=now_ms() + 60_000) == []
     assert (await producer.describe())["state"] == "Prepared"
-    assert await service.abort_timed_out(app.state.db, now=now_ms() + DAY_MS + 60_000) == ["a"]
+    assert await aborts.abort_timed_out(app.state.db, now=now_ms() + DAY_MS + 60_000) == ["a"]
     assert_problem(await producer.end(commit=True), 409, "TRANSACTION_TIMED_OUT")
     assert await committed_values(client, "t") == []
 
@@ -742,8 +743,8 @@ async def test_idle_transactional_ids_expire(client: httpx.AsyncClient, app: Any
     busy = await started(client, "busy")
     await busy.add(("t", 0))
     week = 604_800_000
-    assert await service.expire_idle(app.state.db, week, now=now_ms() + 1000) == 0
-    assert await service.expire_idle(app.state.db, week, now=now_ms() + week + 1000) == 1
+    assert await aborts.expire_idle(app.state.db, week, now=now_ms() + 1000) == 0
+    assert await aborts.expire_idle(app.state.db, week, now=now_ms() + week + 1000) == 1
     assert_problem(await client.get("/v1/transactions/idle"), 404, "TRANSACTIONAL_ID_NOT_FOUND")
     assert (await busy.describe())["state"] == "Ongoing"
     # The id can be used again from scratch; the old producer id is fenced out of it.
@@ -827,7 +828,7 @@ async def test_timed_out_epoch_is_told_so_even_after_later_transactions(
     slow = Instance(client, "a")
     await slow.init(transaction_timeout_ms=1000)
     await slow.add(("t", 0))
-    await service.abort_timed_out(app.state.db, now=now_ms() + 5000)
+    await aborts.abort_timed_out(app.state.db, now=now_ms() + 5000)
     fresh = await started(client, "a")
     await fresh.add(("t", 0))
     await fresh.end(commit=True)  # a later transaction ends after the timed-out one

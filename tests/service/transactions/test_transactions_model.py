@@ -1,5 +1,5 @@
-"""API.md's transactions as a small model, checked against the service by hypothesis on SQLite and
-Postgres: random steps of several transactional ids, their producers and zombies, and the
+"""The HTTP API's transactions as a small model, checked against the service by hypothesis on SQLite
+and Postgres: random steps of several transactional ids, their producers and zombies, and the
 coordinator's own aborts.
 
 Each InitPid starts a new producer instance; the older ones stay around as zombies and keep
@@ -28,7 +28,7 @@ from hypothesis.stateful import (
 
 from coordinator.app import create_app
 from coordinator.core.clock import now_ms
-from coordinator.transactions.service import abort_timed_out
+from coordinator.transactions.aborts import abort_timed_out
 from tests.support.api import assert_problem, batch, create_topic, produce, read_all, read_paged
 from tests.support.services import Backend, empty_tables, make_settings
 
@@ -118,7 +118,8 @@ class TransactionalId:
     instances: list[Instance] = field(default_factory=list)
 
     def refusal(self, epoch: int) -> str | None:
-        """The code a call carrying `epoch` gets before any state check (API.md, Transactions)."""
+        """The code a call carrying `epoch` gets before any state check (docs/pages/http-api.md,
+        Transactions)."""
         if epoch < self.epoch:
             return "TRANSACTION_TIMED_OUT" if epoch in self.timed_out else "PRODUCER_FENCED"
         assert epoch == self.epoch, "an instance never holds an epoch the coordinator did not give"
@@ -398,8 +399,9 @@ class TransactionsMachine(RuleBasedStateMachine):
             return
         joined = tid.txn is not None and tp in tid.txn.partitions
         holds_records = tid.txn is not None and tp in tid.txn.first_offsets
-        # Records of the open transaction are on the partition: nothing is written there outside
-        # it. A partition that only joined it: API.md does not say whether that counts already.
+        # Records of the open transaction are on the partition: nothing is written there outside it.
+        # A partition that only joined it: docs/pages/http-api.md does not say whether that counts
+        # already.
         if holds_records or (joined and response.status_code != 200):
             assert_problem(response, 409, "INVALID_TXN_STATE")
             return
@@ -415,8 +417,9 @@ class TransactionsMachine(RuleBasedStateMachine):
         instance.sequences[tp] = sequence + size
 
     def retriable(self) -> list[str]:
-        """What there is to send again: a batch, an EndTxn, the last commit-group (while none of
-        its ids moved on; after that API.md does not say whether a late copy is a retry)."""
+        """What there is to send again: a batch, an EndTxn, the last commit-group (while none of its
+        ids moved on; after that docs/pages/http-api.md does not say whether a late copy is a
+        retry)."""
         kinds = []
         if self.with_sent("last_batch"):
             kinds.append("batch")
@@ -503,8 +506,8 @@ class TransactionsMachine(RuleBasedStateMachine):
             assert_problem(response, 409, code)
             return
         if tid.state == "Prepared":
-            # API.md allows Prepare from Ongoing, Empty or complete and is silent on Prepared: a
-            # repeated Prepare may be answered again or refused, but it changes nothing.
+            # docs/pages/http-api.md allows Prepare from Ongoing, Empty or complete and is silent on
+            # Prepared: a repeated Prepare may be answered again or refused, but it changes nothing.
             if response.status_code != 200:
                 assert_problem(response, 409, "INVALID_TXN_STATE")
             else:
@@ -547,9 +550,9 @@ class TransactionsMachine(RuleBasedStateMachine):
         tid = instance.tid
         sent = instance.last_end
         assert sent is not None
-        # API.md answers a retry again; once the id moved on (another end, an InitPid) it does not
-        # say whether a late copy is a retry or a fenced request, so only the other outcome is
-        # sent then.
+        # docs/pages/http-api.md answers a retry again; once the id moved on (another end, an
+        # InitPid) it does not say whether a late copy is a retry or a fenced request, so only the
+        # other outcome is sent then.
         same_outcome = same_outcome and tid.version == sent.version
         commit = sent.commit if same_outcome else not sent.commit
         response = self.post(

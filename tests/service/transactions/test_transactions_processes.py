@@ -1,7 +1,7 @@
-"""Fencing across service processes: two `coordinator serve` processes on one Postgres database,
-a zombie producer talking to one and its replacement talking to the other (API.md, InitPid and
-Transactions). Every rule lives in the shared store, so it holds whichever process is asked.
-"""
+"""Fencing across service processes: two `coordinator serve` processes on one Postgres database, a
+zombie producer talking to one and its replacement talking to the other (docs/pages/http-api.md,
+InitPid and Transactions). Every rule lives in the shared store, so it holds whichever process is
+asked."""
 
 from __future__ import annotations
 
