@@ -16,7 +16,7 @@ coordinator topics list|describe|create|delete|alter-configs|delete-records  top
                                                      like kafka-topics.sh, kafka-configs.sh and
                                                      kafka-delete-records.sh (admin/topics_cli.py)
 coordinator demo [--events N] [--master M] ...       the main job end to end: payments settled
-                                                     by Spark exactly once (jobs/demo.py, pyspark)
+                                                     by Spark exactly once (jobs/demo/, pyspark)
 
 Commands beyond the service's own (the demo) come from the installed distributions' entry points
 in the group `coordinator.commands`, each a function that adds its subparser: the jobs run on the

@@ -18,9 +18,6 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any, Unpack
 
-import httpx
-
-from sdk import recordbatch
 from sdk._callbacks import Callbacks
 from sdk._config import ConsumerConfig, ConsumerOptions, build_config
 from sdk._errors import (
@@ -28,18 +25,13 @@ from sdk._errors import (
     IllegalStateError,
     KafkaError,
     KafkaException,
-    UnknownTopicOrPartition,
 )
-from sdk._http import RECORD_BATCH, HttpClient, api_path
+from sdk._fetcher import Assigned, Fetcher, TopicKey
+from sdk._http import HttpClient, api_path
 from sdk._lifecycle import Closeable
 from sdk._membership import POLL_TIMEOUT, Membership, max_poll_error
 from sdk._types import (
-    OFFSET_BEGINNING,
-    OFFSET_END,
     OFFSET_INVALID,
-    OFFSET_STORED,
-    TIMESTAMP_CREATE_TIME,
-    TIMESTAMP_LOG_APPEND_TIME,
     ConsumerGroupMetadata,
     Message,
     RebalanceCallback,
@@ -49,20 +41,6 @@ from sdk._types import (
 __all__ = ["Consumer"]
 
 log = logging.getLogger("sdk")
-
-TopicKey = tuple[str, int]
-
-
-class _Assigned:
-    """Where one assigned partition stands: its position and the records fetched past it."""
-
-    __slots__ = ("buffer", "eof_sent", "fetched_next", "position")
-
-    def __init__(self, position: int) -> None:
-        self.position = position  # the next offset to hand out, or a logical OFFSET_*
-        self.buffer: deque[Message] = deque()
-        self.fetched_next = position  # where the next fetch starts, past markers
-        self.eof_sent = False
 
 
 class Consumer(Closeable):
@@ -86,8 +64,7 @@ class Consumer(Closeable):
         self.config: ConsumerConfig = build_config(ConsumerConfig, config, options)
         self._http = HttpClient(self.config)
         self._read_committed = self.config.isolation_level == "read_committed"
-        self._assigned: dict[TopicKey, _Assigned] = {}
-        self._rotation: deque[TopicKey] = deque()
+        self._fetcher = Fetcher(self.config, self._http)
         self._auto_committed: dict[TopicKey, int] = {}
         self._next_auto_commit = time.monotonic() + self.config.auto_commit_interval_ms / 1000
         self._closed = False
@@ -115,19 +92,18 @@ class Consumer(Closeable):
         (as code written for the eager protocol does), where it takes the partitions given (with
         the offsets it sets) and keeps the others. Raises `IllegalStateError` elsewhere."""
         self._check_open()
-        chosen = self._chosen(partitions)
+        chosen = self._fetcher.chosen(partitions)
         if self._member is not None:
             self._require_callback("assign", "assign()")
-            self._add(chosen)
+            self._fetcher.add(chosen)
             return
-        self._assigned = chosen
-        self._rotation = deque(chosen)
+        self._fetcher.replace(chosen)
 
     def unassign(self) -> None:
         self._check_open()
         if self._member is not None:
             given = self._require_callback("revoke", "unassign()")
-            self._drop(given)
+            self._drop_partitions(given)
             return
         self.assign([])
 
@@ -135,10 +111,10 @@ class Consumer(Closeable):
         """Add these partitions to the assignment (with the offsets they carry, as `assign()`).
         After `subscribe()` only inside `on_assign`; raises `IllegalStateError` elsewhere."""
         self._check_open()
-        chosen = self._chosen(partitions)
+        chosen = self._fetcher.chosen(partitions)
         if self._member is not None:
             self._require_callback("assign", "incremental_assign()")
-        self._add(chosen)
+        self._fetcher.add(chosen)
 
     def incremental_unassign(self, partitions: Iterable[TopicPartition]) -> None:
         """Stop reading these partitions. After `subscribe()` only inside `on_revoke`/`on_lost`
@@ -147,11 +123,11 @@ class Consumer(Closeable):
         keys = {(tp.topic, tp.partition) for tp in partitions}
         if self._member is not None:
             self._require_callback("revoke", "incremental_unassign()")
-        self._drop(keys)
+        self._drop_partitions(keys)
 
     def assignment(self) -> list[TopicPartition]:
         self._check_open()
-        return [TopicPartition(t, p) for t, p in self._assigned]
+        return [TopicPartition(t, p) for t, p in self._fetcher.assigned]
 
     # -- group membership -------------------------------------------------------------------------
 
@@ -189,7 +165,7 @@ class Consumer(Closeable):
                 raise ValueError(
                     f"topics: {name!r} is a regular expression; subscribe() takes topic names"
                 )
-        if self._member is None and self._assigned:
+        if self._member is None and self._fetcher.assigned:
             raise IllegalStateError("partitions were assign()ed: call unassign() first")
         self._on_assign, self._on_revoke, self._on_lost = on_assign, on_revoke, on_lost
         if self._member is None:
@@ -256,10 +232,10 @@ class Consumer(Closeable):
         while True:
             if self._member is not None:
                 self._serve_group(messages)
-            self._take(messages, num_messages)
+            self._fetcher.take(messages, num_messages)
             if len(messages) >= num_messages:
                 break
-            if self._fetch_round(deadline):
+            if self._fetcher.fetch_round(deadline):
                 continue
             if messages:
                 break
@@ -278,7 +254,7 @@ class Consumer(Closeable):
     ) -> tuple[int, int]:
         """(log start offset, high watermark) of a partition."""
         self._check_open()
-        info = self._describe(partition.topic, partition.partition, timeout)
+        info = self._fetcher.describe(partition.topic, partition.partition, timeout)
         return info["log_start_offset"], info["high_watermark"]
 
     # -- offsets ----------------------------------------------------------------------------------
@@ -367,7 +343,7 @@ class Consumer(Closeable):
 
         Raises `KafkaTimeoutError` (retriable) when not answered within `timeout`."""
         wanted = list(partitions)
-        by_topic = self._committed_offsets({tp.topic for tp in wanted}, timeout)
+        by_topic = self._fetcher.committed(self._group(), {tp.topic for tp in wanted}, timeout)
         return [
             TopicPartition(
                 tp.topic,
@@ -400,201 +376,12 @@ class Consumer(Closeable):
             raise IllegalStateError("this consumer has no group.id")
         return self.config.group_id
 
-    def _state_of(self, tp: TopicPartition) -> _Assigned:
+    def _state_of(self, tp: TopicPartition) -> Assigned:
         self._check_open()
-        state = self._assigned.get((tp.topic, tp.partition))
+        state = self._fetcher.assigned.get((tp.topic, tp.partition))
         if state is None:
             raise IllegalStateError(f"{tp.topic} [{tp.partition}] is not assigned")
         return state
-
-    def _take(self, messages: list[Message], limit: int) -> None:
-        """Move buffered messages into `messages`, one partition after another in turn."""
-        for _ in range(len(self._rotation)):
-            if len(messages) >= limit:
-                return
-            tp = self._rotation[0]
-            self._rotation.rotate(-1)
-            state = self._assigned[tp]
-            while state.buffer and len(messages) < limit:
-                message = state.buffer.popleft()
-                messages.append(message)
-                offset = message.offset()
-                if message.error() is None and offset is not None:
-                    state.position = offset + 1
-                if not state.buffer:
-                    state.position = state.fetched_next
-
-    def _fetch_round(self, deadline: float | None) -> bool:
-        """Fetch once from every assigned partition whose buffer is empty. True when any record
-        or event was buffered. Retriable failures wait for the next round."""
-        self._resolve_positions(deadline)
-        found = False
-        for (topic, partition), state in list(self._assigned.items()):
-            if state.buffer or state.position < 0:
-                continue
-            params: dict[str, str | int] = {
-                "offset": state.fetched_next,
-                "max_bytes": self.config.max_partition_fetch_bytes,
-                "isolation_level": self.config.isolation_level,
-            }
-            try:
-                page = self._http.fetch_binary(
-                    api_path("topics", topic, "partitions", partition, "records"),
-                    params,
-                    RECORD_BATCH,
-                )
-            except KafkaException as exc:
-                if exc.code == KafkaError.OFFSET_OUT_OF_RANGE:
-                    self._out_of_range(topic, partition, state, exc)
-                    continue
-                if not exc.retriable:
-                    raise
-                log.debug("fetch %s [%d] failed, retrying: %s", topic, partition, exc)
-                continue
-            found = self._buffer(topic, partition, state, page) or found
-        return found
-
-    def _buffer(
-        self, topic: str, partition: int, state: _Assigned, page: tuple[bytes, httpx.Headers]
-    ) -> bool:
-        """Decode a fetched run of record batches into messages, from `fetched_next` on (a batch
-        may begin before it), at most `max.poll.records` of them."""
-        data, headers = page
-        start = state.fetched_next
-        limit = self.config.max_poll_records
-        added = 0
-        next_offset = int(headers["next-offset"])
-        try:
-            for pos, header in recordbatch.iter_batches(data, verify=self.config.check_crcs):
-                kind = (
-                    TIMESTAMP_LOG_APPEND_TIME if header.log_append_time else TIMESTAMP_CREATE_TIME
-                )
-                for record in recordbatch.records(data, pos, header):
-                    if record.offset < start:
-                        continue
-                    if added >= limit:
-                        next_offset = record.offset
-                        break
-                    state.buffer.append(
-                        Message(
-                            topic,
-                            partition,
-                            record.offset,
-                            record.key,
-                            record.value,
-                            record.headers,
-                            None,
-                            record.timestamp,
-                            kind,
-                        )
-                    )
-                    added += 1
-                else:
-                    continue
-                break
-        except recordbatch.CorruptBatch as exc:
-            raise KafkaException(
-                KafkaError(KafkaError._BAD_MSG, f"{topic} [{partition}] at {start}: {exc}")
-            ) from None
-        state.fetched_next = next_offset
-        if added:
-            state.eof_sent = False
-            return True
-        state.position = state.fetched_next
-        field = "last-stable-offset" if self._read_committed else "high-watermark"
-        end = int(headers[field])
-        if state.position >= end and self.config.enable_partition_eof and not state.eof_sent:
-            state.eof_sent = True
-            eof = KafkaError(KafkaError._PARTITION_EOF, f"reached the end of {topic} [{partition}]")
-            state.buffer.append(Message(topic, partition, state.position, error=eof))
-            return True
-        return False
-
-    def _out_of_range(
-        self, topic: str, partition: int, state: _Assigned, error: KafkaException
-    ) -> None:
-        """The position is outside the log (below its start, past its end): start again where
-        `auto.offset.reset` says, as Kafka's consumers do; with `error`, raise."""
-        reset = self.config.auto_offset_reset
-        if reset == "error":
-            raise error
-        log.warning("%s [%d]: %s; resetting to the %s", topic, partition, error, reset)
-        state.position = OFFSET_BEGINNING if reset == "earliest" else OFFSET_END
-        state.fetched_next = -1
-        state.buffer.clear()
-
-    def _resolve_positions(self, deadline: float | None) -> None:
-        """Turn logical positions into offsets: committed offsets (one request per topic),
-        else `auto.offset.reset`, and the log's start or end."""
-        stored = [tp for tp, s in self._assigned.items() if s.position == OFFSET_STORED]
-        if stored and self.config.group_id is not None:
-            try:
-                committed = self._committed_offsets({t for t, _ in stored}, None, once=True)
-            except KafkaException as exc:
-                if not exc.retriable:
-                    raise
-                log.debug("committed offsets not available yet: %s", exc)
-                stored = []  # try again next round
-                committed = {}
-            for tp in stored:
-                offset = committed.get(tp, (OFFSET_INVALID, None))[0]
-                self._assigned[tp].position = offset if offset >= 0 else self._reset_target(tp)
-        elif stored:
-            for tp in stored:
-                self._assigned[tp].position = self._reset_target(tp)
-        for (topic, partition), state in self._assigned.items():
-            if state.position in (OFFSET_BEGINNING, OFFSET_END):
-                info = self._describe(topic, partition, None)
-                end = "last_stable_offset" if self._read_committed else "high_watermark"
-                key = "log_start_offset" if state.position == OFFSET_BEGINNING else end
-                state.position = info[key]
-            if state.position >= 0 and state.fetched_next < 0:
-                state.fetched_next = state.position
-
-    def _reset_target(self, tp: TopicKey) -> int:
-        reset = self.config.auto_offset_reset
-        if reset == "error":
-            raise KafkaException(
-                KafkaError(
-                    KafkaError._AUTO_OFFSET_RESET,
-                    f"{tp[0]} [{tp[1]}] has no committed offset and auto.offset.reset is error",
-                )
-            )
-        return OFFSET_BEGINNING if reset == "earliest" else OFFSET_END
-
-    def _describe(self, topic: str, partition: int, timeout: float | None) -> dict[str, Any]:
-        described = self._http.call(
-            "GET", api_path("topics", topic), deadline=self._http.deadline(timeout)
-        )
-        for info in described["partitions"]:
-            if info["partition"] == partition:
-                result: dict[str, Any] = info
-                return result
-        raise UnknownTopicOrPartition(f"{topic} has no partition {partition}")
-
-    def _committed_offsets(
-        self, topics: set[str], timeout: float | None, *, once: bool = False
-    ) -> dict[TopicKey, tuple[int, str | None]]:
-        """Committed (offset, metadata) per partition of `topics`; `once`: a single attempt
-        (poll() retries on its next round), else retried until `timeout`."""
-        group = self._group()
-        params: dict[str, str | int] = {"require_stable": str(self._read_committed).lower()}
-        result: dict[TopicKey, tuple[int, str | None]] = {}
-        deadline = self._http.deadline(timeout)
-        for topic in sorted(topics):
-            path = api_path("groups", group, "offsets")
-            query = {**params, "topic": topic}
-            answer = (
-                self._http.send("GET", path, params=query)
-                if once
-                else self._http.call("GET", path, params=query, deadline=deadline)
-            )
-            for entry in answer["offsets"]:
-                result[(entry["topic"], entry["partition"])] = (
-                    entry["offset"],
-                    entry.get("metadata"),
-                )
-        return result
 
     def _maybe_auto_commit(self) -> None:
         if not self.config.enable_auto_commit or self.config.group_id is None:
@@ -625,11 +412,11 @@ class Consumer(Closeable):
             return [
                 TopicPartition(t, p, offset, metadata)
                 for (t, p), (offset, metadata) in self._stored.items()
-                if (t, p) in self._assigned
+                if (t, p) in self._fetcher.assigned
             ]
         return [
             TopicPartition(t, p, state.position)
-            for (t, p), state in self._assigned.items()
+            for (t, p), state in self._fetcher.assigned.items()
             if state.position >= 0
         ]
 
@@ -646,7 +433,7 @@ class Consumer(Closeable):
 
     def _statistics(self) -> dict[str, Any]:
         topics: dict[str, Any] = {}
-        for (topic, partition), state in self._assigned.items():
+        for (topic, partition), state in self._fetcher.assigned.items():
             entry = topics.setdefault(topic, {"topic": topic, "partitions": {}})
             entry["partitions"][str(partition)] = {
                 "partition": partition,
@@ -659,34 +446,16 @@ class Consumer(Closeable):
             figures["cgrp"] = {
                 "state": self._member.state(),
                 "rebalance_cnt": self._member.rebalances,
-                "assignment_size": len(self._assigned),
+                "assignment_size": len(self._fetcher.assigned),
             }
         return figures
 
     # -- group membership internals ---------------------------------------------------------------
 
-    def _chosen(self, partitions: Iterable[TopicPartition]) -> dict[TopicKey, _Assigned]:
-        chosen: dict[TopicKey, _Assigned] = {}
-        for tp in partitions:
-            if not isinstance(tp, TopicPartition):
-                raise TypeError(f"expected TopicPartition, not {type(tp).__name__}")
-            if tp.partition < 0:
-                raise ValueError(f"{tp}: assign() needs a partition number")
-            offset = OFFSET_STORED if tp.offset == OFFSET_INVALID else tp.offset
-            chosen[(tp.topic, tp.partition)] = _Assigned(offset)
-        return chosen
-
-    def _add(self, chosen: dict[TopicKey, _Assigned]) -> None:
-        for key, state in chosen.items():
-            if key not in self._assigned:
-                self._rotation.append(key)
-            self._assigned[key] = state
-
-    def _drop(self, keys: set[TopicKey]) -> None:
+    def _drop_partitions(self, keys: set[TopicKey]) -> None:
+        self._fetcher.drop(keys)
         for key in keys:
-            self._assigned.pop(key, None)
             self._stored.pop(key, None)
-        self._rotation = deque(k for k in self._rotation if k in self._assigned)
 
     def _require_callback(self, kind: str, call: str) -> set[TopicKey]:
         """Inside the `kind` rebalance callback ("revoke" covers `on_lost` too): its partitions."""
@@ -709,11 +478,11 @@ class Consumer(Closeable):
         if changes.failure is not None:
             raise changes.failure
         if changes.lost is not None:
-            lost = set(self._assigned)
+            lost = set(self._fetcher.assigned)
             try:
                 self._callback("lost", self._on_lost or self._on_revoke, lost)
             finally:
-                self._drop(lost)
+                self._drop_partitions(lost)
                 member.ack_lost()
             if changes.lost == POLL_TIMEOUT:
                 interval = self.config.max_poll_interval_ms
@@ -721,27 +490,27 @@ class Consumer(Closeable):
             return
         if changes.assignment is None:
             return
-        revoked = set(self._assigned) - changes.assignment
+        revoked = set(self._fetcher.assigned) - changes.assignment
         if revoked:
             try:
                 if self.config.enable_auto_commit:
                     self._commit_quietly(revoked)
                 self._callback("revoke", self._on_revoke, revoked)
             finally:
-                self._drop(revoked)
-                member.set_owned(set(self._assigned))
-        added = set(changes.assignment - set(self._assigned))
+                self._drop_partitions(revoked)
+                member.set_owned(set(self._fetcher.assigned))
+        added = set(changes.assignment - set(self._fetcher.assigned))
         if added:
             given = [TopicPartition(t, p) for t, p in sorted(added)]
             try:
                 self._callback("assign", self._on_assign, added, given)
             finally:
-                self._add(
-                    self._chosen(
-                        tp for tp in given if (tp.topic, tp.partition) not in self._assigned
+                self._fetcher.add(
+                    self._fetcher.chosen(
+                        tp for tp in given if (tp.topic, tp.partition) not in self._fetcher.assigned
                     )
                 )
-                member.set_owned(set(self._assigned))
+                member.set_owned(set(self._fetcher.assigned))
 
     def _callback(
         self,
@@ -772,16 +541,16 @@ class Consumer(Closeable):
             return
         try:
             changes = member.changes()
-            owned = set(self._assigned)
+            owned = set(self._fetcher.assigned)
             if owned and changes.lost is None and changes.failure is None:
                 try:
                     if self.config.enable_auto_commit:
                         self._commit_quietly(owned)
                     self._callback("revoke", self._on_revoke, owned)
                 finally:
-                    self._drop(owned)
+                    self._drop_partitions(owned)
             else:
-                self._drop(owned)
+                self._drop_partitions(owned)
         finally:
             self._member = None
             member.leave()

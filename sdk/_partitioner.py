@@ -5,8 +5,11 @@ records land where a Java producer puts them), and sticky partitioning for null 
 from __future__ import annotations
 
 import random
+import threading
 
-__all__ = ["StickyPartitioner", "murmur2", "partition_for_key"]
+from sdk._http import HttpClient, api_path
+
+__all__ = ["PartitionCounts", "StickyPartitioner", "murmur2", "partition_for_key"]
 
 _MASK = 0xFFFFFFFF
 _M = 0x5BD1E995
@@ -68,3 +71,29 @@ class StickyPartitioner:
                 chosen += 1
         self._current[topic] = chosen
         return chosen
+
+
+class PartitionCounts:
+    """Each topic's partition count, asked of the coordinator once and kept (a producer picks
+    partitions by it)."""
+
+    def __init__(self, http: HttpClient) -> None:
+        self._http = http
+        self._counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def known(self, topic: object) -> int | None:
+        """The count, if the topic was asked already (no call, no lock)."""
+        return self._counts.get(topic) if isinstance(topic, str) else None
+
+    def of(self, topic: str) -> int:
+        with self._lock:
+            count = self._counts.get(topic)
+        if count is None:
+            if not isinstance(topic, str):
+                raise TypeError(f"topic must be str, not {type(topic).__name__}")
+            described = self._http.call("GET", api_path("topics", topic))
+            count = len(described["partitions"])
+            with self._lock:
+                self._counts[topic] = count
+        return count

@@ -33,56 +33,21 @@ from sdk._callbacks import Callbacks
 from sdk._config import ProducerConfig, ProducerOptions, build_config
 from sdk._errors import (
     IllegalStateError,
-    InvalidTxnState,
     KafkaException,
     KafkaTimeoutError,
     MessagePurged,
-    MessageSizeTooLarge,
-    TransactionTimedOut,
     UnknownTopicOrPartition,
 )
-from sdk._http import HttpClient, api_path
+from sdk._http import HttpClient
 from sdk._lifecycle import Closeable
-from sdk._partitioner import partition_for_key
+from sdk._partitioner import PartitionCounts, partition_for_key
+from sdk._records import record_of
 from sdk._sender import SENDER_POOL_SIZE, Sender
 from sdk._transaction_manager import Op, TransactionManager, TxnState
+from sdk._transactions import TransactionCalls
 from sdk._types import ConsumerGroupMetadata, DeliveryCallback, Headers, TopicPartition
 
 __all__ = ["Producer"]
-
-
-def _as_bytes(data: object, what: str) -> bytes | None:
-    if data is None or isinstance(data, bytes):
-        return data
-    if isinstance(data, str):
-        return data.encode()
-    if isinstance(data, bytearray | memoryview):
-        return bytes(data)
-    raise TypeError(f"{what} must be bytes or str, not {type(data).__name__}")
-
-
-def _headers(headers: Headers | None) -> list[tuple[str, bytes]]:
-    if not headers:
-        return []
-    pairs = headers.items() if isinstance(headers, Mapping) else headers
-    result: list[tuple[str, bytes]] = []
-    seen: set[str] = set()
-    for name, value in pairs:
-        if not isinstance(name, str):
-            raise TypeError(f"header names must be str, not {type(name).__name__}")
-        if name in seen:
-            raise ValueError(f"header {name!r} appears twice; the API keeps one value per name")
-        seen.add(name)
-        raw = _as_bytes(value, f"header {name!r}")
-        if raw is None:
-            raise TypeError(f"header {name!r} has no value; the API needs bytes or str")
-        result.append((name, raw))
-    return result
-
-
-def _end_body(producer_id: int, epoch: int, commit: bool) -> dict[str, Any]:
-    """EndTxn's request: the transaction's identity, and whether it commits."""
-    return {"producer_id": producer_id, "producer_epoch": epoch, "commit": commit}
 
 
 class Producer(Closeable):
@@ -109,14 +74,22 @@ class Producer(Closeable):
         c = self.config
         self._tid = c.transactional_id
         self._http = HttpClient(c, max_connections=SENDER_POOL_SIZE + 2)
-        self._metadata: dict[str, int] = {}
-        self._metadata_lock = threading.Lock()
+        self._partitions = PartitionCounts(self._http)
         self._cond = threading.Condition()  # the producer's lock: guards the three parts
         self._callbacks = Callbacks(c, "producer", self._statistics)
         self._accumulator = Accumulator(self._cond, c.batch_size, c.delivery_timeout_ms / 1000)
         self._manager = TransactionManager(self._tid is not None, c.enable_idempotence)
         self._sender = Sender(
             c, self._cond, self._accumulator, self._manager, self._http, self._callbacks
+        )
+        self._txn = TransactionCalls(
+            self._tid,
+            self._cond,
+            self._accumulator,
+            self._manager,
+            self._sender,
+            self._http,
+            self._check,
         )
         self._committer: ThreadPoolExecutor | None = None  # commit_transaction_async()'s thread
 
@@ -152,29 +125,17 @@ class Producer(Closeable):
         - a `KafkaException` with `txn_requires_abort`: the transaction already failed; call
           `abort_transaction()`. With `fatal`: close the producer.
         """
-        if isinstance(timestamp, bool) or not isinstance(timestamp, int) or timestamp < 0:
-            raise ValueError(f"timestamp: milliseconds since the epoch, not {timestamp!r}")
-        key_bytes = _as_bytes(key, "key")
-        value_bytes = _as_bytes(value, "value")
-        header_pairs = _headers(headers)
-        size = len(key_bytes or b"") + len(value_bytes or b"")
-        if header_pairs:
-            size += sum(len(n) + len(v) for n, v in header_pairs)
-        if size > self.config.message_max_bytes:
-            raise MessageSizeTooLarge(
-                f"the record holds {size} bytes; message.max.bytes is "
-                f"{self.config.message_max_bytes}"
-            )
-        record = (timestamp or time.time_ns() // 1_000_000, key_bytes, value_bytes, header_pairs)
+        record, size = record_of(key, value, timestamp, headers, self.config.message_max_bytes)
+        key_bytes = record[1]
         on_delivery = on_delivery or callback or self.config.on_delivery
         accumulator = self._accumulator
         # A topic seen before needs no metadata call, and the lock is taken once; before a call,
         # a producer that may not produce says so first.
-        count = self._metadata.get(topic) if isinstance(topic, str) else None
+        count = self._partitions.known(topic)
         if count is None:
             with self._cond:
                 self._check_can_produce()
-            count = self._partition_count(topic)
+            count = self._partitions.of(topic)
         with self._cond:
             self._check_can_produce()
             if partition is not None and partition != -1 and not 0 <= partition < count:
@@ -236,27 +197,9 @@ class Producer(Closeable):
         - `IllegalStateError`: no transactional.id, or a transaction is open.
         """
         self._require_transactional()
-        deadline = self._http.deadline(timeout)
-        self._await_commit(deadline)
-        with self._cond:
-            self._check(Op.INIT)
-        body = {
-            "transactional_id": self._tid,
-            "transaction_timeout_ms": self.config.transaction_timeout_ms,
-            "keep_prepared": keep_prepared,
-        }
-        answer = self._txn_call(Op.INIT, "POST", api_path("init-pid"), body, deadline)
-        prepared = False
-        if keep_prepared:
-            described = self._txn_call(None, "GET", self._txn_path(), None, deadline)
-            prepared = described.get("state") == "Prepared"
-        with self._cond:
-            self._manager.start_epoch(answer["producer_id"], answer["producer_epoch"])
-            self._manager.enter(Op.INIT)
-            if prepared:
-                # An older instance's prepared transaction is this producer's to finish.
-                self._manager.state = TxnState.PREPARED
-                self._manager.touched = True
+        self._txn.init(
+            self._http.deadline(timeout), self.config.transaction_timeout_ms, keep_prepared
+        )
 
     def begin_transaction(self) -> None:
         """Start a transaction (locally; the coordinator hears of it with the first record or
@@ -289,35 +232,7 @@ class Producer(Closeable):
         - `IllegalStateError`: no transaction is open.
         """
         self._require_transactional()
-        deadline = self._http.deadline(timeout)
-        self._await_commit(deadline)
-        group_id = (
-            group_metadata.group_id
-            if isinstance(group_metadata, ConsumerGroupMetadata)
-            else group_metadata
-        )
-        entries = []
-        for tp in offsets:
-            if tp.offset < 0:
-                continue
-            entry: dict[str, Any] = {"topic": tp.topic, "partition": tp.partition}
-            entry["offset"] = tp.offset
-            if tp.metadata is not None:
-                entry["metadata"] = tp.metadata
-            entries.append(entry)
-        with self._cond:
-            self._check(Op.SEND_OFFSETS)
-            if not entries:
-                return
-            self._manager.touched = True
-            pid, epoch = self._manager.producer_id, self._manager.epoch
-        body: dict[str, Any] = {"producer_id": pid, "producer_epoch": epoch, "group_id": group_id}
-        body["offsets"] = entries
-        if isinstance(group_metadata, ConsumerGroupMetadata) and group_metadata.member_id:
-            # KIP-447: the coordinator refuses them if this member no longer owns the partitions.
-            body["member_id"] = group_metadata.member_id
-            body["member_epoch"] = group_metadata.member_epoch
-        self._txn_call(Op.SEND_OFFSETS, "POST", self._txn_path("offsets"), body, deadline)
+        self._txn.send_offsets(offsets, group_metadata, self._http.deadline(timeout))
 
     def prepare_transaction(self, timeout: float | None = None) -> None:
         """Flush, then prepare the transaction: no more records or offsets may join, and the
@@ -329,25 +244,7 @@ class Producer(Closeable):
         `prepare_transaction()` again.
         """
         self._require_transactional()
-        deadline = self._http.deadline(timeout)
-        self._await_commit(deadline)
-        with self._cond:
-            self._check(Op.PREPARE)
-        self._flush_transaction(deadline)
-        with self._cond:
-            self._check(Op.PREPARE)
-            self._manager.touched = True
-            pid, epoch = self._manager.producer_id, self._manager.epoch
-        body = {"producer_id": pid, "producer_epoch": epoch}
-        try:
-            self._txn_call(Op.PREPARE, "POST", self._txn_path("prepare"), body, deadline)
-        except InvalidTxnState:
-            # A retried prepare whose first attempt was applied: check that it is ours.
-            described = self._txn_call(None, "GET", self._txn_path(), None, deadline)
-            if (described.get("state"), described.get("producer_epoch")) != ("Prepared", epoch):
-                raise
-        with self._cond:
-            self._manager.enter(Op.PREPARE)
+        self._txn.prepare(self._http.deadline(timeout))
 
     def commit_transaction(self, timeout: float | None = None) -> None:
         """Flush every record of the transaction, then commit it (EndTxn): its records become
@@ -368,12 +265,12 @@ class Producer(Closeable):
         """
         self._require_transactional()
         deadline = self._http.deadline(timeout)
-        self._await_commit(deadline)
+        self._txn.await_commit(deadline)
         with self._cond:
             state = self._check(Op.COMMIT)
         if state is TxnState.IN_TRANSACTION:
-            self._flush_transaction(deadline)
-        self._end_transaction(Op.COMMIT, deadline)
+            self._txn.flush(deadline)
+        self._txn.end(Op.COMMIT, deadline)
 
     def commit_transaction_async(self, timeout: float | None = None) -> Future[None]:
         """Commit the transaction in the background and return at once: the next transaction
@@ -403,7 +300,7 @@ class Producer(Closeable):
         background commit is still under way after `timeout`.
         """
         self._require_transactional()
-        self._await_commit(self._http.deadline(timeout))
+        self._txn.await_commit(self._http.deadline(timeout))
         with self._cond:
             self._check(Op.COMMIT_ASYNC)
             manager = self._manager
@@ -412,7 +309,7 @@ class Producer(Closeable):
             manager.enter(Op.COMMIT_ASYNC)
             if self._committer is None:
                 self._committer = ThreadPoolExecutor(1, thread_name_prefix="sdk-producer-commit")
-            return self._committer.submit(self._commit_in_background, manager.pending, timeout)
+            return self._committer.submit(self._txn.commit_in_background, manager.pending, timeout)
 
     def abort_transaction(self, timeout: float | None = None) -> None:
         """Abort the transaction: records not yet sent are dropped (their delivery reports say
@@ -428,23 +325,7 @@ class Producer(Closeable):
           `commit_transaction()` again instead).
         """
         self._require_transactional()
-        deadline = self._http.deadline(timeout)
-        self._await_commit(deadline)
-        purged = MessagePurged("dropped by abort_transaction()")
-        with self._cond:
-            self._check(Op.ABORT)
-            self._manager.enter(Op.ABORT)
-            self._accumulator.purge(purged)
-            # Answers of requests in flight must be in before EndTxn, so none can join later.
-            while self._sender.inflight and time.monotonic() < deadline:
-                self._cond.wait(deadline - time.monotonic())
-            if self._sender.inflight:
-                raise KafkaTimeoutError("requests still in flight; call abort_transaction() again")
-            self._accumulator.purge(purged)
-        self._accumulator.serve_reports()
-        with self._cond:
-            self._check(Op.ABORT)
-        self._end_transaction(Op.ABORT, deadline)
+        self._txn.abort(self._http.deadline(timeout))
 
     def _transaction_identity(self) -> tuple[int, int]:
         """(producer id, epoch) of the current transaction: what a commit-group names it by
@@ -462,7 +343,7 @@ class Producer(Closeable):
     def _release(self, timeout: float | None) -> None:
         try:
             with contextlib.suppress(KafkaTimeoutError):
-                self._await_commit(self._http.deadline(timeout))
+                self._txn.await_commit(self._http.deadline(timeout))
             if self._tid is None:
                 self.flush(timeout)
             elif self._manager.state is TxnState.IN_TRANSACTION and self._manager.fatal is None:
@@ -505,161 +386,3 @@ class Producer(Closeable):
                 "msg_cnt": self._accumulator.outstanding,
                 "txn_state": self._manager.state.value,
             }
-
-    # -- metadata -------------------------------------------------------------------------------
-
-    def _partition_count(self, topic: str) -> int:
-        with self._metadata_lock:
-            count = self._metadata.get(topic)
-        if count is None:
-            if not isinstance(topic, str):
-                raise TypeError(f"topic must be str, not {type(topic).__name__}")
-            described = self._http.call("GET", api_path("topics", topic))
-            count = len(described["partitions"])
-            with self._metadata_lock:
-                self._metadata[topic] = count
-        return count
-
-    # -- the transaction's requests ---------------------------------------------------------------
-
-    def _txn_path(self, *suffix: str) -> str:
-        return api_path("transactions", self._tid or "", *suffix)
-
-    def _flush_transaction(self, deadline: float) -> None:
-        if not self._accumulator.wait_outstanding(deadline):
-            raise KafkaTimeoutError("records still undelivered; call again to keep waiting")
-        with self._cond:
-            self._check_delivered()
-
-    def _check_delivered(self) -> None:
-        """Once no record of the transaction is outstanding (under the lock): raise unless every
-        one was delivered, so that a transaction missing a record is never ended as committed."""
-        manager = self._manager
-        if manager.fatal is not None:
-            raise manager.fatal
-        if manager.error is not None:
-            raise manager.error
-        if self._sender.stopping:
-            # close() purged what was unsent.
-            raise MessagePurged(
-                "the producer was closed before the transaction's records were delivered; "
-                "it was not committed"
-            )
-
-    def _end_transaction(self, op: Op, deadline: float) -> None:
-        """EndTxn: `op` is Op.COMMIT or Op.ABORT (checked by the caller)."""
-        manager = self._manager
-        with self._cond:
-            manager.enter(op)
-            if not manager.touched:
-                # The coordinator never heard of this transaction: nothing to end there.
-                manager.start_epoch(manager.producer_id, manager.epoch)
-                manager.enter(Op.ENDED)
-                return
-            pid, epoch = manager.end_identity()
-        commit = op is Op.COMMIT
-        try:
-            answer = self._txn_call(
-                op, "POST", self._txn_path("end"), _end_body(pid, epoch, commit), deadline
-            )
-        except InvalidTxnState:
-            if commit:
-                raise
-            # Nothing open at our epoch (no batch of it was ever written): nothing to abort.
-            answer = {"producer_id": pid, "producer_epoch": epoch}
-        with self._cond:
-            manager.start_epoch(answer["producer_id"], answer["producer_epoch"])
-            manager.enter(Op.ENDED)
-
-    def _txn_call(
-        self, op: Op | None, method: str, path: str, body: dict[str, Any] | None, deadline: float
-    ) -> Any:
-        """A request of `op` (None: a read that fails nothing), with retries; its errors change
-        the producer's state as they must."""
-        try:
-            return self._http.call(method, path, body=body, deadline=deadline)
-        except KafkaTimeoutError:
-            raise
-        except KafkaException as exc:
-            with self._cond:
-                failed = self._txn_failed(op, exc)
-            raise failed from exc.__cause__
-
-    def _txn_failed(self, op: Op | None, exc: KafkaException) -> KafkaException:
-        """What a refused request of `op` does to the producer (under the lock); returns what
-        the caller raises."""
-        if exc.fatal:
-            self._sender.set_fatal(exc)
-        elif isinstance(exc, TransactionTimedOut):
-            self._sender.timed_out(exc)
-        elif op is not None:
-            exc = self._manager.refused(op, exc)
-        return exc
-
-    # -- the commit in the background ------------------------------------------------------------
-
-    def _await_commit(self, deadline: float) -> None:
-        """Wait until no commit runs in the background; what it left (an error, a new epoch) is
-        then the producer's state."""
-        with self._cond:
-            while self._manager.pending is not None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise KafkaTimeoutError(
-                        "the commit of commit_transaction_async() is still under way; call again"
-                    )
-                self._cond.wait(remaining)
-
-    def _commit_in_background(self, generation: int, timeout: float | None) -> None:
-        """commit_transaction_async()'s work: wait until every batch of `generation` is
-        reported, then EndTxn; the next generation's batches are sent after its answer."""
-        manager = self._manager
-        try:
-            with self._cond:
-                # Its batches are sealed and go without lingering; each is delivered, or fails
-                # the transaction, within delivery.timeout.ms (close() purges them).
-                while self._accumulator.holds(generation) and manager.error is None:
-                    self._cond.wait()
-                self._check_delivered()
-                pid, epoch = manager.end_identity()
-                if not manager.touched:
-                    # The coordinator never heard of this transaction: nothing to end there.
-                    self._committed(pid, epoch)
-                    return
-            body = _end_body(pid, epoch, commit=True)
-            deadline = self._http.deadline(timeout)
-            answer = self._http.call("POST", self._txn_path("end"), body=body, deadline=deadline)
-        except KafkaException as exc:
-            with self._cond:
-                failed = self._background_commit_failed(exc)
-            raise failed from exc.__cause__
-        with self._cond:
-            self._committed(answer["producer_id"], answer["producer_epoch"])
-
-    def _committed(self, producer_id: int, epoch: int) -> None:
-        """The background commit is done (under the lock): the next transaction's batches go
-        under the new epoch."""
-        self._manager.pending = None
-        self._manager.start_epoch(producer_id, epoch)
-        self._cond.notify_all()
-
-    def _background_commit_failed(self, exc: KafkaException) -> KafkaException:
-        """The background commit failed (under the lock): the transaction begun after it fails
-        too (none of its records was sent), and the producer is where a failed
-        commit_transaction() leaves it. Returns what the future raises."""
-        manager = self._manager
-        manager.pending = None
-        self._accumulator.purge(MessagePurged(f"dropped: the commit before failed: {exc}"))
-        if exc is manager.fatal or (exc is manager.error and manager.state is TxnState.NEEDS_INIT):
-            pass  # the producer is failed, or (TransactionTimedOut) needs init_transactions()
-        elif exc is manager.error:
-            # A record failed it: the transaction is open and can only be aborted.
-            manager.state = TxnState.IN_TRANSACTION
-        else:
-            # EndTxn was refused or not answered in time: as commit_transaction()'s.
-            manager.state = TxnState.COMMITTING
-            manager.error = None
-            if not isinstance(exc, KafkaTimeoutError):
-                exc = self._txn_failed(Op.COMMIT, exc)
-        self._cond.notify_all()
-        return exc

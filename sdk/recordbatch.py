@@ -37,12 +37,45 @@ value length, value), every length and delta a zigzag varint; -1 is null.
 from __future__ import annotations
 
 import struct
-import zlib
-from collections.abc import Iterator, Sequence
-from typing import NamedTuple
+from collections.abc import Iterator
 
-import cramjam
 from crc32c import crc32c
+
+from sdk._batch_layout import (
+    ATTRIBUTES_AND_MAX,
+    CODEC_MASK,
+    CODEC_NAMES,
+    CODECS,
+    COMPRESSION_GZIP,
+    COMPRESSION_LZ4,
+    COMPRESSION_NONE,
+    COMPRESSION_SNAPPY,
+    COMPRESSION_ZSTD,
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
+    CONTROL_KEY,
+    CRC,
+    CRC_START,
+    HEADER,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC,
+    MAX_UNCOMPRESSED_BYTES,
+    Checked,
+    CorruptBatch,
+    Header,
+    InflatesTooFar,
+    Record,
+)
+from sdk._batch_writing import (
+    BuildRecord,
+    build,
+    build_control,
+    joined_with_leader_epoch,
+    with_base_offset,
+    with_log_append_time,
+)
+from sdk._compression import compress, decompress
 
 __all__ = [
     "CODECS",
@@ -55,9 +88,11 @@ __all__ = [
     "CONTROL_COMMIT",
     "HEADER_SIZE",
     "MAX_UNCOMPRESSED_BYTES",
+    "BuildRecord",
     "Checked",
     "CorruptBatch",
     "Header",
+    "InflatesTooFar",
     "Record",
     "build",
     "build_control",
@@ -68,118 +103,9 @@ __all__ = [
     "read_header",
     "records",
     "with_base_offset",
+    "with_codec",
     "with_log_append_time",
 ]
-
-HEADER_SIZE = 61
-MAGIC = 2
-# Bytes of the header before the batch length's count starts (base offset and length fields).
-LOG_OVERHEAD = 12
-CRC_START = 21
-
-COMPRESSION_NONE = 0
-COMPRESSION_GZIP = 1
-COMPRESSION_SNAPPY = 2
-COMPRESSION_LZ4 = 3
-COMPRESSION_ZSTD = 4
-CODECS = {
-    "none": COMPRESSION_NONE,
-    "gzip": COMPRESSION_GZIP,
-    "snappy": COMPRESSION_SNAPPY,
-    "lz4": COMPRESSION_LZ4,
-    "zstd": COMPRESSION_ZSTD,
-}
-_CODEC_NAMES = {v: k for k, v in CODECS.items()}
-
-CODEC_MASK = 0x07
-LOG_APPEND_TIME = 0x08
-TRANSACTIONAL = 0x10
-CONTROL = 0x20
-
-CONTROL_ABORT = 0
-CONTROL_COMMIT = 1
-
-# gzip inflates in steps of this many bytes (see _decompress).
-_INFLATE_STEP = 1024 * 1024
-# A compressed batch that would inflate past this is refused (a decompression bomb).
-MAX_UNCOMPRESSED_BYTES = 256 * 1024 * 1024
-
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-_BASE_OFFSET = struct.Struct(">q")
-_LEADER_EPOCH = struct.Struct(">i")
-_CRC = struct.Struct(">I")
-_ATTRIBUTES_AND_MAX = struct.Struct(">h")
-_MAX_TIMESTAMP = struct.Struct(">q")
-_CONTROL_KEY = struct.Struct(">hh")
-_CONTROL_VALUE = struct.Struct(">hi")
-_XERIAL_MAGIC = b"\x82SNAPPY\x00"
-_XERIAL_HEADER_SIZE = 16
-_XERIAL_BLOCK = struct.Struct(">i")
-
-
-class CorruptBatch(ValueError):
-    """The bytes are not a well-formed record batch; the message says what is wrong."""
-
-
-class InflatesTooFar(CorruptBatch):
-    """A compressed records section that would inflate past the limit it was read with (a
-    decompression bomb, or a batch too large to be held uncompressed)."""
-
-
-class Header(NamedTuple):
-    base_offset: int
-    length: int  # bytes after the length field: the batch is `length + 12` bytes
-    partition_leader_epoch: int
-    magic: int
-    crc: int
-    attributes: int
-    last_offset_delta: int
-    base_timestamp: int
-    max_timestamp: int
-    producer_id: int
-    producer_epoch: int
-    base_sequence: int
-    record_count: int
-
-    @property
-    def size(self) -> int:
-        return self.length + LOG_OVERHEAD
-
-    @property
-    def last_offset(self) -> int:
-        return self.base_offset + self.last_offset_delta
-
-    @property
-    def compression(self) -> int:
-        return self.attributes & CODEC_MASK
-
-    @property
-    def is_transactional(self) -> bool:
-        return bool(self.attributes & TRANSACTIONAL)
-
-    @property
-    def is_control(self) -> bool:
-        return bool(self.attributes & CONTROL)
-
-    @property
-    def log_append_time(self) -> bool:
-        return bool(self.attributes & LOG_APPEND_TIME)
-
-
-class Record(NamedTuple):
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes | None]]
-
-
-class Checked(NamedTuple):
-    """What `check` found: the header, the newest record timestamp, whether any key is null."""
-
-    header: Header
-    max_timestamp: int
-    has_null_key: bool
 
 
 # -- reading ------------------------------------------------------------------------------------
@@ -191,7 +117,7 @@ def read_header(data: bytes | bytearray | memoryview, pos: int = 0) -> Header:
         raise CorruptBatch(
             f"a record batch needs a {HEADER_SIZE}-byte header; only {len(data) - pos} bytes left"
         )
-    return Header._make(_HEADER.unpack_from(data, pos))
+    return Header._make(HEADER.unpack_from(data, pos))
 
 
 def check(data: bytes, max_uncompressed: int = MAX_UNCOMPRESSED_BYTES) -> Checked:
@@ -233,7 +159,7 @@ def _check_header(data: bytes | bytearray | memoryview, pos: int, header: Header
         raise CorruptBatch(
             f"CRC-32C mismatch: the header says {header.crc}, the bytes give {actual}"
         )
-    if header.compression not in _CODEC_NAMES:
+    if header.compression not in CODEC_NAMES:
         raise CorruptBatch(f"unknown compression codec {header.compression}")
 
 
@@ -246,83 +172,13 @@ def _records_section(
     if codec == COMPRESSION_NONE:
         return view
     try:
-        return _decompress(codec, view, max_uncompressed)
+        return decompress(codec, view, max_uncompressed)
     except CorruptBatch:
         raise
     except Exception as exc:  # each codec raises its own kind
         raise CorruptBatch(
-            f"the {_CODEC_NAMES[codec]} records section does not decompress: {exc}"
+            f"the {CODEC_NAMES[codec]} records section does not decompress: {exc}"
         ) from None
-
-
-def _decompress(codec: int, data: memoryview, limit: int) -> bytes | bytearray:
-    if codec == COMPRESSION_GZIP:
-        # In steps of a bounded size, so a bomb is refused having held at most `limit` bytes
-        # (one call with the limit as its bound holds the output twice while it grows).
-        # Into one growing buffer, not a list of parts joined at the end: a join holds the
-        # records twice at its peak.
-        inflater = zlib.decompressobj(47)  # gzip or zlib header, detected
-        out = bytearray()
-        pending: bytes | memoryview = data
-        while not inflater.eof:
-            part = inflater.decompress(pending, _INFLATE_STEP)
-            if len(out) + len(part) > limit:
-                raise InflatesTooFar(f"the records inflate past {limit} bytes")
-            out += part
-            pending = inflater.unconsumed_tail
-            if not part and not pending:
-                raise CorruptBatch("the gzip stream is truncated")
-        return out
-    if codec == COMPRESSION_SNAPPY:
-        if bytes(data[:8]) == _XERIAL_MAGIC:
-            return _xerial(data, limit)
-        if cramjam.snappy.decompress_raw_len(data) > limit:
-            raise InflatesTooFar(f"the records inflate past {limit} bytes")
-        return bytes(cramjam.snappy.decompress_raw(data))
-    decompress_into = cramjam.lz4.decompress_into
-    if codec == COMPRESSION_ZSTD:
-        decompress_into = cramjam.zstd.decompress_into
-    # Into a bounded buffer, growing it while the output does not fit.
-    size = min(limit, max(64 * 1024, 8 * len(data)))
-    while True:
-        buffer = bytearray(size)
-        try:
-            written = decompress_into(data, buffer)
-        except cramjam.DecompressionError:
-            if size >= limit:
-                # Past the limit or not a stream at all: either way it is refused (as corrupt:
-                # the codec cannot tell which).
-                raise
-            size = min(limit, size * 4)
-            continue
-        if written == size and size < limit:
-            size = min(limit, size * 4)  # it may have stopped at the end of the buffer
-            continue
-        if written == size:
-            raise InflatesTooFar(f"the records inflate to {limit} bytes or more")
-        return bytes(memoryview(buffer)[:written])
-
-
-def _xerial(data: memoryview, limit: int) -> bytes:
-    """Snappy in xerial's framing: a 16-byte header, then blocks of (i32 length, raw snappy)."""
-    parts = []
-    total = 0
-    pos = _XERIAL_HEADER_SIZE
-    end = len(data)
-    while pos < end:
-        if end - pos < 4:
-            raise CorruptBatch("a xerial snappy block length is truncated")
-        (length,) = _XERIAL_BLOCK.unpack_from(data, pos)
-        pos += 4
-        if length < 0 or pos + length > end:
-            raise CorruptBatch("a xerial snappy block runs past the end of the records")
-        block = data[pos : pos + length]
-        total += cramjam.snappy.decompress_raw_len(block)
-        if total > limit:
-            raise InflatesTooFar(f"the records inflate past {limit} bytes")
-        parts.append(bytes(cramjam.snappy.decompress_raw(block)))
-        pos += length
-    return b"".join(parts)
 
 
 def _varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
@@ -515,186 +371,8 @@ def control_type(data: bytes | bytearray | memoryview, pos: int = 0) -> int:
     record = next(records(data, pos))
     if record.key is None or len(record.key) < 4:
         raise CorruptBatch("a control record without its key")
-    kind: int = _CONTROL_KEY.unpack_from(record.key)[1]
+    kind: int = CONTROL_KEY.unpack_from(record.key)[1]
     return kind
-
-
-# -- building -----------------------------------------------------------------------------------
-
-# One byte of every zigzag varint from -64 to 63: nearly every length and delta of a batch.
-_SMALL = {v: bytes([((v << 1) ^ (v >> 63)) & 0xFF]) for v in range(-64, 64)}
-
-
-def _zigzag(value: int) -> bytes:
-    small = _SMALL.get(value)
-    if small is not None:
-        return small
-    raw = (value << 1) ^ (value >> 63)
-    raw &= 0xFFFFFFFFFFFFFFFF
-    out = bytearray()
-    while raw >= 0x80:
-        out.append((raw & 0x7F) | 0x80)
-        raw >>= 7
-    out.append(raw)
-    return bytes(out)
-
-
-#: A record to build: (timestamp, key, value, headers).
-BuildRecord = tuple[int, bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]
-
-
-def build(
-    batch_records: Sequence[BuildRecord],
-    *,
-    compression: int = COMPRESSION_NONE,
-    base_offset: int = 0,
-    producer_id: int = -1,
-    producer_epoch: int = -1,
-    base_sequence: int = -1,
-    transactional: bool = False,
-    control: bool = False,
-    log_append_time: bool = False,
-    offset_deltas: Sequence[int] | None = None,
-    last_offset_delta: int | None = None,
-    base_timestamp: int | None = None,
-    partition_leader_epoch: int = -1,
-) -> bytes:
-    """A record batch of `batch_records`. Offset deltas are 0..n-1 unless given (log
-    compaction keeps a subset's deltas and the batch's last offset delta, as Kafka's cleaner
-    does); the base timestamp is the first record's unless given."""
-    if compression not in _CODEC_NAMES:
-        raise ValueError(f"unknown compression codec {compression}")
-    count = len(batch_records)
-    if offset_deltas is not None and len(offset_deltas) != count:
-        raise ValueError("offset_deltas must give one delta per record")
-    if base_timestamp is None:
-        base_timestamp = batch_records[0][0] if count else -1
-    max_timestamp = max((r[0] for r in batch_records), default=base_timestamp)
-    if last_offset_delta is None:
-        last_offset_delta = (offset_deltas[-1] if offset_deltas else count - 1) if count else 0
-    zigzag = _zigzag
-    parts: list[bytes] = []
-    append = parts.append
-    for index, (timestamp, key, value, headers) in enumerate(batch_records):
-        body = (
-            b"\x00"  # attributes
-            + zigzag(timestamp - base_timestamp)
-            + zigzag(index if offset_deltas is None else offset_deltas[index])
-            + (b"\x01" if key is None else zigzag(len(key)) + key)
-            + (b"\x01" if value is None else zigzag(len(value)) + value)
-            + (_headers_of(headers) if headers else b"\x00")
-        )
-        append(zigzag(len(body)))
-        append(body)
-    section = _compress(compression, b"".join(parts))
-    attributes = compression
-    if log_append_time:
-        attributes |= LOG_APPEND_TIME
-    if transactional:
-        attributes |= TRANSACTIONAL
-    if control:
-        attributes |= CONTROL
-    header = bytearray(
-        _HEADER.pack(
-            base_offset,
-            HEADER_SIZE - LOG_OVERHEAD + len(section),
-            partition_leader_epoch,
-            MAGIC,
-            0,
-            attributes,
-            last_offset_delta,
-            base_timestamp,
-            max_timestamp,
-            producer_id,
-            producer_epoch,
-            base_sequence,
-            count,
-        )
-    )
-    header += section
-    _CRC.pack_into(header, 17, crc32c(memoryview(header)[CRC_START:]))
-    return bytes(header)
-
-
-def _headers_of(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
-    out = bytearray(_zigzag(len(headers)))
-    for name, hvalue in headers:
-        raw = name.encode()
-        out += _zigzag(len(raw))
-        out += raw
-        if hvalue is None:
-            out += b"\x01"
-        else:
-            out += _zigzag(len(hvalue))
-            out += hvalue
-    return bytes(out)
-
-
-def _compress(codec: int, data: bytes) -> bytes:
-    if codec == COMPRESSION_NONE:
-        return data
-    if codec == COMPRESSION_GZIP:
-        deflater = zlib.compressobj(6, zlib.DEFLATED, 31)
-        return deflater.compress(data) + deflater.flush()
-    if codec == COMPRESSION_SNAPPY:
-        return bytes(cramjam.snappy.compress_raw(data))
-    if codec == COMPRESSION_LZ4:
-        return bytes(cramjam.lz4.compress(data))
-    return bytes(cramjam.zstd.compress(data))
-
-
-def build_control(
-    commit: bool,
-    producer_id: int,
-    producer_epoch: int,
-    timestamp: int,
-    coordinator_epoch: int = 0,
-    base_offset: int = 0,
-) -> bytes:
-    """A control batch (Kafka's end-transaction marker): control and transactional attributes,
-    one record with key (version 0, type: 0 abort, 1 commit) and value (version 0, coordinator
-    epoch)."""
-    key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
-    value = _CONTROL_VALUE.pack(0, coordinator_epoch)
-    return build(
-        [(timestamp, key, value, ())],
-        base_offset=base_offset,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        transactional=True,
-        control=True,
-    )
-
-
-# -- rewriting in place -------------------------------------------------------------------------
-
-
-def with_base_offset(data: bytes, base_offset: int) -> bytes:
-    """The batch with its base offset set (outside the CRC: nothing else changes)."""
-    return _BASE_OFFSET.pack(base_offset) + data[8:]
-
-
-def joined_with_leader_epoch(batches: Sequence[bytes], partition_leader_epoch: int) -> bytearray:
-    """Whole batches back to back, each with its partition leader epoch set (outside the CRC),
-    as a Kafka leader's fetch answer carries them; one copy, the join's."""
-    out = bytearray().join(batches)
-    at = 0
-    for batch in batches:
-        _LEADER_EPOCH.pack_into(out, at + 12, partition_leader_epoch)
-        at += len(batch)
-    return out
-
-
-def with_log_append_time(data: bytes, timestamp: int) -> bytes:
-    """The batch stamped with the log's append time, as Kafka's broker does for a
-    `LogAppendTime` topic: the timestamp-type attribute set, the max timestamp (which readers
-    then give every record) set to `timestamp`, the CRC recomputed."""
-    out = bytearray(data)
-    (attributes,) = _ATTRIBUTES_AND_MAX.unpack_from(out, 21)
-    _ATTRIBUTES_AND_MAX.pack_into(out, 21, attributes | LOG_APPEND_TIME)
-    _MAX_TIMESTAMP.pack_into(out, 35, timestamp)
-    _CRC.pack_into(out, 17, crc32c(memoryview(out)[CRC_START:]))
-    return bytes(out)
 
 
 _LENGTH = struct.Struct(">i")
@@ -710,10 +388,10 @@ def with_codec(data: bytes, codec: int, max_uncompressed: int = MAX_UNCOMPRESSED
         return data
     section = bytes(_records_section(data, 0, header, max_uncompressed))
     if codec != COMPRESSION_NONE:
-        section = _compress(codec, section)
+        section = compress(codec, section)
     out = bytearray(data[:HEADER_SIZE])
     out += section
     _LENGTH.pack_into(out, 8, len(out) - LOG_OVERHEAD)
-    _ATTRIBUTES_AND_MAX.pack_into(out, 21, (header.attributes & ~CODEC_MASK) | codec)
-    _CRC.pack_into(out, 17, crc32c(memoryview(out)[CRC_START:]))
+    ATTRIBUTES_AND_MAX.pack_into(out, 21, (header.attributes & ~CODEC_MASK) | codec)
+    CRC.pack_into(out, 17, crc32c(memoryview(out)[CRC_START:]))
     return bytes(out)

@@ -23,7 +23,6 @@ tables), ordinary transactions; nothing prepared.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 import time
@@ -34,20 +33,12 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 from sqlalchemy import (
-    BigInteger,
     Column,
     Connection,
-    Engine,
-    Integer,
     MetaData,
     String,
     Table,
-    Text,
-    UniqueConstraint,
     column,
-    create_engine,
-    delete,
-    event,
     func,
     insert,
     inspect,
@@ -55,12 +46,27 @@ from sqlalchemy import (
     table,
     update,
 )
-from sqlalchemy.exc import DBAPIError, IntegrityError
-from sqlalchemy.pool import NullPool
 from sqlalchemy.types import TypeEngine
 
 from sdk._errors import ConfigError
 from sdk.spark._offsets import Offsets
+from sdk.spark._sql_tables import (
+    ATTEMPT_COLUMN,
+    BOOKKEEPING,
+    COMMITS,
+    JOBS,
+    RunFenced,
+    committed_offsets,
+    create_tables,
+    drop_staging,
+    engine_for,
+    qualified_name,
+    split_table,
+    staging_name,
+    start_run,
+    target_table,
+    write_offsets,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -74,98 +80,6 @@ __all__ = [
     "engine_for",
     "stage_batches",
 ]
-
-ATTEMPT_COLUMN = "txsql_attempt"
-IDENTIFIER_MAX = 63  # Postgres's limit; SQLite has none
-
-BOOKKEEPING = MetaData()
-JOBS = Table(
-    "txsql_jobs",
-    BOOKKEEPING,
-    Column("job_id", String(128), primary_key=True),
-    Column("run", String(64), nullable=False),
-    # The run's staging table (schema-qualified), null once committed or aborted.
-    Column("staging", String(255), nullable=True),
-    Column("started_ms", BigInteger, nullable=False),
-)
-COMMITS = Table(
-    "txsql_commits",
-    BOOKKEEPING,
-    Column("job_id", String(128), primary_key=True),
-    Column("run", String(64), primary_key=True),
-    Column("batch_id", BigInteger, nullable=True),
-    Column("dbtable", String(255), nullable=False),
-    Column("rows", BigInteger, nullable=False),
-    Column("discarded_rows", BigInteger, nullable=False),
-    Column("winners", Text, nullable=False),
-    Column("committed_ms", BigInteger, nullable=False),
-    UniqueConstraint("job_id", "batch_id", name="uq_txsql_commits_job_batch"),
-)
-OFFSETS = Table(
-    "txsql_offsets",
-    BOOKKEEPING,
-    Column("group_id", String(255), primary_key=True),
-    Column("topic", String(249), primary_key=True),
-    Column("partition", Integer, primary_key=True),
-    Column("offset", BigInteger, nullable=False),
-    Column("job_id", String(128), nullable=False),
-    Column("run", String(64), nullable=False),
-    Column("committed_ms", BigInteger, nullable=False),
-)
-
-
-class RunFenced(RuntimeError):
-    """A newer run of the job started after this one, or this run was committed already: this
-    attempt's or driver's output is not (or no longer) wanted."""
-
-
-def plain_url(url: str) -> str:
-    """A plain `postgresql://` URL gets psycopg 3 (SQLAlchemy would pick psycopg2)."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        raise ConfigError(f"url: {url!r} is not a database URL (e.g. postgresql://h/db)")
-    if scheme in ("postgresql", "postgres"):
-        return f"postgresql+psycopg://{rest}"
-    return url
-
-
-def engine_for(url: str) -> Engine:
-    """An engine without a pool (tasks and drivers connect once per piece of work). SQLite
-    writers begin with `BEGIN IMMEDIATE`, so two never both read and then fail to upgrade."""
-    try:
-        engine = create_engine(
-            plain_url(url),
-            poolclass=NullPool,
-            **({"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}),
-        )
-    except Exception as exc:  # a malformed URL or an unknown dialect
-        raise ConfigError(f"url: {exc}") from None
-    if engine.dialect.name == "sqlite":
-
-        @event.listens_for(engine, "connect")
-        def _connect(dbapi_connection: Any, _: Any) -> None:
-            dbapi_connection.isolation_level = None
-
-        @event.listens_for(engine, "begin")
-        def _begin(connection: Connection) -> None:
-            connection.exec_driver_sql("BEGIN IMMEDIATE")
-
-    return engine
-
-
-def _split(dbtable: str) -> tuple[str | None, str]:
-    schema, _, name = dbtable.rpartition(".")
-    if not name or not all(part.strip() for part in dbtable.split(".")):
-        raise ConfigError(f"dbtable: {dbtable!r} is not a table name (`table` or `schema.table`)")
-    return (schema or None), name
-
-
-def staging_name(name: str, run: str) -> str:
-    """`{table}__txsql_{run}`, or a hashed name when that is too long for Postgres."""
-    plain = f"{name}__txsql_{run}"
-    if len(plain) <= IDENTIFIER_MAX:
-        return plain
-    return f"txsql_{hashlib.sha1(name.encode()).hexdigest()[:16]}_{run}"
 
 
 @dataclass(frozen=True)
@@ -213,10 +127,10 @@ class SqlTarget:
         """Before the tasks write: the target (created from `create` when missing) and the
         bookkeeping tables exist; the job's row names a new run (fencing older drivers); the
         previous run's staging table is dropped and this run's created, in one transaction."""
-        schema, name = _split(dbtable)
+        schema, name = split_table(dbtable)
         engine = engine_for(url)
         try:
-            target = _target(engine, schema, name, create)
+            target = target_table(engine, schema, name, create)
             missing = [c for c in columns if c not in target.columns]
             if missing:
                 raise ConfigError(
@@ -225,7 +139,7 @@ class SqlTarget:
                 )
             if ATTEMPT_COLUMN in columns:
                 raise ConfigError(f"columns: {ATTEMPT_COLUMN!r} is txsql's own")
-            _create_all(engine, BOOKKEEPING)
+            create_tables(engine, BOOKKEEPING)
             prepared = cls(
                 url,
                 dbtable,
@@ -236,9 +150,9 @@ class SqlTarget:
             )
             staging = prepared._staging(engine.dialect.name)
             with engine.begin() as connection:
-                previous = _start_run(connection, job_id, prepared.run, _qualified(staging))
+                previous = start_run(connection, job_id, prepared.run, qualified_name(staging))
                 if previous:
-                    _drop(connection, previous)
+                    drop_staging(connection, previous)
                 staging.create(connection)
         finally:
             engine.dispose()
@@ -307,7 +221,7 @@ class SqlTarget:
                         f"their tasks reported {expected}; nothing committed"
                     )
                 now = int(time.time() * 1000)
-                _write_offsets(connection, offsets_group, offsets or {}, self.job_id, self.run, now)
+                write_offsets(connection, offsets_group, offsets or {}, self.job_id, self.run, now)
                 connection.execute(
                     insert(COMMITS).values(
                         job_id=self.job_id,
@@ -368,11 +282,11 @@ class SqlTarget:
     # -- plumbing --------------------------------------------------------------------------------
 
     def _target(self) -> Any:
-        schema, name = _split(self.dbtable)
+        schema, name = split_table(self.dbtable)
         return table(name, *(column(c) for c in self.columns), schema=schema)
 
     def _staging(self, dialect: str) -> Table:
-        schema, name = _split(self.dbtable)
+        schema, name = split_table(self.dbtable)
         return Table(
             staging_name(name, self.run),
             MetaData(),
@@ -515,114 +429,3 @@ def stage_batches(
         if stager.committed_already():
             raise RunFenced(f"{attempt}: the job's run ended before this attempt finished")
         return AttemptOutcome(partition, attempt, stager.staged)
-
-
-def committed_offsets(url: str, group: str) -> Offsets:
-    """The input offsets committed with the output for `group` (none before a first commit):
-    where the next run starts reading."""
-    engine = engine_for(url)
-    try:
-        with engine.connect() as connection:
-            if not inspect(connection).has_table(OFFSETS.name):
-                return {}
-            rows = connection.execute(
-                select(OFFSETS.c.topic, OFFSETS.c.partition, OFFSETS.c.offset).where(
-                    OFFSETS.c.group_id == group
-                )
-            ).all()
-    finally:
-        engine.dispose()
-    result: Offsets = {}
-    for topic, partition, offset in rows:
-        result.setdefault(topic, {})[partition] = offset
-    return result
-
-
-# -- schema ---------------------------------------------------------------------------------------
-
-
-def _create_all(engine: Engine, metadata: MetaData) -> None:
-    """CREATE TABLE IF NOT EXISTS, tolerating another writer creating them at the same time."""
-    try:
-        metadata.create_all(engine, checkfirst=True)
-    except DBAPIError:
-        metadata.create_all(engine, checkfirst=True)  # lost a race: now they exist
-
-
-def _target(
-    engine: Engine, schema: str | None, name: str, create: Sequence[tuple[str, TypeEngine[Any]]]
-) -> Table:
-    """The target table, reflected; created first from `create` (name, type) when missing, as
-    Spark's JDBC writer creates it from the DataFrame's schema."""
-    if not inspect(engine).has_table(name, schema=schema):
-        if not create:
-            raise ConfigError(f"dbtable: no table {name!r} in the target database")
-        metadata = MetaData()
-        Table(name, metadata, *(Column(n, t) for n, t in create), schema=schema)
-        _create_all(engine, metadata)
-    return Table(name, MetaData(), schema=schema, autoload_with=engine)
-
-
-def _qualified(staging: Table) -> str:
-    return f"{staging.schema}.{staging.name}" if staging.schema else staging.name
-
-
-def _drop(connection: Connection, qualified: str) -> None:
-    """Drop a staging table named in `txsql_jobs`, if it is still there."""
-    schema, name = _split(qualified)
-    if inspect(connection).has_table(name, schema=schema):
-        Table(name, MetaData(), schema=schema).drop(connection)
-
-
-def _start_run(connection: Connection, job_id: str, run: str, staging: str) -> str | None:
-    """The job's row names `run` and its staging table from now on (a first run of a new job
-    races on the key); returns the staging table of the run before, if it was left behind."""
-    now = int(time.time() * 1000)
-    previous = connection.execute(
-        select(JOBS.c.staging).where(JOBS.c.job_id == job_id).with_for_update()
-    ).first()
-    values = {"run": run, "staging": staging, "started_ms": now}
-    if previous is not None:
-        connection.execute(update(JOBS).where(JOBS.c.job_id == job_id).values(**values))
-        left: str | None = previous[0]
-        return left
-    try:
-        with connection.begin_nested():
-            connection.execute(insert(JOBS).values(job_id=job_id, **values))
-        return None
-    except IntegrityError:
-        return _start_run(connection, job_id, run, staging)
-
-
-def _write_offsets(
-    connection: Connection,
-    group: str | None,
-    offsets: Offsets,
-    job_id: str,
-    run: str,
-    now: int,
-) -> None:
-    """The group's input offsets, replaced partition by partition (portable: no upsert)."""
-    if group is None:
-        return
-    for topic, partitions in sorted(offsets.items()):
-        for partition, offset in sorted(partitions.items()):
-            if offset < 0:
-                continue
-            key = (
-                (OFFSETS.c.group_id == group)
-                & (OFFSETS.c.topic == topic)
-                & (OFFSETS.c.partition == partition)
-            )
-            connection.execute(delete(OFFSETS).where(key))
-            connection.execute(
-                insert(OFFSETS).values(
-                    group_id=group,
-                    topic=topic,
-                    partition=partition,
-                    offset=offset,
-                    job_id=job_id,
-                    run=run,
-                    committed_ms=now,
-                )
-            )

@@ -337,6 +337,11 @@ def test_demo_settles_every_payment_once_despite_retries_failures_and_speculatio
     # The faults happened: lost answers were retried and recognised ...
     assert figures["responses_dropped"] > 0
     assert figures["retries_deduplicated"] == figures["responses_dropped"]
+    # ... each loss counted in the report as the transport error the producer reported, not
+    # printed as a warning
+    assert figures["transport_errors_reported"] == figures["responses_dropped"]
+    warned = [line for line in run.stderr.splitlines() if line.startswith("WARNING ")]
+    assert warned == [], warned[:5]
     # ... attempts died midway and stragglers got speculative copies that won ...
     assert figures["task_attempts_failed"] > 0, report
     assert figures["task_attempts_speculated"] > 0, report

@@ -15,9 +15,9 @@ import pytest
 
 from coordinator.kafka.server import KafkaListener
 from coordinator.kafka.wire import SUPPORTED
-from tests.kafka.test_kafka_listener import connect, listener
 from tests.support.conformance import differences, explain, run_scenario
 from tests.support.conformance_corpus import KNOWN, SCENARIOS
+from tests.support.kafka_listener import connect, listener
 
 __all__ = ["listener"]
 

@@ -16,20 +16,18 @@ raised. The README's test command builds it (`mvn package`); a missing build fai
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.kafka.test_kafka_clients import Broker, broker
+from tests.support.java import java_command
+from tests.support.kafka_broker import Broker, broker
 
 __all__ = ["broker"]
 
 pytestmark = pytest.mark.slow
 
-JAVA = Path(__file__).resolve().parents[1] / "clients" / "java"
 SCENARIOS = [
     "admin",
     "idempotent_producer",
@@ -42,26 +40,6 @@ SCENARIOS = [
     "static_membership",
     "static_membership_consumer",
 ]
-
-
-def java_command(*args: str, main: str = "coordinator.clients.Scenarios") -> list[str]:
-    """A JVM running `main` (the scenarios, or Kafka's tools) on the jars `mvn package` left in
-    target/."""
-    java = shutil.which("java")
-    classes, lib = JAVA / "target" / "classes", JAVA / "target" / "lib"
-    if java is None or not (classes / "coordinator" / "clients" / "Scenarios.class").exists():
-        pytest.fail(
-            "the Java client is not built: run the README's test command "
-            "(mvn -f tests/clients/pom.xml package, with Java 17 and Maven)"
-        )
-    return [
-        java,
-        "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-        "-cp",
-        f"{classes}:{lib}/*",
-        main,
-        *args,
-    ]
 
 
 @pytest.fixture(scope="module")

@@ -9,12 +9,9 @@ import asyncio
 import contextlib
 import datetime
 import io
-import json
 import logging
 import random
 import struct
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,75 +19,20 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 from kio.static.constants import EntityType
 
-from coordinator.app import wire_domains
 from coordinator.cli import main
-from coordinator.core.auth import Authenticator
 from coordinator.core.memory import request_memory
-from coordinator.core.settings import Settings
 from coordinator.kafka.handlers import HANDLERS
 from coordinator.kafka.server import KafkaListener
 from coordinator.kafka.wire import SUPPORTED, payload_type
 from coordinator.log import group_commit
 from coordinator.log import topics as log_topics
 from coordinator.log.topics import TopicSpec
-from coordinator.store.engines import open_store
 from sdk import recordbatch
+from tests.support.kafka_listener import (
+    authenticated,
+    connect,
+)
 from tests.support.kafka_wire import Connection, fetch_request, produce_request
-from tests.support.services import Backend, empty_tables, free_port
-
-TOKENS = [
-    {"token": "admin-token-1", "principal": "ops", "roles": ["admin"]},
-    {
-        "token": "reader-token-1",
-        "principal": "reader",
-        "roles": ["consumer"],
-        "topic_prefixes": ["pay"],
-        "group_prefixes": ["g-"],
-    },
-]
-
-
-@pytest.fixture
-async def listener(
-    store: Backend, tmp_path: Path, request: pytest.FixtureRequest
-) -> AsyncIterator[KafkaListener]:
-    # The parameter: True for a tokens file, or a dict of settings (with "auth" among them).
-    param = getattr(request, "param", False)
-    overrides = dict(param) if isinstance(param, dict) else {"auth": param}
-    auth = overrides.pop("auth", False)
-    tokens = tmp_path / "tokens.json"
-    tokens.write_text(json.dumps({"tokens": TOKENS}))
-    settings = Settings(
-        database_url=store.url,
-        kafka_listener=f"127.0.0.1:{free_port()}",
-        auth_tokens_file=tokens if auth else None,
-        **overrides,
-    )
-    db = open_store(settings)
-    # The store is shared with every other test of this backend: start from an empty one.
-    await empty_tables(db)
-    wire_domains()  # what create_app does: the listener is composed here without the app
-    running = KafkaListener(db, settings, Authenticator.from_file(tokens) if auth else None)
-    await running.start()
-    try:
-        yield running
-    finally:
-        for connection in _opened:
-            connection.writer.close()
-            with contextlib.suppress(ConnectionError):
-                await connection.writer.wait_closed()
-        _opened.clear()
-        await running.close()
-        await db.dispose()
-
-
-_opened: list[Connection] = []
-
-
-async def connect(listener: KafkaListener) -> Connection:
-    connection = Connection(*await asyncio.open_connection(listener.host, listener.port))
-    _opened.append(connection)
-    return connection
 
 
 def test_every_served_api_has_a_handler_and_nothing_more() -> None:
@@ -203,7 +145,7 @@ async def test_a_frame_before_authentication_is_held_to_the_sasl_limit(
     await before.writer.drain()
     assert await before.closed()
     # After SASL the request limit applies: a batch larger than the SASL limit is taken.
-    admin, answer = await _authenticated(listener, "ops", "admin-token-1")
+    admin, answer = await authenticated(listener, "ops", "admin-token-1")
     assert answer.error_code == ErrorCode.none
     batch = recordbatch.build([(1, b"k", b"v" * 8192, [])], producer_id=-1, producer_epoch=-1)
     produced = await admin.produce("big", batch)
@@ -261,18 +203,6 @@ async def test_init_producer_id_lets_only_the_current_instance_bump_its_epoch(
     assert await init(pid, current) == (ErrorCode.none, pid, current + 1)
 
 
-def _plain(user: str, password: str) -> bytes:
-    return b"\0" + user.encode() + b"\0" + password.encode()
-
-
-async def _authenticated(listener: KafkaListener, user: str, token: str) -> tuple[Connection, Any]:
-    connection = await connect(listener)
-    handshake = await connection.call(17, 1, mechanism="PLAIN")
-    assert handshake.error_code == ErrorCode.none
-    answer = await connection.call(36, 2, auth_bytes=_plain(user, token))
-    return connection, answer
-
-
 @pytest.mark.parametrize("listener", [True], indirect=True)
 async def test_sasl_plain_refuses_unknown_tokens_and_applies_roles(listener: KafkaListener) -> None:
     before = await connect(listener)
@@ -283,12 +213,12 @@ async def test_sasl_plain_refuses_unknown_tokens_and_applies_roles(listener: Kaf
     assert await before.closed()
 
     for user, token in [("reader", "wrong-token-1"), ("ops", "reader-token-1")]:
-        _, answer = await _authenticated(listener, user, token)
+        _, answer = await authenticated(listener, user, token)
         assert answer.error_code == ErrorCode.sasl_authentication_failed
 
     await log_topics.create_topic(listener.db, TopicSpec("payments", 1))
     await log_topics.create_topic(listener.db, TopicSpec("secret", 1))
-    reader, answer = await _authenticated(listener, "reader", "reader-token-1")
+    reader, answer = await authenticated(listener, "reader", "reader-token-1")
     assert answer.error_code == ErrorCode.none
     metadata = await reader.call(3, 12, topics=None, include_topic_authorized_operations=False)
     assert "payments" in [t.name for t in metadata.topics]
@@ -299,7 +229,7 @@ async def test_sasl_plain_refuses_unknown_tokens_and_applies_roles(listener: Kaf
     assert produced.responses[0].partition_responses[0].error_code == (
         ErrorCode.topic_authorization_failed
     )
-    admin, answer = await _authenticated(listener, "ops", "admin-token-1")
+    admin, answer = await authenticated(listener, "ops", "admin-token-1")
     assert answer.error_code == ErrorCode.none
     metadata = await admin.call(3, 12, topics=None, include_topic_authorized_operations=False)
     assert {"payments", "secret"} <= {t.name for t in metadata.topics}

@@ -29,7 +29,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError
 
 # The same brokers (a service per store, its Kafka listener) and helpers as the other clients'.
-from tests.kafka.test_kafka_clients import Broker, broker, create_topic, http_produce, http_values
+from tests.support.kafka_broker import Broker, broker, create_topic, http_produce, http_values
 
 __all__ = ["broker"]
 

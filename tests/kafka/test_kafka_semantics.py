@@ -17,7 +17,7 @@ from coordinator.log import produce
 from coordinator.log import topics as log_topics
 from coordinator.log.topics import TopicSpec
 from sdk import recordbatch
-from tests.kafka.test_kafka_listener import connect, listener
+from tests.support.kafka_listener import connect, listener
 
 __all__ = ["listener"]
 
@@ -333,12 +333,12 @@ async def test_auto_creation_is_a_setting(listener: KafkaListener) -> None:
 async def test_only_a_principal_that_may_create_topics_auto_creates_them(
     listener: KafkaListener,
 ) -> None:
-    from tests.kafka.test_kafka_listener import _authenticated
+    from tests.support.kafka_listener import authenticated
 
     module: Any = __import__("kio.schema.metadata.v12.request", fromlist=["x"])
 
     async def ask(user: str, token: str, name: str) -> ErrorCode:
-        connection, answer = await _authenticated(listener, user, token)
+        connection, answer = await authenticated(listener, user, token)
         assert answer.error_code == ErrorCode.none
         metadata = await connection.call(
             3,
@@ -443,13 +443,13 @@ async def test_authorized_operations_follow_the_principal_s_rights(
     listener: KafkaListener,
 ) -> None:
     # KIP-430, for Metadata: the reader may READ, DESCRIBE and DESCRIBE_CONFIGS its topics.
-    from tests.kafka.test_kafka_listener import _authenticated
+    from tests.support.kafka_listener import authenticated
 
     await log_topics.create_topic(listener.db, TopicSpec("pay-ops", 1))
     module: Any = __import__("kio.schema.metadata.v12.request", fromlist=["x"])
 
     async def operations(user: str, token: str, asked: bool) -> int:
-        connection, answer = await _authenticated(listener, user, token)
+        connection, answer = await authenticated(listener, user, token)
         assert answer.error_code == ErrorCode.none
         metadata = await connection.call(
             3,

@@ -23,8 +23,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.kafka.test_java_client import java_command
-from tests.kafka.test_kafka_clients import Broker, broker, create_topic, http_produce, http_values
+from tests.support.java import java_command
+from tests.support.kafka_broker import Broker, broker, create_topic, http_produce, http_values
 
 __all__ = ["broker"]
 

@@ -21,8 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.kafka.test_java_client import java_command
-from tests.kafka.test_kafka_clients import Broker, broker
+from tests.support.java import java_command
+from tests.support.kafka_broker import Broker, broker
 
 __all__ = ["broker"]
 

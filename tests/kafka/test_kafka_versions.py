@@ -18,7 +18,7 @@ from coordinator.kafka.wire import SUPPORTED
 from coordinator.log import topics as log_topics
 from coordinator.log.topics import TopicSpec
 from sdk import recordbatch
-from tests.kafka.test_kafka_listener import Connection, connect, listener
+from tests.support.kafka_listener import Connection, connect, listener
 
 __all__ = ["listener"]
 

@@ -19,16 +19,17 @@ from sdk import (
     ProducerFenced,
     RecordListTooLarge,
 )
-from tests.sdk.test_sdk_transactions import describe, transactional
 from tests.support.sdk_support import (
     Coordinator,
     Faults,
     FaultyTransport,
     GatedTransport,
     Reports,
+    describe,
     is_end_txn,
     is_produce,
     once,
+    transactional,
     wait_for,
 )
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
@@ -17,22 +16,15 @@ from sdk import (
     TopicPartition,
     TransactionTimedOut,
 )
-from tests.support.sdk_support import Coordinator, Faults, FaultyTransport, Reports, wait_for
-
-
-def transactional(service: Coordinator, tid: str = "etl-0", **options: Any) -> Producer:
-    producer = Producer(
-        {"coordinator.url": service.url, "transactional.id": tid}, **{"linger_ms": 1, **options}
-    )
-    producer.init_transactions()
-    return producer
-
-
-def describe(service: Coordinator, tid: str) -> dict[str, Any]:
-    response = service.http.get(f"/v1/transactions/{tid}")
-    assert response.status_code == 200, response.text
-    body: dict[str, Any] = response.json()
-    return body
+from tests.support.sdk_support import (
+    Coordinator,
+    Faults,
+    FaultyTransport,
+    Reports,
+    describe,
+    transactional,
+    wait_for,
+)
 
 
 def group_offsets(service: Coordinator, group: str) -> dict[tuple[str, int], int]:

@@ -19,33 +19,7 @@ from sqlalchemy import select
 
 from coordinator.models import Base
 from tests.support.api import assert_problem
-
-TOKENS = {
-    "admin": {"token": "admin-token-1", "principal": "ops", "roles": ["admin"]},
-    "producer": {
-        "token": "producer-token-1",
-        "principal": "etl-writer",
-        "roles": ["producer"],
-        "transactional_id_prefixes": ["a-"],
-        "topic_prefixes": ["pay"],
-        "group_prefixes": ["g-"],
-    },
-    "consumer": {
-        "token": "consumer-token-1",
-        "principal": "etl-reader",
-        "roles": ["consumer"],
-        "topic_prefixes": ["pay"],
-        "group_prefixes": ["g-"],
-    },
-    "nothing": {
-        "token": "nothing-token-1",
-        "principal": "nobody",
-        "roles": ["producer", "consumer"],
-        "transactional_id_prefixes": [],
-        "topic_prefixes": [],
-        "group_prefixes": [],
-    },
-}
+from tests.support.auth_tokens import TOKENS
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import pytest
 
 from coordinator.core.memory import Overloaded, RequestMemory
 from sdk import recordbatch
-from tests.service.test_store_outage import KafkaSocket, produce_v9
+from tests.support.kafka_socket import KafkaSocket, produce_v9
 from tests.support.services import ServiceProcess, free_port
 
 MiB = 1024 * 1024

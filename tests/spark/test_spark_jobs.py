@@ -19,12 +19,11 @@ from pyspark.sql import SparkSession
 
 from jobs import mirror
 from jobs.demo import StandInBank
+from jobs.payouts import committed_settlements, pay_settlements
 from jobs.settlement import (
     Payment,
     Settlement,
     Source,
-    committed_settlements,
-    pay_settlements,
     run_batch,
     run_stream,
     settle,

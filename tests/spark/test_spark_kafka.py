@@ -27,7 +27,7 @@ import httpx
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from tests.kafka.test_kafka_clients import Broker, broker, create_topic
+from tests.support.kafka_broker import Broker, broker, create_topic
 from tests.support.kafka_transactions import transaction, transactional
 from tests.support.spark_support import (
     LOCAL_MASTER,

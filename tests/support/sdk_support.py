@@ -19,6 +19,9 @@ import uvicorn
 from sqlalchemy import text
 
 from coordinator.app import create_app
+from sdk import (
+    Producer,
+)
 from tests.support.services import Backend, empty_tables, free_port, make_settings
 
 
@@ -313,3 +316,18 @@ class Reports:
 
     def errors(self) -> list[Any]:
         return [err for err, _ in self.items if err is not None]
+
+
+def transactional(service: Coordinator, tid: str = "etl-0", **options: Any) -> Producer:
+    producer = Producer(
+        {"coordinator.url": service.url, "transactional.id": tid}, **{"linger_ms": 1, **options}
+    )
+    producer.init_transactions()
+    return producer
+
+
+def describe(service: Coordinator, tid: str) -> dict[str, Any]:
+    response = service.http.get(f"/v1/transactions/{tid}")
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body

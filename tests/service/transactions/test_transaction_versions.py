@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
+from coordinator.transactions import aborts, service
 from coordinator.transactions import producer_ids as producers
-from coordinator.transactions import service
 from coordinator.transactions.errors import InvalidTxnState, ProducerFenced
 from coordinator.transactions.inputs import Caller, InitPid
 from sdk import recordbatch as rb
@@ -80,7 +80,7 @@ async def test_late_batch_of_a_timed_out_transaction_is_told_so(
     await create_topic(client, "t")
     producer = await started(client, "p")
     assert (await producer.produce("t", 0, "a")).status_code == 200
-    aborted = await service.abort_timed_out(app.state.db, now=2**62)  # type: ignore[attr-defined]
+    aborted = await aborts.abort_timed_out(app.state.db, now=2**62)  # type: ignore[attr-defined]
     assert aborted == ["p"]
     response = await produce_batch(client, "t", 0, txn_batch(producer, 1, b"b"), "p")
     assert_problem(response, 409, "TRANSACTION_TIMED_OUT")
