@@ -11,7 +11,7 @@ from sqlalchemy import update
 
 from coordinator.core.clock import now_ms
 from coordinator.producers.models import ProducerId
-from coordinator.transactions import aborts, service
+from coordinator.transactions import aborts, finishing, service
 from tests.support.api import assert_problem, create_topic, read_all
 from tests.support.txn import Instance, partition_state, started
 
@@ -440,7 +440,7 @@ async def _end_txn_fails_midway(client: httpx.AsyncClient, monkeypatch: pytest.M
     # The group offsets are applied after every marker: fail there, on the path that takes the
     # locks (Postgres's one-statement end is one statement: it cannot stop midway).
     monkeypatch.setattr(service, "end_in_one_statement", locking_path)
-    monkeypatch.setattr(service, "commit_offsets", broken)
+    monkeypatch.setattr(finishing, "commit_offsets", broken)
     failed = await producer.end(commit=True, adopt=False)
     assert_problem(failed, 500, "INTERNAL_ERROR")
     monkeypatch.undo()
