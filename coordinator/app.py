@@ -35,6 +35,7 @@ from coordinator.kafka.server import KafkaListener
 from coordinator.log import produce
 from coordinator.log.cleaner import run_cleaner
 from coordinator.log.hot_routes import hot_routes
+from coordinator.log.purgatory import PURGATORY
 from coordinator.log.routes import router as log_router
 from coordinator.store.engines import open_store
 from coordinator.store.postgres.replicas import watch_replicas
@@ -80,6 +81,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             asyncio.create_task(run_expiry(db, settings), name="coordinator-effect-expiry"),
             asyncio.create_task(run_cleaner(db, settings), name="coordinator-log-cleaner"),
         ]
+        # Fetches of this process waiting on a partition wake when another process moves it.
+        background.append(
+            asyncio.create_task(db.listen_moves(PURGATORY.moved), name="coordinator-moves")
+        )
         if db.replicas is not None:
             background.append(
                 asyncio.create_task(watch_replicas(db, settings), name="replica-watch")

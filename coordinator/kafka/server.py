@@ -122,7 +122,7 @@ class KafkaListener:
         self._per_address[client.client_host] += 1
         idle_s = self.settings.connections_max_idle_ms / 1000
         # Produce requests under way, oldest first: their answers are written in this order.
-        pipeline: collections.deque[asyncio.Task[bytes | None]] = collections.deque()
+        pipeline: collections.deque[asyncio.Task[Answer | None]] = collections.deque()
         try:
             if self._per_address[client.client_host] > self.settings.max_connections_per_ip:
                 raise BadRequest(
@@ -174,7 +174,7 @@ class KafkaListener:
                 if writer.is_closing():
                     break  # the listener closed the connection while the request ran
                 if answer is not None:
-                    writer.write(answer)
+                    _write(writer, [answer])
                     await writer.drain()
                 if client.failed_authentication:
                     raise BadRequest("SASL authentication failed", "authentication_failed")
@@ -239,7 +239,7 @@ class KafkaListener:
         client: Client,
         frame: bytes,
         release: Callable[[], None],
-        pipeline: collections.deque[asyncio.Task[bytes | None]],
+        pipeline: collections.deque[asyncio.Task[Answer | None]],
     ) -> asyncio.Future[None]:
         """Start answering the Produce in `frame` in a task of its own, which holds the
         request's memory until answered (`release`). The future returned is done once its
@@ -262,7 +262,7 @@ class KafkaListener:
         self,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
-        pipeline: collections.deque[asyncio.Task[bytes | None]],
+        pipeline: collections.deque[asyncio.Task[Answer | None]],
     ) -> bytes:
         """The next frame's size prefix, while the answers of the requests under way are
         written as they come, in order (the client may wait for them before it sends more)."""
@@ -280,7 +280,7 @@ class KafkaListener:
             read.cancel()  # only on the way out with an error: a prefix not read stays buffered
 
     async def _write_answers(
-        self, writer: asyncio.StreamWriter, pipeline: collections.deque[asyncio.Task[bytes | None]]
+        self, writer: asyncio.StreamWriter, pipeline: collections.deque[asyncio.Task[Answer | None]]
     ) -> None:
         """Write the answers of the oldest requests under way, in order and in one write: the
         oldest's once it has one, and those of the requests after it that have theirs (the
@@ -295,12 +295,12 @@ class KafkaListener:
         if answers:
             if writer.is_closing():
                 raise ConnectionResetError("the listener closed the connection")
-            writer.write(b"".join(answers))
+            _write(writer, answers)
             await writer.drain()
         if pipeline and pipeline[0].done():
             pipeline[0].result()  # raises its error
 
-    async def _answer(self, client: Client, frame: bytes) -> bytes | None:
+    async def _answer(self, client: Client, frame: bytes) -> Answer | None:
         if client.raw_sasl:
             return await authenticate_raw(client, frame)
         api_key, version, correlation_id = wire.peek_header(frame)
@@ -319,11 +319,29 @@ class KafkaListener:
         response = await self._handlers[api_key](client, request)
         if response is None:  # Produce with acks=0
             return None
+        if isinstance(response, wire.WithRecords):
+            adapted = versions.for_version(api_key, version, response.response)
+            return wire.encode_parts(correlation_id, adapted, response.spliced)
         return wire.encode(correlation_id, versions.for_version(api_key, version, response))
 
 
 def _nothing() -> None:
     pass
+
+
+# A request's answer: its frame, or its frame's pieces (a Fetch's batches, as they are stored).
+Answer = bytes | list[bytes | memoryview]
+
+
+def _write(writer: asyncio.StreamWriter, answers: list[Answer]) -> None:
+    """The answers in one write, their pieces as they are (never joined here)."""
+    pieces: list[bytes | memoryview] = []
+    for answer in answers:
+        if isinstance(answer, bytes):
+            pieces.append(answer)
+        else:
+            pieces += answer
+    writer.writelines(pieces)
 
 
 class _Refusals:

@@ -14,8 +14,9 @@ import dataclasses
 import datetime
 import functools
 import io
+import os
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -135,6 +136,80 @@ def decode(frame: bytes) -> Request:
     # an all-topics Metadata v12 with a placeholder longer than the count it stands for).
     reply = Reply(api_key, version)
     return Request(api_key, version, header.correlation_id, header.client_id or "", body, reply)
+
+
+@dataclass(frozen=True, slots=True)
+class WithRecords:
+    """A handler's response whose records fields hold `Spliced` placeholders."""
+
+    response: Any
+    spliced: list[Spliced]
+
+
+class Spliced:
+    """Record batches a response carries as they are stored, spliced into its frame after kio
+    encodes the rest, so they are never joined or copied on the way out: a records field holds
+    `placeholder` until then (`encode_parts`). Each batch goes as slices of its stored bytes,
+    with `leader_epoch` written over the 4 bytes of its partition leader epoch (outside its
+    CRC)."""
+
+    __slots__ = ("batches", "leader_epoch", "placeholder")
+
+    def __init__(self, batches: list[bytes], leader_epoch: int) -> None:
+        self.batches = batches
+        self.leader_epoch = leader_epoch
+        self.placeholder = os.urandom(_PLACEHOLDER)
+
+    @property
+    def size(self) -> int:
+        return sum(len(batch) for batch in self.batches)
+
+    def pieces(self) -> list[bytes | memoryview]:
+        epoch = _EPOCH.pack(self.leader_epoch)
+        parts: list[bytes | memoryview] = []
+        for batch in self.batches:
+            view = memoryview(batch)
+            parts += (view[:_EPOCH_AT], epoch, view[_EPOCH_AT + 4 :])
+        return parts
+
+
+_PLACEHOLDER = 16
+_EPOCH = struct.Struct(">i")
+_EPOCH_AT = 12  # the partition leader epoch: after the base offset and the batch length
+
+
+def encode_parts(
+    correlation_id: int, response: Any, spliced: Sequence[Spliced]
+) -> list[bytes | memoryview]:
+    """`encode`, with each of `spliced`'s batches in place of its placeholder: the frame as the
+    pieces to write, in order. A records field is a length (an INT32 before flexible versions,
+    an unsigned varint of length + 1 from them on) and the bytes."""
+    frame = encode(correlation_id, response)
+    if not spliced:
+        return [frame]
+    parts: list[bytes | memoryview] = []
+    view = memoryview(frame)
+    at, size = 4, len(frame) - 4
+    for records in sorted(spliced, key=lambda r: frame.index(r.placeholder)):
+        start = frame.index(records.placeholder, at)
+        if frame[start - 1] == _PLACEHOLDER + 1:  # a compact length
+            prefix_start, prefix = start - 1, _uvarint(records.size + 1)
+        else:
+            prefix_start, prefix = start - 4, _EPOCH.pack(records.size)
+        parts += (view[at:prefix_start], prefix, *records.pieces())
+        size += len(prefix) + records.size - (start + _PLACEHOLDER - prefix_start)
+        at = start + _PLACEHOLDER
+    parts.append(view[at:])
+    return [_SIZE.pack(size), *parts]
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def encode(correlation_id: int, response: Any) -> bytes:

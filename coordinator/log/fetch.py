@@ -125,6 +125,8 @@ class Filling:
         fetched, ask = self.fetched, self.ask
         max_bytes = ask.max_bytes
         for base_offset, last_offset, payload in rows:
+            if payload is None:
+                return 0  # past a budget the store already applied
             if (
                 ask.fit
                 and self.size + len(payload) > max_bytes
@@ -210,6 +212,48 @@ class PartitionAsk:
     max_bytes: int
 
 
+class KafkaFetch:
+    """The rules by which Kafka's broker fills a Fetch of several partitions, in order: each
+    partition's batches, markers and aborted batches included (a Kafka client filters them, with
+    the aborted list under read_committed), within its own budget and what is left of the
+    request's. The first batch of the first partition with data comes whatever its size, so a
+    client always makes progress; once the request's budget is spent, a partition answers where
+    it stands, with no data. Every store fills a fetch by these (`Store.fetch_partitions`)."""
+
+    def __init__(self, budget: int, read_committed: bool) -> None:
+        self.budget = budget
+        self.read_committed = read_committed
+        self.total = 0
+
+    @property
+    def spent(self) -> bool:
+        return self.total >= self.budget
+
+    def ask(self, partition: PartitionAsk) -> FetchAsk:
+        """What to read of the partition, given what the partitions before it took."""
+        spent = self.spent
+        return FetchAsk(
+            partition.topic,
+            partition.partition,
+            partition.offset,
+            1 if spent else max(1, min(partition.max_bytes, self.budget - self.total)),
+            self.read_committed,
+            include_control=True,
+            include_aborted=True,
+            max_records=0 if spent else None,
+            fit=not spent,
+            at_least_one=self.total == 0,
+            aborted_list=self.read_committed and not spent,
+        )
+
+    def took(self, fetched: Fetched, ask: FetchAsk) -> Fetched:
+        """The partition's answer, counted against the request's budget."""
+        if ask.max_records == 0:
+            fetched.batches = []  # where it stands, no data
+        self.total += sum(len(batch) for batch in fetched.batches)
+        return fetched
+
+
 async def fetch_partitions(
     db: Store,
     asks: Sequence[PartitionAsk],
@@ -218,37 +262,25 @@ async def fetch_partitions(
     *,
     read_committed: bool,
 ) -> list[Fetched | CoordinatorError]:
-    """Kafka's Fetch of several partitions, in order, as its broker fills the answer: each
-    partition's batches, markers and aborted batches included (a Kafka client filters them,
-    with the aborted list under read_committed), within its own budget and what is left of the
-    request's (`max_bytes`, at most `limit`, COORDINATOR_FETCH_MAX_BYTES; none asked: `limit`).
-    The first batch of the first partition with data comes whatever its size, so a client always
-    makes progress; once the request's budget is spent, a partition answers where it stands,
-    with no data. Each partition's answer, or the error that refused it alone."""
-    budget = min(max_bytes or limit, limit)
-    total = 0
+    """Kafka's Fetch of several partitions (`KafkaFetch`'s rules) within the request's budget
+    (`max_bytes`, at most `limit`, COORDINATOR_FETCH_MAX_BYTES; none asked: `limit`): each
+    partition's answer, or the error that refused it alone. On Postgres, one statement reads
+    every partition's bounds, first chunk and aborted list."""
+    rules = KafkaFetch(min(max_bytes or limit, limit), read_committed)
+    return await db.fetch_partitions(asks, rules)
+
+
+async def fetch_each(
+    db: Store, asks: Sequence[PartitionAsk], rules: KafkaFetch
+) -> list[Fetched | CoordinatorError]:
+    """`Store.fetch_partitions` one partition after another (`Store.fetch` each)."""
     results: list[Fetched | CoordinatorError] = []
-    for ask in asks:
+    for partition in asks:
+        ask = rules.ask(partition)
         try:
-            if total >= budget:
-                fetched = await fetch_batches(
-                    db, ask.topic, ask.partition, ask.offset, max_bytes=1,
-                    read_committed=read_committed, include_control=True, include_aborted=True,
-                    max_records=0,
-                )  # fmt: skip
-                fetched.batches = []
-            else:
-                fetched = await fetch_batches(
-                    db, ask.topic, ask.partition, ask.offset,
-                    max_bytes=max(1, min(ask.max_bytes, budget - total)),
-                    read_committed=read_committed, include_control=True, include_aborted=True,
-                    fit=True, at_least_one=total == 0, aborted_list=read_committed,
-                )  # fmt: skip
+            results.append(rules.took(await db.fetch(ask), ask))
         except CoordinatorError as refused:
             results.append(refused)
-            continue
-        total += sum(len(batch) for batch in fetched.batches)
-        results.append(fetched)
     return results
 
 

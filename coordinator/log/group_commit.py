@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 from coordinator.core.errors import StoreUnavailable
 from coordinator.core.settings import Settings
+from coordinator.log import purgatory
 from coordinator.log.edge import Append, Appended
 from coordinator.log.planning import Seen, write_group, write_optimistic
 from coordinator.log.sequences import in_sequence_order
@@ -132,6 +133,12 @@ class _GroupCommit:
         except Exception as exc:
             # One batch the store refused must not fail the others: each goes alone.
             results = [exc] if len(batch) == 1 else [await self._write_alone(a) for a in batch]
+        appended = {
+            (append.topic, append.partition)
+            for append, result in zip(batch, results, strict=True)
+            if isinstance(result, Appended)
+        }
+        purgatory.moved(self._db, appended)
         for answer, result in zip(answers, results, strict=True):
             if answer.done():  # its caller went away; the append stands, as in Kafka
                 continue
@@ -157,11 +164,13 @@ def transaction_ended(db: Store, producer_id: int, partitions: Iterable[tuple[st
     not raise it) is planned to join in one statement, as version 2's is. The statement checks
     every view on the locked rows: one that is wrong (another process wrote since) only sends
     the group to the locking path."""
+    ended = list(partitions)
+    purgatory.moved(db, ended)
     commits = _group_commits.get(db)
     seen = None if commits is None else commits._seen
     if seen is None:
         return
-    for topic, partition in partitions:
+    for topic, partition in ended:
         key = (topic, partition, producer_id)
         view = seen.views.get(key)
         if view is not None:

@@ -10,6 +10,7 @@ releases the partition's LSO by clearing the producer's open-transaction offset.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, cast
 
 from sqlalchemy import (
@@ -31,6 +32,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from coordinator.log import purgatory
 from coordinator.log.models import CONTROL_ABORT, CONTROL_COMMIT, Batch, Partition, ProducerState
 from coordinator.store import Store, store_of
 from coordinator.store.sql import pairs_in
@@ -85,7 +87,11 @@ async def write_markers(
     ]
     values = {**marker_params(commit, producer_id, producer_epoch, timestamp), **(params or {})}
     ending, writes = _marker_statements(store)
-    return await store.run_writes(session, ending, writes, rows, also, values, returning)
+    answered = await store.run_writes(session, ending, writes, rows, also, values, returning)
+    # Fetches waiting on these partitions see the markers (and a new LSO) once they commit.
+    hooks = session.info.setdefault("after_commit", [])
+    hooks.append(partial(purgatory.moved, store, list(locked)))
+    return answered
 
 
 # The markers' statements over each engine's row source, built once per engine.

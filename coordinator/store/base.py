@@ -9,7 +9,7 @@ statements apply are the domains', given to the engines as functions and stateme
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Collection, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -22,10 +22,11 @@ from coordinator.core.errors import StoreUnavailable, UnstorableText
 if TYPE_CHECKING:
     import uuid
 
+    from coordinator.core.errors import CoordinatorError
     from coordinator.groups.committing import CommitRule, MemberCommit
     from coordinator.groups.consumer import Renewal, SteadyRule
     from coordinator.log.appends import ConditionalAppends, ProducerView
-    from coordinator.log.fetch import FetchAsk, Fetched
+    from coordinator.log.fetch import FetchAsk, Fetched, KafkaFetch, PartitionAsk
     from coordinator.store.postgres.replicas import Replicas
     from coordinator.transactions.offsets import OffsetsRule, TxnOffsets
     from coordinator.transactions.states import State
@@ -280,6 +281,24 @@ class Store:
     async def fetch(self, ask: FetchAsk) -> Fetched:
         """A partition's batches as the log's rules take them (`log.fetch.Filling`)."""
         raise NotImplementedError
+
+    async def fetch_partitions(
+        self, asks: Sequence[PartitionAsk], rules: KafkaFetch
+    ) -> list[Fetched | CoordinatorError]:
+        """Kafka's Fetch of several partitions, filled by `rules` in order: each partition's
+        answer, or the error that refused it alone."""
+        raise NotImplementedError
+
+    def moved(self, partitions: Collection[tuple[str, int]]) -> None:
+        """These partitions moved here (appended to, or a transaction ended on them): tell the
+        other processes on the store, whose fetches may wait on them (`listen_moves`)."""
+
+    async def listen_moves(
+        self, moved: Callable[[Collection[tuple[str, int]] | None], None]
+    ) -> None:
+        """Call `moved` with the partitions other processes on the store say moved (None:
+        perhaps any), until cancelled; an engine whose processes cannot tell each other
+        returns at once."""
 
     # -- the one-statement paths ----------------------------------------------------------------
 

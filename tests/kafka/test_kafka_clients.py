@@ -25,7 +25,9 @@ from kafka.coordinator.assignors.abstract import (
     ConsumerProtocolSubscription,
 )
 
-from tests.support.kafka_broker import Broker, create_topic, http_produce, http_values
+from tests.support.kafka_broker import Broker, broker, create_topic, http_produce, http_values
+
+__all__ = ["broker"]
 
 pytestmark = pytest.mark.slow
 

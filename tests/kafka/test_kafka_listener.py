@@ -28,11 +28,10 @@ from coordinator.log import group_commit
 from coordinator.log import topics as log_topics
 from coordinator.log.topics import TopicSpec
 from sdk import recordbatch
-from tests.support.kafka_listener import (
-    authenticated,
-    connect,
-)
+from tests.support.kafka_listener import authenticated, connect, listener
 from tests.support.kafka_wire import Connection, fetch_request, produce_request
+
+__all__ = ["listener"]
 
 
 def test_every_served_api_has_a_handler_and_nothing_more() -> None:

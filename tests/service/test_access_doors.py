@@ -22,8 +22,7 @@ from coordinator.groups.consumer_protocol import encode_subscription
 from coordinator.kafka.server import KafkaListener
 from sdk import recordbatch
 from tests.support.auth_tokens import TOKENS  # the same principals as the HTTP matrix
-from tests.support.kafka_listener import Connection
-from tests.support.kafka_wire import fetch_request
+from tests.support.kafka_wire import Connection, fetch_request
 from tests.support.services import free_port
 
 PRINCIPALS = ("producer", "consumer", "nothing")

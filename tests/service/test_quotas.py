@@ -23,7 +23,7 @@ from coordinator.groups.consumer_protocol import encode_subscription
 from coordinator.kafka.server import KafkaListener
 from tests.support.api import assert_problem, create_topic
 from tests.support.groups import Member
-from tests.support.kafka_listener import Connection
+from tests.support.kafka_wire import Connection
 from tests.support.services import free_port
 
 MAX_MEMBERS = 2

@@ -117,14 +117,16 @@ def fetch_request(
     max_bytes: int = 1 << 20,
     current_leader_epoch: int = -1,
     isolation_level: int = 0,
+    max_wait_ms: int = 0,
+    offset: int = 0,
 ) -> Any:
-    """Fetch v12 from offset 0 of each partition, read_uncommitted (`isolation_level` 0) or
-    read_committed (1), answered at once."""
+    """Fetch v12 from `offset` of each partition, read_uncommitted (`isolation_level` 0) or
+    read_committed (1), answered at once (or, with `max_wait_ms`, once a byte is there)."""
     module = load_payload_module(1, 12, EntityType.request)
     return payload_type(1, 12, EntityType.request)(
         cluster_id=None,
         replica_id=-1,
-        max_wait=datetime.timedelta(0),
+        max_wait=datetime.timedelta(milliseconds=max_wait_ms),
         min_bytes=1,
         max_bytes=max_bytes,
         isolation_level=isolation_level,
@@ -137,7 +139,7 @@ def fetch_request(
                     module.FetchPartition(
                         partition=p,
                         current_leader_epoch=current_leader_epoch,
-                        fetch_offset=0,
+                        fetch_offset=offset,
                         last_fetched_epoch=-1,
                         log_start_offset=-1,
                         partition_max_bytes=1_000_000,

@@ -5,7 +5,6 @@ transactions with their markers)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from typing import Any
 
@@ -13,17 +12,14 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.kafka.connection import Client
 from coordinator.kafka.errors import FAILURES, Refused, error_code, outcome
-from coordinator.kafka.wire import Request, milliseconds
+from coordinator.kafka.wire import Request, Spliced, WithRecords, milliseconds
 from coordinator.log import epochs
 from coordinator.log import fetch as log_fetch
 from coordinator.log import produce as appending
 from coordinator.log import topics as log_topics
-from sdk import recordbatch
+from coordinator.log.purgatory import PURGATORY
 
 READ_COMMITTED = 1
-# How often a waiting fetch looks again when nothing was appended through this process (an
-# append through another process or the HTTP door is seen within this).
-_RECHECK_S = 0.1
 
 # What Kafka's broker refuses in the read itself, where a refused partition's aborted list is
 # null (an unknown partition is refused before the read: an empty list).
@@ -32,9 +28,6 @@ _READS_REFUSALS = (
     ErrorCode.fenced_leader_epoch,
     ErrorCode.unknown_leader_epoch,
 )
-
-# Set by every append through this process's Kafka door: a waiting fetch looks again at once.
-_appended = asyncio.Event()
 
 
 async def produce(client: Client, request: Request) -> Any:
@@ -66,7 +59,6 @@ async def produce(client: Client, request: Request) -> Any:
         results = await appended
         for (position, _), result in zip(checked, results, strict=True):
             answers[position] = result
-        _appended.set()
     if body.acks == 0:
         return None
     responses = []
@@ -109,19 +101,38 @@ def _answer(reply: Any, index: int, result: Any) -> Any:
 
 
 async def fetch(client: Client, request: Request) -> Any:
+    """A long poll: answered once `min_bytes` are there, or at `max_wait`. Between reads it
+    sleeps in the purgatory on the partitions it reads, woken when one of them moves."""
     body = request.body
     deadline = time.monotonic() + milliseconds(body.max_wait) / 1000
     min_bytes = max(1, body.min_bytes)
     names = [t.topic for t in body.topics] if request.version < 13 else await _names(client, body)
+    read = [
+        (name, asked.partition)
+        for topic, name in zip(body.topics, names, strict=True)
+        if name is not None
+        for asked in topic.partitions
+    ]
     while True:
-        _appended.clear()
-        topics, size = await _fetch_once(client, request, names)
-        remaining = deadline - time.monotonic()
-        if size >= min_bytes or remaining <= 0 or client.closing.is_set():
-            break
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(_appended.wait(), min(remaining, _RECHECK_S))
-    return request.reply.body(error_code=ErrorCode.none, session_id=0, responses=topics)
+        # Registered before the read: a move between the read and the sleep is not lost.
+        with PURGATORY.waiting(read) as moved:
+            topics, spliced = await _fetch_once(client, request, names)
+            size = sum(records.size for records in spliced)
+            remaining = deadline - time.monotonic()
+            if size >= min_bytes or remaining <= 0 or client.closing.is_set():
+                break
+            await _sleep(moved, client.closing, remaining)
+    body = request.reply.body(error_code=ErrorCode.none, session_id=0, responses=topics)
+    return WithRecords(body, spliced)
+
+
+async def _sleep(moved: asyncio.Future[None], closing: asyncio.Event, seconds: float) -> None:
+    """Until a partition moves, the connection closes, or `seconds` pass."""
+    closed = asyncio.ensure_future(closing.wait())
+    try:
+        await asyncio.wait((moved, closed), timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        closed.cancel()
 
 
 async def _names(client: Client, body: Any) -> list[str | None]:
@@ -133,7 +144,8 @@ async def _names(client: Client, body: Any) -> list[str | None]:
 
 async def _fetch_once(
     client: Client, request: Request, names: list[str | None]
-) -> tuple[tuple[Any, ...], int]:
+) -> tuple[tuple[Any, ...], list[Spliced]]:
+    """Every partition's answer, its batches spliced in as they are stored (`Spliced`)."""
     reply, body = request.reply, request.body
     assert client.access is not None
     read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
@@ -164,7 +176,7 @@ async def _fetch_once(
         client.settings.fetch_max_bytes,
         read_committed=read_committed,
     )
-    total = 0
+    spliced: list[Spliced] = []
     each = iter(checked)
     topics = []
     for topic, name in zip(body.topics, names, strict=True):
@@ -173,7 +185,9 @@ async def _fetch_once(
             outcome_ = next(each)
             result = outcome_ if isinstance(outcome_, BaseException) else fetched[outcome_]
             answer = _partition_data(reply, result, read_committed)
-            total += len(answer["records"])
+            if isinstance(answer["records"], Spliced):
+                spliced.append(answer["records"])
+                answer["records"] = answer["records"].placeholder
             partitions.append(reply("PartitionData", partition_index=asked.partition, **answer))
         topics.append(
             reply(
@@ -183,7 +197,7 @@ async def _fetch_once(
                 partitions=tuple(partitions),
             )
         )
-    return tuple(topics), total
+    return tuple(topics), spliced
 
 
 def _partition_data(reply: Any, result: Any, read_committed: bool) -> dict[str, Any]:
@@ -202,8 +216,8 @@ def _partition_data(reply: Any, result: Any, read_committed: bool) -> dict[str, 
             "records": b"",
         }
     # The log keeps each batch as its producer wrote it; a Kafka leader's answer carries the
-    # leader's epoch in each (`log.epochs`).
-    records = recordbatch.joined_with_leader_epoch(result.batches, epochs.LEADER_EPOCH)
+    # leader's epoch in each (`log.epochs`), written over it on the way out.
+    records = Spliced(result.batches, epochs.LEADER_EPOCH) if result.batches else b""
     return {
         "error_code": ErrorCode.none,
         "high_watermark": result.high_watermark,

@@ -15,13 +15,14 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, create_async_engine
 
+from coordinator.core.errors import CoordinatorError
 from coordinator.core.settings import Settings
 from coordinator.groups.committing import CommitRule, MemberCommit
 from coordinator.groups.consumer import Renewal, SteadyRule
 from coordinator.log.appends import ConditionalAppends, ProducerView
-from coordinator.log.fetch import FetchAsk, Fetched
+from coordinator.log.fetch import FetchAsk, Fetched, KafkaFetch, PartitionAsk
 from coordinator.store.base import Store
-from coordinator.store.postgres import appends, fetch, groups, transactions
+from coordinator.store.postgres import appends, fetch, groups, moves, transactions
 from coordinator.store.postgres.driver import on_driver, one_statement, server_gone
 from coordinator.store.postgres.replicas import Replicas
 from coordinator.transactions.offsets import OffsetsRule, TxnOffsets
@@ -42,6 +43,7 @@ class PostgresStore(Store):
         )
         super().__init__(settings.database_url, engine, engine)
         self.writers = settings.append_groups_in_flight
+        self._relay = moves.Relay(self)
         self.replicas = (
             Replicas.of(settings.read_replica_urls, settings.pool_size, settings.replica_max_lag_ms)
             if settings.read_replica_urls
@@ -63,6 +65,7 @@ class PostgresStore(Store):
             await autocommit.exec_driver_sql(f"VACUUM (SKIP_LOCKED) {', '.join(tables)}")
 
     async def dispose(self) -> None:
+        await self._relay.close()
         if self.replicas is not None:
             await self.replicas.dispose()
         await super().dispose()
@@ -104,6 +107,12 @@ class PostgresStore(Store):
         )
         return bool(claimed)
 
+    def moved(self, partitions: Collection[tuple[str, int]]) -> None:
+        self._relay.moved(partitions)
+
+    async def listen_moves(self, moved: moves.Moved) -> None:
+        await moves.listen(self, moved)
+
     async def topic_names(self, ids: Collection[uuid.UUID]) -> dict[uuid.UUID, str]:
         # In the one round trip of a statement that commits by itself (a fetch names its topics
         # by id on every request).
@@ -133,6 +142,11 @@ class PostgresStore(Store):
 
     async def fetch(self, ask: FetchAsk) -> Fetched:
         return await fetch.fetch(self, ask)
+
+    async def fetch_partitions(
+        self, asks: Sequence[PartitionAsk], rules: KafkaFetch
+    ) -> list[Fetched | CoordinatorError]:
+        return await fetch.fetch_partitions(self, asks, rules)
 
     async def add_partitions_at_once(
         self,

@@ -6,15 +6,25 @@ fetch takes are the log's (`log.fetch.Filling`)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from coordinator.core.errors import CoordinatorError
 from coordinator.log.bounds import Bounds
-from coordinator.log.fetch import FETCH_CHUNK, FetchAsk, Fetched, Filling, begin, read_chunks
+from coordinator.log.fetch import (
+    FETCH_CHUNK,
+    FetchAsk,
+    Fetched,
+    Filling,
+    KafkaFetch,
+    PartitionAsk,
+    begin,
+    read_chunks,
+)
 from coordinator.log.models import CONTROL_ABORT
 from coordinator.store.postgres.driver import on_driver
 from coordinator.store.postgres.replicas import Replica, count_fetch
@@ -61,8 +71,158 @@ WHERE $9 AND b.topic = $1 AND b."partition" = $2 AND b.control = {CONTROL_ABORT}
 """
 
 
+# Kafka's Fetch of several partitions in one statement: $1 topics, $2 partitions, $3 offsets,
+# $4 each partition's own budget (in the request's order: `ord`), $5 read_committed, $6 the chunk
+# limit, $7 the request's budget, $8 the aborted lists asked. Rows: kind 0 each partition's
+# bounds (log start, high watermark, LSO, its chunk's row count); kind 1 a batch of its chunk
+# (base offset, last offset, payload; the payload null past the partition's budget or the
+# request's, where the rules stop); kind 2 an aborted transaction (producer id, first offset).
+# Markers and aborted batches are in the chunks: a Kafka client filters them.
+_FETCH_MANY = f"""
+WITH asked AS (
+  SELECT a.topic, a."partition", a."offset", a.max_bytes, a.ord
+  FROM unnest($1::varchar[], $2::int[], $3::bigint[], $4::bigint[]) WITH ORDINALITY
+    AS a(topic, "partition", "offset", max_bytes, ord)
+), bounds AS (
+  SELECT a.ord, p.log_start_offset, p.high_watermark,
+         least(p.high_watermark, coalesce(
+           (SELECT min(s.current_txn_first_offset) FROM producer_states s
+            WHERE s.topic = a.topic AND s."partition" = a."partition"), p.high_watermark)) AS stable
+  FROM asked a JOIN partitions p ON p.topic = a.topic AND p."partition" = a."partition"
+), span AS (
+  SELECT a.*, CASE WHEN $5 THEN b.stable ELSE b.high_watermark END AS upper
+  FROM asked a JOIN bounds b ON b.ord = a.ord
+  WHERE a."offset" BETWEEN b.log_start_offset AND b.high_watermark
+), chunk AS (
+  SELECT s.ord, s.max_bytes, c.base_offset, c.last_offset, c.size, c.payload,
+         sum(c.size) OVER (PARTITION BY s.ord ORDER BY c.base_offset) - c.size AS before_here
+  FROM span s CROSS JOIN LATERAL (
+    SELECT b.base_offset, b.last_offset, b.size, b.payload FROM batches b
+    WHERE b.topic = s.topic AND b."partition" = s."partition"
+      AND b.base_offset >= coalesce(
+        (SELECT max(c.base_offset) FROM batches c
+         WHERE c.topic = s.topic AND c."partition" = s."partition"
+           AND c.base_offset <= s."offset"),
+        s."offset")
+      AND b.base_offset < s.upper AND b.last_offset >= s."offset"
+    ORDER BY b.base_offset LIMIT $6
+  ) c
+), kept AS (
+  SELECT ord, base_offset, last_offset, payload,
+         sum(size) OVER (ORDER BY ord, base_offset) - size AS before_all
+  FROM chunk WHERE before_here < max_bytes
+)
+SELECT 0, b.ord, b.log_start_offset, b.high_watermark, b.stable,
+       (SELECT count(*) FROM chunk c WHERE c.ord = b.ord), NULL::bytea
+FROM bounds b
+UNION ALL
+SELECT 1, k.ord, k.base_offset, k.last_offset, NULL, NULL,
+       CASE WHEN k.before_all < $7 THEN k.payload END
+FROM kept k
+UNION ALL
+SELECT 2, s.ord, b.producer_id, b.first_offset, NULL, NULL, NULL
+FROM span s JOIN batches b ON b.topic = s.topic AND b."partition" = s."partition"
+WHERE $8 AND b.control = {CONTROL_ABORT} AND b.base_offset >= s."offset"
+  AND b.first_offset < s.upper
+"""
+
+
 class _NotOnReplica(Exception):
     """The standby cannot answer this fetch as the primary would: the primary answers it."""
+
+
+async def fetch_partitions(
+    db: PostgresStore, asks: Sequence[PartitionAsk], rules: KafkaFetch
+) -> list[Fetched | CoordinatorError]:
+    """From a standby within the lag bound when there is one and it holds every partition at
+    the offsets asked, else from the primary: one statement, then the rules on its rows."""
+    replica = db.replicas.pick() if db.replicas is not None else None
+    if replica is not None:
+        with contextlib.suppress(_NotOnReplica):
+            fetched = await _fetch_partitions_on(db, replica, asks, rules)
+            count_fetch(replica=True)
+            return fetched
+    fetched = await _fetch_partitions_on(db, None, asks, rules)
+    count_fetch(replica=False)
+    return fetched
+
+
+async def _fetch_partitions_on(
+    db: PostgresStore, replica: Replica | None, asks: Sequence[PartitionAsk], rules: KafkaFetch
+) -> list[Fetched | CoordinatorError]:
+    async with _connection(db, replica) as connection:
+        found = await on_driver(
+            connection,
+            _FETCH_MANY,
+            [a.topic for a in asks],
+            [a.partition for a in asks],
+            [a.offset for a in asks],
+            [a.max_bytes for a in asks],
+            rules.read_committed,
+            FETCH_CHUNK,
+            rules.budget - rules.total,
+            rules.read_committed,
+        )
+    heads: dict[int, Any] = {}
+    chunks: dict[int, list[tuple[int, int, bytes | None]]] = {}
+    aborted: dict[int, list[tuple[int, int]]] = {}
+    for kind, ord_, a, b, c, count, payload in found:
+        if kind == 0:
+            heads[ord_] = (a, b, c, count)
+        elif kind == 1:
+            chunks.setdefault(ord_, []).append((a, b, payload))
+        else:
+            aborted.setdefault(ord_, []).append((a, b))
+    if replica is not None and any(
+        heads.get(i) is None or asked.offset > heads[i][1] for i, asked in enumerate(asks, 1)
+    ):
+        # Not all on the standby yet: the primary answers, never an out-of-range the primary
+        # would not give.
+        raise _NotOnReplica
+    results: list[Fetched | CoordinatorError] = []
+    for i, partition in enumerate(asks, 1):
+        ask = rules.ask(partition)
+        head = heads.get(i)
+        try:
+            fetched, upper = begin(None if head is None else Bounds(*head[:3]), ask)
+        except CoordinatorError as refused:
+            results.append(refused)
+            continue
+        if ask.max_records != 0 and ask.offset < upper:
+            rows = sorted(chunks.get(i, ()))
+            assert head is not None
+            await _fill(db, replica, fetched, Filling(fetched, upper, ask), rows, head[3])
+            if ask.aborted_list and fetched.batches:
+                fetched.aborted = sorted(
+                    (pid, first) for pid, first in aborted.get(i, ()) if first < fetched.next_offset
+                )
+        results.append(rules.took(fetched, ask))
+    return results
+
+
+async def _fill(
+    db: PostgresStore,
+    replica: Replica | None,
+    fetched: Fetched,
+    filling: Filling,
+    rows: list[tuple[int, int, bytes | None]],
+    chunk_rows: int,
+) -> None:
+    """Take the statement's chunk of a partition; more chunks, from the same server, when the
+    chunk was full and the rules want more."""
+    # Rows cut by the budgets (and their payloads) are as if they had been read: the rules stop
+    # at the first of them.
+    limit = filling.take(rows, FETCH_CHUNK if chunk_rows == FETCH_CHUNK else chunk_rows + 1)
+    if limit:
+        ask = filling.ask
+        params = {
+            "topic": ask.topic,
+            "partition": ask.partition,
+            "upper": filling.upper,
+            "cursor": rows[-1][0] + 1,
+        }
+        async with _connection(db, replica) as connection:
+            await read_chunks(connection, filling, params, limit, first=False)
 
 
 async def fetch(db: PostgresStore, ask: FetchAsk) -> Fetched:

@@ -15,9 +15,17 @@ from sqlalchemy import bindparam, event, select
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, create_async_engine
 
+from coordinator.core.errors import CoordinatorError
 from coordinator.core.settings import Settings
 from coordinator.log.appends import ProducerView
-from coordinator.log.fetch import FetchAsk, Fetched, fetch_portably
+from coordinator.log.fetch import (
+    FetchAsk,
+    Fetched,
+    KafkaFetch,
+    PartitionAsk,
+    fetch_each,
+    fetch_portably,
+)
 from coordinator.log.models import Topic
 from coordinator.store.base import Store
 from coordinator.store.sqlite import log
@@ -136,3 +144,9 @@ class SqliteStore(Store):
     async def fetch(self, ask: FetchAsk) -> Fetched:
         async with self.read() as session:
             return await fetch_portably(session, ask)
+
+    async def fetch_partitions(
+        self, asks: Sequence[PartitionAsk], rules: KafkaFetch
+    ) -> list[Fetched | CoordinatorError]:
+        """One partition after another (in process: no round trip to save)."""
+        return await fetch_each(self, asks, rules)
