@@ -19,6 +19,7 @@ from sqlalchemy import Table, bindparam, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from coordinator.core.errors import CoordinatorError, InvalidRequest
+from coordinator.core.names import topic_name_problem
 from coordinator.log.bounds import Bounds, partition_bounds
 from coordinator.log.errors import (
     OffsetOutOfRange,
@@ -267,7 +268,18 @@ async def fetch_partitions(
     partition's answer, or the error that refused it alone. On Postgres, one statement reads
     every partition's bounds, first chunk and aborted list."""
     rules = KafkaFetch(min(max_bytes or limit, limit), read_committed)
-    return await db.fetch_partitions(asks, rules)
+    # A name no topic can have (a NUL in it, say, which no store keeps) is no topic's: that
+    # partition alone is unknown, as Kafka answers it, and the others are read.
+    named = [ask for ask in asks if topic_name_problem(ask.topic) is None]
+    if len(named) == len(asks):
+        return await db.fetch_partitions(asks, rules)
+    read = iter(await db.fetch_partitions(named, rules) if named else ())
+    return [
+        next(read)
+        if topic_name_problem(ask.topic) is None
+        else UnknownTopicOrPartition(f"no topic is named {ask.topic[:64]!r}")
+        for ask in asks
+    ]
 
 
 async def fetch_each(

@@ -594,3 +594,10 @@ def test_admin_client_grows_a_topic_and_a_group_takes_the_new_partitions(broker:
     with pytest.raises(ck.KafkaException) as refused:
         shrink.result(DEADLINE_S)
     assert refused.value.args[0].code() == ck.KafkaError.INVALID_PARTITIONS
+    # New partitions placed by hand: on this one broker (node 0) they are taken, elsewhere not.
+    admin.create_partitions([cka.NewPartitions(topic, 5, [[0]])])[topic].result(DEADLINE_S)
+    elsewhere = admin.create_partitions([cka.NewPartitions(topic, 7, [[0], [1]])])[topic]
+    with pytest.raises(ck.KafkaException) as refused:
+        elsewhere.result(DEADLINE_S)
+    assert refused.value.args[0].code() == ck.KafkaError.INVALID_REPLICA_ASSIGNMENT
+    assert len(httpx.get(f"{broker.url}/v1/topics/{topic}").json()["partitions"]) == 5

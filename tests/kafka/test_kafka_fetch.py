@@ -6,6 +6,7 @@ another on the store; never by a timer. On SQLite and on Postgres."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import pytest
@@ -186,3 +187,20 @@ def test_spliced_batches_make_the_frame_kio_would_encode(version: int) -> None:
     assert b"".join(parts) == expected
     # The stored batches themselves were not copied: their slices are views of them.
     assert any(isinstance(p, memoryview) and p.obj is batches[2] for p in parts)
+
+
+async def test_a_name_no_topic_can_have_is_unknown_and_the_rest_of_the_fetch_is_read(
+    listener: KafkaListener,
+) -> None:
+    # A NUL, which no store keeps, in one topic's name refuses that topic alone.
+    await log_topics.create_topic(listener.db, TopicSpec("readable", 1))
+    await _append(listener, "readable", 0, b"here")
+    request = fetch_request("readable")
+    request = dataclasses.replace(
+        request, topics=request.topics + fetch_request("bad\0name").topics
+    )
+    answer = await (await connect(listener)).request(request)
+    good, bad = answer.responses
+    assert good.partitions[0].error_code == ErrorCode.none
+    assert [r.value for r in recordbatch.records(bytes(good.partitions[0].records))] == [b"here"]
+    assert bad.partitions[0].error_code == ErrorCode.unknown_topic_or_partition

@@ -101,8 +101,9 @@ async def create_partitions(client: Client, request: Request) -> Any:
         answer = outcome()
         try:
             client.access.cluster()
+            # The assignments are the new partitions', in order; they carry no partition index.
             log_topics.on_one_broker(
-                {a.partition_index: list(a.broker_ids) for a in topic.assignments or ()}, NODE_ID
+                {i: list(a.broker_ids) for i, a in enumerate(topic.assignments or ())}, NODE_ID
             )
             added = await log_topics.grow_topic(
                 client.db, topic.name, topic.count, validate_only=True

@@ -174,7 +174,7 @@ def test_a_decompression_bomb_fails_at_the_bound() -> None:
         rb.COMPRESSION_LZ4,
         rb.COMPRESSION_SNAPPY,
     ):
-        compressed = rb._compress(codec, section)
+        compressed = rb.compress(codec, section)
         data = _with_section(rb.build([(0, None, b"x", [])]), compressed, codec)
 
         with pytest.raises(rb.CorruptBatch):
