@@ -13,7 +13,12 @@ COPY coordinator ./coordinator
 COPY migrations ./migrations
 COPY sdk ./sdk
 COPY jobs ./jobs
-RUN pip install '.[server]' && useradd --create-home --uid 10001 coordinator \
+# A compiler for the record batch's walk in C (sdk/_walk.c), removed once it is built; the image
+# refuses to build without it rather than fall back to the slower walk in Python.
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && pip install '.[server]' && (cd / && python -c 'import sdk._walk') \
+    && apt-get purge -y --auto-remove gcc libc6-dev && rm -rf /var/lib/apt/lists/* \
+    && useradd --create-home --uid 10001 coordinator \
     && mkdir /data && chown coordinator /data
 
 USER coordinator

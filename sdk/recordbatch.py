@@ -36,6 +36,7 @@ value length, value), every length and delta a zigzag varint; -1 is null.
 
 from __future__ import annotations
 
+import contextlib
 import struct
 from collections.abc import Iterator
 
@@ -75,7 +76,9 @@ from sdk._batch_writing import (
     with_base_offset,
     with_log_append_time,
 )
-from sdk._compression import compress, decompress
+from sdk._compression import compress, decompress, inflate, recode
+from sdk._walking import varint as _varint
+from sdk._walking import walk
 
 __all__ = [
     "CODECS",
@@ -97,6 +100,7 @@ __all__ = [
     "build",
     "build_control",
     "check",
+    "compress",
     "control_type",
     "iter_batches",
     "joined_with_leader_epoch",
@@ -141,8 +145,8 @@ def check(data: bytes, max_uncompressed: int = MAX_UNCOMPRESSED_BYTES) -> Checke
             f"last offset delta {header.last_offset_delta} does not match the record count "
             f"{header.record_count}"
         )
-    body = _records_section(data, 0, header, max_uncompressed)
-    max_delta, has_null_key = _walk(body, header.record_count)
+    pieces = _inflated(data, 0, header, max_uncompressed)
+    max_delta, has_null_key = walk(pieces, header.record_count)
     return Checked(header, header.base_timestamp + max_delta, has_null_key)
 
 
@@ -166,135 +170,36 @@ def _check_header(data: bytes | bytearray | memoryview, pos: int, header: Header
 def _records_section(
     data: bytes | bytearray | memoryview, pos: int, header: Header, max_uncompressed: int
 ) -> bytes | bytearray | memoryview:
+    """The records section of the batch at `pos`, inflated whole."""
     start, end = pos + HEADER_SIZE, pos + header.size
     codec = header.compression
     view = memoryview(data)[start:end]
     if codec == COMPRESSION_NONE:
         return view
-    try:
+    with _as_corrupt(codec):
         return decompress(codec, view, max_uncompressed)
+
+
+def _inflated(
+    data: bytes | bytearray | memoryview, pos: int, header: Header, max_uncompressed: int
+) -> Iterator[bytes | bytearray | memoryview]:
+    """The records section of the batch at `pos`, in pieces as it inflates."""
+    view = memoryview(data)[pos + HEADER_SIZE : pos + header.size]
+    with _as_corrupt(header.compression):
+        yield from inflate(header.compression, view, max_uncompressed)
+
+
+@contextlib.contextmanager
+def _as_corrupt(codec: int) -> Iterator[None]:
+    """Each codec's own error, raised as `CorruptBatch`."""
+    try:
+        yield
     except CorruptBatch:
         raise
     except Exception as exc:  # each codec raises its own kind
         raise CorruptBatch(
             f"the {CODEC_NAMES[codec]} records section does not decompress: {exc}"
         ) from None
-
-
-def _varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
-    """A zigzag varint (up to 64 bits) at `pos`: (value, position after it)."""
-    raw = 0
-    shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        raw |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-        if shift > 63:
-            raise CorruptBatch("a varint is longer than 10 bytes")
-
-
-def _walk(body: bytes | bytearray | memoryview, count: int) -> tuple[int, bool]:
-    """Check the records section holds exactly `count` well-formed records with offset deltas
-    0..count-1; returns (largest timestamp delta, whether any key is null). Single-byte varints
-    (nearly all of them) are decoded inline: this loop is on every produce."""
-    varint = _varint
-    end = len(body)
-    pos = 0
-    max_delta = None
-    has_null_key = False
-    try:
-        for index in range(count):
-            b = body[pos]
-            if b < 0x80:
-                length = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                length, pos = varint(body, pos)
-            stop = pos + length
-            if length < 6 or stop > end:  # at least attributes and five one-byte varints
-                raise CorruptBatch(f"record {index}: length {length} does not fit the batch")
-            pos += 1  # attributes
-            b = body[pos]
-            if b < 0x80:
-                delta = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                delta, pos = varint(body, pos)
-            b = body[pos]
-            if b < 0x80:
-                offset_delta = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                offset_delta, pos = varint(body, pos)
-            if offset_delta != index:
-                raise CorruptBatch(f"record {index} has offset delta {offset_delta}")
-            b = body[pos]
-            if b < 0x80:
-                size = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                size, pos = varint(body, pos)
-            if size >= 0:
-                pos += size
-            elif size == -1:
-                has_null_key = True
-            else:
-                raise CorruptBatch(f"record {index}: key length {size}")
-            b = body[pos]
-            if b < 0x80:
-                size = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                size, pos = varint(body, pos)
-            if size >= 0:
-                pos += size
-            elif size != -1:
-                raise CorruptBatch(f"record {index}: value length {size}")
-            b = body[pos]
-            if b < 0x80:
-                headers = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                headers, pos = varint(body, pos)
-            if headers:
-                pos = _skip_headers(body, pos, headers, index)
-            if pos != stop:
-                raise CorruptBatch(
-                    f"record {index}: its fields take {pos - stop + length} bytes, "
-                    f"its length says {length}"
-                )
-            if max_delta is None or delta > max_delta:
-                max_delta = delta
-    except IndexError:
-        raise CorruptBatch("the records section ends inside a record") from None
-    if pos != end:
-        raise CorruptBatch(
-            f"the records section holds {end - pos} bytes after the {count} records it counts"
-        )
-    return (0 if max_delta is None else max_delta), has_null_key
-
-
-def _skip_headers(body: bytes | bytearray | memoryview, pos: int, count: int, index: int) -> int:
-    if count < 0:
-        raise CorruptBatch(f"record {index}: header count {count}")
-    for _ in range(count):
-        size, pos = _varint(body, pos)
-        if size < 0:
-            raise CorruptBatch(f"record {index}: header name length {size}")
-        try:
-            bytes(body[pos : pos + size]).decode()
-        except UnicodeDecodeError:
-            raise CorruptBatch(f"record {index}: a header name is not UTF-8") from None
-        pos += size
-        size, pos = _varint(body, pos)
-        if size >= 0:
-            pos += size
-        elif size != -1:
-            raise CorruptBatch(f"record {index}: header value length {size}")
-    return pos
 
 
 def iter_batches(
@@ -386,9 +291,7 @@ def with_codec(data: bytes, codec: int, max_uncompressed: int = MAX_UNCOMPRESSED
     header = read_header(data)
     if header.compression == codec:
         return data
-    section = bytes(_records_section(data, 0, header, max_uncompressed))
-    if codec != COMPRESSION_NONE:
-        section = compress(codec, section)
+    section = recode(codec, _inflated(data, 0, header, max_uncompressed))
     out = bytearray(data[:HEADER_SIZE])
     out += section
     _LENGTH.pack_into(out, 8, len(out) - LOG_OVERHEAD)
