@@ -15,7 +15,7 @@ Both answer alike: `feed(piece)` is None or the message of what is wrong; `finis
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Protocol
 
 from sdk._batch_layout import CorruptBatch
@@ -233,18 +233,32 @@ COMPILED: type[Walk] | None = _compiled()
 Walker: type[Walk] = COMPILED or PyWalker
 
 
-def walk(
-    pieces: Iterable[Piece], count: int, walker: type[Walk] | None = None
-) -> tuple[int, bool]:
+class Walking:
+    """A walk of a records section that pieces go `through` on their way elsewhere (to a
+    compressor), `found` once they have all passed."""
+
+    def __init__(self, count: int, walker: type[Walk] | None = None) -> None:
+        self._walking = (walker or Walker)(count)  # type: ignore[call-arg]
+
+    def through(self, pieces: Iterable[Piece]) -> Iterator[Piece]:
+        for piece in pieces:
+            wrong = self._walking.feed(piece)
+            if wrong is not None:
+                raise CorruptBatch(wrong)
+            yield piece
+
+    def found(self) -> tuple[int, bool]:
+        found = self._walking.finish()
+        if isinstance(found, str):
+            raise CorruptBatch(found)
+        return found
+
+
+def walk(pieces: Iterable[Piece], count: int, walker: type[Walk] | None = None) -> tuple[int, bool]:
     """Walk the records section given in `pieces` (see the module's docstring) with `walker`
     (`Walker` unless given): the largest timestamp delta, and whether any key is null. Raises
     `CorruptBatch` saying what is wrong."""
-    walking = (walker or Walker)(count)  # type: ignore[call-arg]
-    for piece in pieces:
-        wrong = walking.feed(piece)
-        if wrong is not None:
-            raise CorruptBatch(wrong)
-    found = walking.finish()
-    if isinstance(found, str):
-        raise CorruptBatch(found)
-    return found
+    walking = Walking(count, walker)
+    for _ in walking.through(pieces):
+        pass
+    return walking.found()

@@ -77,8 +77,8 @@ from sdk._batch_writing import (
     with_log_append_time,
 )
 from sdk._compression import compress, decompress, inflate, recode
+from sdk._walking import Walking
 from sdk._walking import varint as _varint
-from sdk._walking import walk
 
 __all__ = [
     "CODECS",
@@ -100,6 +100,7 @@ __all__ = [
     "build",
     "build_control",
     "check",
+    "check_recoded",
     "compress",
     "control_type",
     "iter_batches",
@@ -129,6 +130,17 @@ def check(data: bytes, max_uncompressed: int = MAX_UNCOMPRESSED_BYTES) -> Checke
     a known codec, and a records section (decompressed) holding exactly the records the header
     counts, each well formed, with offset deltas 0..count-1. Builds no per-record object.
     Raises `CorruptBatch` saying what is wrong."""
+    return _check(data, max_uncompressed, None)[1]
+
+
+def check_recoded(
+    data: bytes, codec: int, max_uncompressed: int = MAX_UNCOMPRESSED_BYTES
+) -> tuple[bytes, Checked]:
+    """`check`, and the batch in `codec` as `with_codec` makes it, from the one inflation."""
+    return _check(data, max_uncompressed, codec)
+
+
+def _check(data: bytes, max_uncompressed: int, codec: int | None) -> tuple[bytes, Checked]:
     header = read_header(data)
     if header.length + LOG_OVERHEAD != len(data):
         raise CorruptBatch(
@@ -145,9 +157,15 @@ def check(data: bytes, max_uncompressed: int = MAX_UNCOMPRESSED_BYTES) -> Checke
             f"last offset delta {header.last_offset_delta} does not match the record count "
             f"{header.record_count}"
         )
-    pieces = _inflated(data, 0, header, max_uncompressed)
-    max_delta, has_null_key = walk(pieces, header.record_count)
-    return Checked(header, header.base_timestamp + max_delta, has_null_key)
+    walking = Walking(header.record_count)
+    pieces = walking.through(_inflated(data, 0, header, max_uncompressed))
+    if codec is None or codec == header.compression:
+        for _ in pieces:
+            pass
+    else:
+        data = _in_codec(data, header, codec, recode(codec, pieces))
+    max_delta, has_null_key = walking.found()
+    return data, Checked(header, header.base_timestamp + max_delta, has_null_key)
 
 
 def _check_header(data: bytes | bytearray | memoryview, pos: int, header: Header) -> None:
@@ -292,6 +310,11 @@ def with_codec(data: bytes, codec: int, max_uncompressed: int = MAX_UNCOMPRESSED
     if header.compression == codec:
         return data
     section = recode(codec, _inflated(data, 0, header, max_uncompressed))
+    return _in_codec(data, header, codec, section)
+
+
+def _in_codec(data: bytes, header: Header, codec: int, section: bytes) -> bytes:
+    """The batch with `section`, its records in `codec`, for its own."""
     out = bytearray(data[:HEADER_SIZE])
     out += section
     _LENGTH.pack_into(out, 8, len(out) - LOG_OVERHEAD)

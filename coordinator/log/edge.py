@@ -42,6 +42,8 @@ class Append:
     data: bytes
     checked: recordbatch.Checked
     transactional_id: str | None
+    # The producer's batch's size, where `data` was recompressed for its topic at the edge.
+    sent_size: int = 0
 
 
 def _decoder(encoding: str) -> Callable[[str], bytes]:
@@ -109,15 +111,31 @@ async def check_batch(
     """A batch's own checks, before any database work: well formed (CORRUPT_MESSAGE), not
     inflating past its bounds (RECORD_LIST_TOO_LARGE), then acceptable from a producer
     (INVALID_RECORD)."""
+    return (await check_recoding(settings, data, transactional_id, None))[1]
+
+
+async def check_recoding(
+    settings: Settings, data: bytes, transactional_id: str | None, codec: int | None
+) -> tuple[bytes, recordbatch.Checked]:
+    """`check_batch`, and with `codec` (the codec its topic's compression.type asks for, where
+    known) the batch recompressed in it in the same pass, inflated once: the bytes to append."""
     limit = inflation_limit(settings, len(data))
     try:
-        if len(data) >= _CHECK_OFF_LOOP_BYTES and recordbatch.read_header(data).compression:
+        header = recordbatch.read_header(data)
+        recode_to = codec if codec is not None and codec != header.compression else None
+
+        def check() -> tuple[bytes, recordbatch.Checked]:
+            if recode_to is None:
+                return data, recordbatch.check(data, limit)
+            return recordbatch.check_recoded(data, recode_to, limit)
+
+        if len(data) >= _CHECK_OFF_LOOP_BYTES and (header.compression or recode_to is not None):
             # Inflated on a worker thread, holding up to `limit` bytes: reserved first from the
             # process's request memory, so concurrent bombs inflate in turn, within the budget.
             async with request_memory().reserve(limit):
-                checked = await asyncio.to_thread(recordbatch.check, data, limit)
+                stored, checked = await asyncio.to_thread(check)
         else:
-            checked = recordbatch.check(data, limit)
+            stored, checked = check()
     except recordbatch.InflatesTooFar as exc:
         raise RecordListTooLarge(
             f"{exc} (a {len(data)}-byte batch may inflate to {limit} bytes: "
@@ -126,7 +144,7 @@ async def check_batch(
     except recordbatch.CorruptBatch as exc:
         raise CorruptMessage(f"not a well-formed record batch: {exc}") from None
     acceptable(checked, transactional_id)
-    return checked
+    return stored, checked
 
 
 def acceptable(checked: recordbatch.Checked, transactional_id: str | None) -> None:

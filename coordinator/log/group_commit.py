@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from coordinator.core.errors import StoreUnavailable
 from coordinator.core.settings import Settings
-from coordinator.log import purgatory
+from coordinator.log import configs, purgatory
 from coordinator.log.edge import Append, Appended
 from coordinator.log.planning import Seen, write_group, write_optimistic
 from coordinator.log.sequences import in_sequence_order
@@ -190,6 +190,16 @@ def submit_all(
     if commits is None or commits._loop is not asyncio.get_running_loop():
         commits = _group_commits[db] = _GroupCommit(db, settings)
     return commits.submit(batch)
+
+
+def topic_codec(db: Store, settings: Settings, topic: str) -> int | None:
+    """The codec `topic`'s compression.type asks for, as this process's appends last saw it
+    (None: the producer's, or not seen; the append recompresses if it must)."""
+    commits = _group_commits.get(db)
+    stored = None if commits is None or commits._seen is None else commits._seen.configs.get(topic)
+    if stored is None:
+        return None
+    return configs.produce_settings(stored, settings.max_request_bytes).codec
 
 
 async def append_all(

@@ -294,9 +294,17 @@ async def _plan_one(
     if locked is None:
         raise UnknownTopicOrPartition(f"{where} does not exist")
     topic_settings = configs.produce_settings(locked.configs, settings.max_request_bytes)
-    if len(data) > topic_settings.max_message_bytes:
+    if topic_settings.codec is not None:
+        # Recompressed for its topic's compression.type as Kafka's broker does (the edge did
+        # it already where it knew the topic's configs: then this changes nothing).
+        data = recordbatch.with_codec(
+            data, topic_settings.codec, inflation_limit(settings, len(data))
+        )
+    # As Kafka checks both the producer's batch and the batch as its topic stores it.
+    size = max(len(data), len(append.data), append.sent_size)
+    if size > topic_settings.max_message_bytes:
         raise BatchTooLarge(
-            f"the batch is {len(data)} bytes; {topic}'s max.message.bytes is "
+            f"the batch is {size} bytes; {topic}'s max.message.bytes is "
             f"{topic_settings.max_message_bytes}"
         )
     if topic_settings.compacted and checked.has_null_key:
@@ -342,8 +350,10 @@ async def _plan_one(
     base_offset = locked.high_watermark
     last_offset = base_offset + count - 1
     locked.high_watermark = last_offset + 1
+    # On the optimistic path the statement writes each batch's base offset into its payload
+    # (it knows the high watermark, this plan does not): the batch is not copied to set it.
     payload, max_timestamp, append_time = _as_stored(
-        data, checked, topic_settings, inflation_limit(settings, len(data)), base_offset, now
+        data, checked, topic_settings, base_offset if connection is not None else None, now
     )
     last_seq = last_sequence_of(base_seq, count) if pid >= 0 else -1
     plan.rows.append(
@@ -397,17 +407,13 @@ def _as_stored(
     data: bytes,
     checked: recordbatch.Checked,
     topic: configs.ProduceSettings,
-    inflation: int,
-    base_offset: int,
+    base_offset: int | None,
     now: int,
 ) -> tuple[bytes, int, int]:
     """The batch's bytes as its topic stores them, with its newest timestamp and its append
-    time (-1 but for a LogAppendTime topic): recompressed with the topic's compression.type, as
-    Kafka's broker recompresses (the records' bytes were checked already; only their compression
-    changes), at its base offset, stamped with the append time for a LogAppendTime topic."""
-    if topic.codec is not None:
-        data = recordbatch.with_codec(data, topic.codec, inflation)
-    payload = recordbatch.with_base_offset(data, base_offset)
+    time (-1 but for a LogAppendTime topic): at its base offset (None: the store sets it as it
+    writes), stamped with the append time for a LogAppendTime topic."""
+    payload = data if base_offset is None else recordbatch.with_base_offset(data, base_offset)
     if not topic.log_append_time:
         return payload, checked.max_timestamp, -1
     return recordbatch.with_log_append_time(payload, now), now, now

@@ -13,8 +13,15 @@ from __future__ import annotations
 
 from coordinator.core.clock import now_ms
 from coordinator.core.settings import Settings
-from coordinator.log.edge import Append, Appended, acceptable, batch_from_json, check_batch
-from coordinator.log.group_commit import append_all, submit_all
+from coordinator.log.edge import (
+    Append,
+    Appended,
+    acceptable,
+    batch_from_json,
+    check_batch,
+    check_recoding,
+)
+from coordinator.log.group_commit import append_all, submit_all, topic_codec
 from coordinator.log.planning import GroupTransactions, use_transactions
 from coordinator.log.schemas import ProduceRequest
 from coordinator.store import Store
@@ -24,6 +31,7 @@ __all__ = [
     "Appended",
     "GroupTransactions",
     "check_batch",
+    "checked_append",
     "produce_batch",
     "produce_json",
     "submit_all",
@@ -40,9 +48,25 @@ async def produce_batch(
     transactional_id: str | None,
 ) -> Appended:
     """Append one record batch, as the HTTP API's Records section says."""
-    checked = await check_batch(settings, data, transactional_id)
-    append = Append(topic, partition, data, checked, transactional_id)
+    append = await checked_append(db, settings, topic, partition, data, transactional_id)
     return _answer((await append_all(db, settings, [append]))[0])
+
+
+async def checked_append(
+    db: Store,
+    settings: Settings,
+    topic: str,
+    partition: int,
+    data: bytes,
+    transactional_id: str | None,
+) -> Append:
+    """A batch checked at the edge (`check_batch`), to append: recompressed in the same pass
+    for its topic's compression.type where this process knows it (`topic_codec`), so that it
+    is inflated once."""
+    stored, checked = await check_recoding(
+        settings, data, transactional_id, topic_codec(db, settings, topic)
+    )
+    return Append(topic, partition, stored, checked, transactional_id, len(data))
 
 
 async def produce_json(

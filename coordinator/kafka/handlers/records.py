@@ -47,9 +47,9 @@ async def produce(client: Client, request: Request) -> Any:
                 client.access.produce(topic.name, tid)
                 if data.records is None:
                     raise Refused(ErrorCode.corrupt_message, "no record batch")
-                records = bytes(data.records)
-                found = await appending.check_batch(client.settings, records, tid)
-                append = appending.Append(topic.name, data.index, records, found, tid)
+                append = await appending.checked_append(
+                    client.db, client.settings, topic.name, data.index, bytes(data.records), tid
+                )
                 checked.append((len(answers) - 1, append))
             except FAILURES as failure:
                 answers[-1] = failure

@@ -324,6 +324,27 @@ async def test_max_message_bytes_refuses_larger_batches_with_413(
     assert await high_watermark(client, "t") == 1
 
 
+async def test_max_message_bytes_holds_for_the_batch_as_its_topic_recompresses_it(
+    client: httpx.AsyncClient,
+) -> None:
+    # Small as gzip, large uncompressed: Kafka checks the batch it validated too.
+    response = await client.post(
+        "/v1/topics",
+        json={
+            "name": "t",
+            "configs": {"max.message.bytes": 2000, "compression.type": "uncompressed"},
+        },
+    )
+    assert response.status_code == 201, response.text
+    small = built([b"x"])
+    assert (await produce_batch(client, "t", 0, small)).status_code == 200
+    grows = built([b"\0" * 20_000], codec=rb.COMPRESSION_GZIP)
+    assert len(grows) < 2000
+    for _ in range(2):  # the topic's configs not seen yet by the process, then seen
+        assert_problem(await produce_batch(client, "t", 0, grows), 413, "RECORD_LIST_TOO_LARGE")
+    assert await high_watermark(client, "t") == 1
+
+
 async def test_binary_transactional_produce_joins_the_transaction(
     client: httpx.AsyncClient,
 ) -> None:
@@ -465,6 +486,41 @@ async def test_compression_type_recompresses_every_batch_as_kafka_does(
     # A retry of the same batch is still recognised as the duplicate it is.
     again = await produce_batch(client, "t", 0, sent)
     assert again.json()["duplicate"] is True
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "zstd"])
+async def test_a_batch_recompressed_for_its_topic_is_inflated_once(
+    app: Any, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch, codec: str
+) -> None:
+    """Once the process has seen the topic's configs (an append wrote to it), a batch in
+    another codec is recompressed as it is checked, in the one inflation."""
+    response = await client.post(
+        "/v1/topics", json={"name": "t", "configs": {"compression.type": codec}}
+    )
+    assert response.status_code == 201, response.text
+    pid = await init_pid(client)
+    inflations = []
+    inflate = rb.inflate
+    monkeypatch.setattr(rb, "inflate", lambda *a: inflations.append(a[0]) or inflate(*a))
+    for sequence in (0, 2, 4):
+        sent = rb.build(
+            [(1, b"k", b"v" * 50_000, []), (2, b"k2", b"w", [])],
+            compression=rb.COMPRESSION_LZ4,
+            producer_id=pid,
+            producer_epoch=0,
+            base_sequence=sequence,
+        )
+        assert (await produce_batch(client, "t", 0, sent)).status_code == 200
+    if app.state.db.remote:
+        # The first batch taught the process the topic's configs: the next two, once each.
+        assert inflations == [rb.COMPRESSION_LZ4] * 4
+    else:
+        # SQLite plans no append ahead of its unit of work: each is inflated twice.
+        assert inflations == [rb.COMPRESSION_LZ4] * 6
+    stored = await fetch_batches(client, "t", 0)
+    wanted = rb.CODECS[codec]
+    assert [h.compression for _, h in rb.iter_batches(stored.content)] == [wanted] * 3
+    assert [v for _, _, v in records_of(stored.content)] == [b"v" * 50_000, b"w"] * 3
 
 
 async def test_a_name_holding_a_nul_is_refused_before_any_statement(app: Any) -> None:
