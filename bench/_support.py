@@ -304,6 +304,23 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """`cpu_seconds` of a local process and of every process under it (a service's workers)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    total, todo = 0.0, [pid]
+    while todo:
+        each = todo.pop()
+        total += cpu_seconds(each)
+        todo.extend(children.get(each, ()))
+    return total
+
+
 async def cpus_in_window(window: Window, *pids: int) -> list[float]:
     """CPU seconds each process used inside the window (call it before the window starts)."""
     await asyncio.sleep(max(0.0, window.start - time.perf_counter()))
@@ -315,6 +332,38 @@ async def cpus_in_window(window: Window, *pids: int) -> list[float]:
 async def cpu_in_window(pid: int, window: Window) -> float:
     """CPU seconds process `pid` used inside the window (call it before the window starts)."""
     return (await cpus_in_window(window, pid))[0]
+
+
+class CpuMeter:
+    """CPU used by the service and by the Postgres backends serving its database, sampled at a
+    window's start and end. Backends are found in pg_stat_activity; their CPU is only readable
+    when Postgres runs on this machine (and as a user allowed to read its /proc entries)."""
+
+    def __init__(self, server_url: str, database: str, service_pid: int) -> None:
+        self.server_url = server_url
+        self.database = database
+        self.service_pid = service_pid
+
+    async def backends(self) -> list[int]:
+        connection = await asyncpg.connect(self.server_url)
+        try:
+            rows = await connection.fetch(
+                "SELECT pid FROM pg_stat_activity WHERE datname = $1", self.database
+            )
+        finally:
+            await connection.close()
+        return [row["pid"] for row in rows]
+
+    async def sample(self) -> tuple[float, dict[int, float]]:
+        return cpu_seconds(self.service_pid), {
+            pid: cpu_seconds(pid) for pid in await self.backends()
+        }
+
+    async def sample_tree(self) -> tuple[float, dict[int, float]]:
+        """`sample`, with the CPU of the service's workers (its child processes) too."""
+        return tree_cpu_seconds(self.service_pid), {
+            pid: cpu_seconds(pid) for pid in await self.backends()
+        }
 
 
 # -- the payloads -------------------------------------------------------------------------------

@@ -62,6 +62,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import time
@@ -77,6 +78,7 @@ from _confluent import producers_in_processes, transactional_round
 from _java import java_producers
 from _support import (
     MB,
+    CpuMeter,
     Window,
     add_postgres_url,
     admin,
@@ -98,9 +100,15 @@ from sdk_producer import sdk_producer
 from coordinator.launcher import free_port
 
 TOPIC = "side-by-side"
-BROKERS = ("kafka", "coordinator", "coordinator_async_commit")
+WORKLOADS = ("a", "java", "b", "c", "d", "e")
+SCALING_WORKERS = (1, 2, 4)
 READ_TOPIC = "side-by-side-read"
 LOOP_TOPIC = "side-by-side-loop"
+
+
+def advised_workers() -> int:
+    """What docs/pages/operations.md advises for `COORDINATOR_WORKERS`: one per core."""
+    return os.cpu_count() or 1
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -114,6 +122,34 @@ async def workloads(
     """(a) to (e) against one listener, its topics already there; (b) for the SDK too through
     `sdk_url`, the same service's HTTP API (None: Kafka, which has none)."""
     payload = Payload.build(args.batch_records, args.record_bytes)
+    figures: dict[str, float] = {}
+    if "a" in args.only:
+        figures |= await librdkafka_producers(bootstrap, args, payload)
+    if "java" in args.only:
+        figures |= await java_producer_rates(bootstrap, args)
+    if "b" in args.only:
+        figures |= await overheads(bootstrap, args, payload, sdk_url)
+    if "c" in args.only:
+        log(f"(c): {args.transactions} transactions of {args.txn_records} records")
+        commits = await asyncio.to_thread(commit_latencies, bootstrap, payload, args)
+        figures["end_txn_p50_ms"] = percentile(commits, 0.5)
+        figures["end_txn_p99_ms"] = percentile(commits, 0.99)
+    if "d" in args.only or "e" in args.only:
+        log(f"(d): {args.read_records} records written in transactions, then read")
+        await asyncio.to_thread(fill_in_transactions, bootstrap, payload, args.read_records)
+        if "d" in args.only:
+            read_mb_s = await asyncio.to_thread(read_committed_rate, bootstrap, args.read_records)
+            figures["read_committed_mb_per_s"] = read_mb_s
+    if "e" in args.only:
+        log(f"(e): the exactly-once loop, at most {args.seconds:g} s")
+        figures["eos_loop_records_per_s"] = await asyncio.to_thread(eos_loop_rate, bootstrap, args)
+    return figures
+
+
+async def librdkafka_producers(
+    bootstrap: str, args: argparse.Namespace, payload: Payload
+) -> dict[str, float]:
+    """(a) through librdkafka: its own batching, then batches of `--batch-records`."""
     figures: dict[str, float] = {}
     for batching, records in (("idempotent", None), ("fixed_batches", args.batch_records)):
         how = "librdkafka's own batches" if records is None else f"batches of {records}"
@@ -139,6 +175,12 @@ async def workloads(
             f"{batching}_batch_kb": statistics.median(tally.batch_bytes or [float("nan")]) / 1024,
             f"{batching}_client_cpu_ms_per_mb": 1000 * tally.client_cpu_s / (mb or float("nan")),
         }
+    return figures
+
+
+async def java_producer_rates(bootstrap: str, args: argparse.Namespace) -> dict[str, float]:
+    """(a) through Kafka's Java producer: its defaults, then 1 MB batches."""
+    figures: dict[str, float] = {}
     for name, properties in (("java", {}), ("java_1mb_batches", {"batch.size": str(2**20)})):
         log(f"(a) {args.producers} Java producers, {args.java_records} records each: {name}")
         figures[f"{name}_mb_per_s"] = await asyncio.to_thread(
@@ -150,7 +192,14 @@ async def workloads(
             args.record_bytes,
             properties,
         )
-    log(f"(b), (c): {args.rounds} rounds of 2 x {args.overhead_seconds:g} s")
+    return figures
+
+
+async def overheads(
+    bootstrap: str, args: argparse.Namespace, payload: Payload, sdk_url: str | None
+) -> dict[str, float]:
+    """(b): transactions' cost to librdkafka's producer, and to the SDK's."""
+    log(f"(b): {args.rounds} rounds of 2 x {args.overhead_seconds:g} s")
     idempotent: list[float] = []
     transactional: list[float] = []
     for n in range(args.rounds):
@@ -170,21 +219,7 @@ async def workloads(
     sdk = {"sdk_txn_overhead": txn_overhead, "sdk_txn_async_overhead": txn_overhead}
     if sdk_url is not None:
         sdk = await sdk_overheads(sdk_url, payload, args)
-    log(f"(c): {args.transactions} transactions of {args.txn_records} records")
-    commits = await asyncio.to_thread(commit_latencies, bootstrap, payload, args)
-    log(f"(d): {args.read_records} records written in transactions, then read")
-    await asyncio.to_thread(fill_in_transactions, bootstrap, payload, args.read_records)
-    read_mb_s = await asyncio.to_thread(read_committed_rate, bootstrap, args.read_records)
-    log(f"(e): the exactly-once loop, at most {args.seconds:g} s")
-    loop_rate = await asyncio.to_thread(eos_loop_rate, bootstrap, args)
-    return figures | {
-        "txn_overhead": txn_overhead,
-        **sdk,
-        "end_txn_p50_ms": percentile(commits, 0.5),
-        "end_txn_p99_ms": percentile(commits, 0.99),
-        "read_committed_mb_per_s": read_mb_s,
-        "eos_loop_records_per_s": loop_rate,
-    }
+    return {"txn_overhead": txn_overhead, **sdk}
 
 
 async def sdk_overheads(url: str, payload: Payload, args: argparse.Namespace) -> dict[str, float]:
@@ -342,59 +377,105 @@ async def on_kafka(args: argparse.Namespace) -> tuple[dict[str, float], dict[str
         return await workloads(broker.bootstrap, args), broker.describe()
 
 
-async def on_coordinator(args: argparse.Namespace, async_commit: bool) -> dict[str, float]:
+async def on_coordinator(
+    args: argparse.Namespace, async_commit: bool, workers: int, only: set[str] | None = None
+) -> dict[str, float]:
+    """The workloads (`only` those, else `--only`) against `coordinator serve --workers
+    workers`, and the CPU the service's processes and its database's Postgres backends took
+    meanwhile, in cores (`service_cores`, `postgres_cores`)."""
     server_url = plain_url(args.postgres_url)
     bootstrap = f"127.0.0.1:{free_port()}"
-    options = [*SERVE_OPTIONS, "--kafka-listener", bootstrap]
+    options = [*SERVE_OPTIONS, "--kafka-listener", bootstrap, "--workers", str(workers)]
     async with scratch_database(server_url, "bench_side_") as (name, database_url):
         if async_commit:
             await admin(server_url, f'ALTER DATABASE "{name}" SET synchronous_commit = off')
         async with serving(database_url, "bench-side-", SERVE, options) as service:
             async with httpx.AsyncClient(base_url=service.url) as client:
                 topics = ((TOPIC, args.producers), (READ_TOPIC, 1), (LOOP_TOPIC, 1), (SDK_TOPIC, 1))
-                for name, partitions in topics:
+                for topic, partitions in topics:
                     answer = await client.post(
-                        "/v1/topics", json={"name": name, "partitions": partitions}
+                        "/v1/topics", json={"name": topic, "partitions": partitions}
                     )
                     answer.raise_for_status()
-            return await workloads(bootstrap, args, service.url)
+            meter = CpuMeter(server_url, name, service.pid)
+            started, (service0, backends0) = time.perf_counter(), await meter.sample_tree()
+            run = args if only is None else argparse.Namespace(**{**vars(args), "only": only})
+            figures = await workloads(bootstrap, run, service.url)
+            service1, backends1 = await meter.sample_tree()
+            seconds = time.perf_counter() - started
+            postgres = sum(cpu - backends0.get(pid, 0.0) for pid, cpu in backends1.items())
+            return figures | {
+                "service_cores": (service1 - service0) / seconds,
+                "postgres_cores": postgres / seconds,
+            }
+
+
+def columns(args: argparse.Namespace) -> list[tuple[str, bool, int]]:
+    """The coordinator's runs: (name, synchronous_commit off, workers)."""
+    runs = [("coordinator", False, args.workers)]
+    if args.workers != 1:
+        runs.append(("coordinator_1_worker", False, 1))
+    runs.append(("coordinator_async_commit", True, args.workers))
+    return runs
 
 
 async def bench(args: argparse.Namespace) -> None:
     cancel_on_sigterm()
     figures: dict[str, dict[str, float]] = {}
-    log("kafka")
+    cores = os.cpu_count() or 1
+    log(f"kafka; the coordinator with --workers {args.workers} on {cores} cores")
     figures["kafka"], reference = await on_kafka(args)
-    log("coordinator (synchronous_commit on)")
-    figures["coordinator"] = await on_coordinator(args, async_commit=False)
-    log("coordinator (synchronous_commit off)")
-    figures["coordinator_async_commit"] = await on_coordinator(args, async_commit=True)
+    for column, async_commit, workers in columns(args):
+        log(f"{column}: --workers {workers}, synchronous_commit {'off' if async_commit else 'on'}")
+        figures[column] = await on_coordinator(args, async_commit, workers)
+    scaling: dict[int, dict[str, float]] = {}
+    if args.scaling:
+        for workers in SCALING_WORKERS:
+            log(f"scaling: (a) with --workers {workers}")
+            scaling[workers] = await on_coordinator(args, False, workers, {"a"})
+    brokers = list(figures)
     vs_kafka = {
         broker: {
-            name: value / figures["kafka"][name] if figures["kafka"][name] else float("nan")
+            name: value / figures["kafka"][name] if figures["kafka"].get(name) else float("nan")
             for name, value in figures[broker].items()
+            if name in figures["kafka"]
         }
-        for broker in BROKERS[1:]
+        for broker in brokers[1:]
     }
     print()
     print(
-        f"side by side: {args.producers} producers, {args.record_bytes} B records, "
-        f"{args.seconds:g} s; transactions every {args.commit_ms:g} ms, {args.rounds} rounds"
+        f"side by side on {cores} cores: {args.producers} producers, {args.record_bytes} B "
+        f"records, {args.seconds:g} s; transactions every {args.commit_ms:g} ms, "
+        f"{args.rounds} rounds; the coordinator with --workers {args.workers} (advised for "
+        f"{cores} cores: {advised_workers()}) and 1"
     )
     print(f"reference: Apache Kafka {reference['kafka']}, settings {reference['settings']}")
-    header = "".join(f"{broker:>26}" for broker in BROKERS)
+    header = "".join(f"{broker:>26}" for broker in brokers)
     print(f"{'':<36}{header}")
     for name in figures["kafka"]:
         row = f"{figures['kafka'][name]:>26.3f}"
-        for broker in BROKERS[1:]:
+        for broker in brokers[1:]:
             cell = f"{figures[broker][name]:.3f} ({vs_kafka[broker][name]:.2f}x)"
             row += f"{cell:>26}"
         print(f"{name:<36}{row}")
+    for broker in brokers[1:]:
+        print(
+            f"{broker}: the service took {figures[broker]['service_cores']:.2f} cores, "
+            f"Postgres {figures[broker]['postgres_cores']:.2f}"
+        )
     print(
         "(x: vs_kafka; for the overheads, end_txn, the round trip and the client CPU, lower is "
         "better; Kafka's sdk_* are its own client's txn_overhead, which the SDK's are held "
         "against)"
     )
+    for workers, row in scaling.items():
+        producers_cores = row["idempotent_client_cpu_ms_per_mb"] * row["idempotent_mb_per_s"] / 1000
+        print(
+            f"scaling, --workers {workers}: (a) {row['idempotent_mb_per_s']:.1f} MB/s "
+            f"(batches of {args.batch_records}: {row['fixed_batches_mb_per_s']:.1f}); the "
+            f"service {row['service_cores']:.2f} cores, Postgres {row['postgres_cores']:.2f}, "
+            f"the producers {producers_cores:.2f}"
+        )
     print(
         json.dumps(
             {
@@ -402,6 +483,11 @@ async def bench(args: argparse.Namespace) -> None:
                 "vs_kafka": {
                     b: {k: round(v, 4) for k, v in f.items()} for b, f in vs_kafka.items()
                 },
+                "scaling": {
+                    str(w): {k: round(v, 4) for k, v in f.items()} for w, f in scaling.items()
+                },
+                "cores": cores,
+                "workers": args.workers,
                 "reference": reference,
                 "producers": args.producers,
                 "record_bytes": args.record_bytes,
@@ -436,7 +522,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--txn-records", type=positive_int, default=100, help="(c) per commit")
     parser.add_argument("--read-records", type=positive_int, default=50_000, help="(d), (e)")
     parser.add_argument("--loop-batch", type=positive_int, default=500, help="(e) per commit")
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--workers",
+        type=positive_int,
+        default=advised_workers(),
+        help="the coordinator's service processes, as docs/pages/operations.md advises for "
+        "this machine's cores (a run with 1 is printed beside it)",
+    )
+    parser.add_argument(
+        "--only",
+        type=lambda text: set(text.split(",")),
+        default=",".join(WORKLOADS),
+        help="the workloads to run, comma-separated",
+    )
+    parser.add_argument(
+        "--scaling",
+        action="store_true",
+        help=f"also (a) with --workers {', '.join(map(str, SCALING_WORKERS))}, and the cores "
+        "the service and Postgres took",
+    )
+    args = parser.parse_args(argv)
+    if not args.only <= set(WORKLOADS):
+        parser.error(f"--only: of {','.join(WORKLOADS)}")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

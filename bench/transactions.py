@@ -67,7 +67,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import httpx
 import orjson
 from sqlalchemy import text
@@ -80,6 +79,7 @@ from coordinator.core.schemas import RequestModel
 from coordinator.core.settings import Settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is not a package
+import _support
 from _support import (
     BATCH_HEADERS,
     JSON_HEADERS,
@@ -96,7 +96,6 @@ from _support import (
     checked,
     checkpoint,
     close_all,
-    cpu_seconds,
     log,
     make_clients,
     percentile_ms,
@@ -247,30 +246,8 @@ def merged(tallies: list[Tally]) -> Tally:
     return total
 
 
-class CpuMeter:
-    """CPU used by the service and by the Postgres backends serving its database, sampled at a
-    window's start and end. Backends are found in pg_stat_activity; their CPU is only readable
-    when Postgres runs on this machine (and as a user allowed to read its /proc entries)."""
-
-    def __init__(self, server_url: str, database: str, service_pid: int) -> None:
-        self.server_url = server_url
-        self.database = database
-        self.service_pid = service_pid
-
-    async def backends(self) -> list[int]:
-        connection = await asyncpg.connect(self.server_url)
-        try:
-            rows = await connection.fetch(
-                "SELECT pid FROM pg_stat_activity WHERE datname = $1", self.database
-            )
-        finally:
-            await connection.close()
-        return [row["pid"] for row in rows]
-
-    async def sample(self) -> tuple[float, dict[int, float]]:
-        return cpu_seconds(self.service_pid), {
-            pid: cpu_seconds(pid) for pid in await self.backends()
-        }
+class CpuMeter(_support.CpuMeter):
+    """`_support.CpuMeter`, added to a window's `Tally`."""
 
     async def over(self, window: Window, tally: Tally) -> None:
         """Wait for the window, then add its CPU seconds to `tally`."""
