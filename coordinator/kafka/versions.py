@@ -8,8 +8,16 @@ AddPartitionsToTxn and AddOffsetsToTxn below 2; a produce with a stale epoch is 
 INVALID_PRODUCER_EPOCH, ProducerAppendInfo). One table holds every such rule by API and version;
 the listener applies it to every answer, so no handler has to remember it. The same table
 gives the data APIs Kafka's code for a store outage: the domain says COORDINATOR_NOT_AVAILABLE,
-which a produce or fetch client does not expect; KAFKA_STORAGE_ERROR is the retriable code
-Kafka's partition leader answers when its log cannot be written or read.
+which a produce or fetch client does not expect. A read, a listing of offsets or a deletion of
+records is answered KAFKA_STORAGE_ERROR, the retriable code Kafka's partition leader answers
+when its log cannot be read. A Produce is answered REQUEST_TIMED_OUT, what Kafka's leader
+answers when it appended but could not confirm the append in time: an outage met while a unit
+of work commits leaves unknown whether its appends were written, and clients read the two codes
+differently. librdkafka takes KAFKA_STORAGE_ERROR as "not persisted", so a message it then gives
+up on (its transaction aborted) has its sequence number reused by the next transaction at the
+same epoch, which, if the append was written after all, is taken for its duplicate and never
+stored: a committed record lost. REQUEST_TIMED_OUT is "possibly persisted": the client retries
+the same batch, and raises its epoch before going on without it (KIP-360).
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ ALWAYS = 1 << 15
 _FENCED = ErrorCode.producer_fenced
 _MEMBER_EPOCH = ErrorCode.fenced_member_epoch
 _STORE_OUT = {ErrorCode.coordinator_not_available: (ALWAYS, ErrorCode.kafka_storage_error)}
+_APPEND_IN_DOUBT = {ErrorCode.coordinator_not_available: (ALWAYS, ErrorCode.request_timed_out)}
 
 # api key -> the domain's code -> Kafka's, at every version: where Kafka's broker names an outcome
 # otherwise than docs/pages/http-api.md. AddPartitionsToTxn, AddOffsetsToTxn and EndTxn: Kafka's
@@ -42,8 +51,9 @@ RENAMED: Mapping[int, Mapping[ErrorCode, ErrorCode]] = {24: _TXN_CALL, 25: _TXN_
 # applied after RENAMED.
 TABLE: Mapping[int, Mapping[ErrorCode, tuple[int, ErrorCode]]] = {
     # Produce: a stale epoch is INVALID_PRODUCER_EPOCH at every version (since Kafka 2.7, so the
-    # client may abort and go on), a transaction timed out included.
-    0: {_FENCED: (ALWAYS, ErrorCode.invalid_producer_epoch), **_STORE_OUT},
+    # client may abort and go on), a transaction timed out included; an outage leaves the
+    # append in doubt.
+    0: {_FENCED: (ALWAYS, ErrorCode.invalid_producer_epoch), **_APPEND_IN_DOUBT},
     1: _STORE_OUT,  # Fetch
     2: _STORE_OUT,  # ListOffsets
     21: _STORE_OUT,  # DeleteRecords

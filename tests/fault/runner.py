@@ -23,6 +23,7 @@ from typing import Any, TextIO
 import httpx
 import orjson
 
+from tests.fault import evidence
 from tests.fault.checker import Report, check
 from tests.fault.history import (
     Begin,
@@ -175,6 +176,7 @@ class _Run:
         for d in (self.history, self.plans, self.logs):
             d.mkdir(parents=True, exist_ok=True)
         self.database: str | None = None
+        self.url: str | None = None  # the store's, whichever kind
         self.pair: PostgresPair | None = None
         self.services: list[ServiceProcess] = []
         self.proxy: FaultProxy | None = None
@@ -251,6 +253,7 @@ class _Run:
         else:
             url = self.database = create_postgres_database()
             self.say(f"database {self.database.rpartition('/')[2]}")
+        self.url = url
         env = {
             "COORDINATOR_TIMEOUT_CHECK_INTERVAL_MS": str(SWEEP_INTERVAL_MS),
             "COORDINATOR_POOL_SIZE": "5",
@@ -436,6 +439,8 @@ class _Run:
             self.record_unfinished(name)
         files = sorted(self.history.glob("*.jsonl"))
         report = check(load(files))
+        if not report.ok and self.url is not None:
+            self.say(f"anomalies: the store's evidence in {evidence.save(self.url, self.out)}")
         return RunResult(report, self.profile, self.seed, self.out)
 
     def record_final_groups(self, names: list[str]) -> None:

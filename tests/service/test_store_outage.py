@@ -96,7 +96,9 @@ def _through_an_outage(service: ServiceProcess, proxy: TcpProxy, kafka: KafkaSoc
         assert response.status_code == 503, response.text
         assert response.json()["code"] == "COORDINATOR_NOT_AVAILABLE"
         assert response.json()["retriable"] is True
-        assert _produce(kafka, "t") == ErrorCode.kafka_storage_error
+        # Possibly written, as Kafka's leader says it: never "not persisted" (see
+        # coordinator/kafka/versions.py for what that costs with librdkafka).
+        assert _produce(kafka, "t") == ErrorCode.request_timed_out
         assert _init_pid(kafka) == ErrorCode.coordinator_not_available
 
     proxy.restore()
@@ -132,7 +134,7 @@ def test_connections_the_server_terminates_are_an_outage_not_a_bug(
                 terminate_backends(database)
     finally:
         kafka.sock.close()
-    assert set(codes) <= {ErrorCode.none, ErrorCode.kafka_storage_error}
+    assert set(codes) <= {ErrorCode.none, ErrorCode.request_timed_out}
     assert 503 in answers  # the pool's connections were cut under the service
     assert answers.count(200) > len(answers) // 2 and codes.count(ErrorCode.none) > len(codes) // 2
     assert "Traceback" not in service.log.read_text(errors="replace")
