@@ -58,17 +58,6 @@ from coordinator.transactions.states import TRANSITIONS, Op, State
 # (`updated_ms`, which is how an end sees its membership changed), and the partitions are
 # included, those already in it left as they are. $1 transactional id, $2 producer id, $3
 # epoch, $4 states it may start from, $5 topics and $6 partitions (the keys, in order), $7 now.
-#
-# It commits without waiting for its WAL to reach the disk or the synchronous standby
-# (`synchronous_commit` off for this statement's own transaction alone: `set_config`'s is_local):
-# nothing depends on it surviving a crash. A transactional batch joins its partition to its
-# transaction itself when the partition is not in it (`transactions.joining`), so an add lost
-# with the primary costs nothing, and an append that commits after it, on any connection, flushes
-# the WAL up to its own commit record, the add's included. The call's answer says nothing that a
-# lost add would make untrue to the producer: its records are in its transaction once appended.
-# Kafka's coordinator, likewise, answers AddPartitionsToTxn once its transaction log has the
-# record in memory on its replicas, not on disk. One flush fewer on the producer's path to its
-# first append of a transaction.
 _ADD_PARTITIONS = f"""
 WITH txn AS (
   SELECT t.state, t.producer_id, i.producer_epoch
@@ -97,10 +86,8 @@ WITH txn AS (
   INSERT INTO transaction_partitions (transactional_id, topic, "partition", producer_id)
   SELECT $1, topic, "partition", $2 FROM wanted WHERE (SELECT passes FROM checked)
   ON CONFLICT DO NOTHING
-), relaxed AS (
-  SELECT set_config('synchronous_commit', 'off', true)
 )
-SELECT passes FROM checked, relaxed
+SELECT passes FROM checked
 """
 
 _ADD_STATES = [str(state) for state in TRANSITIONS[Op.ADD_PARTITIONS]]

@@ -15,7 +15,6 @@ import pytest
 from sqlalchemy import select
 
 from coordinator.store.postgres import PostgresStore
-from coordinator.store.postgres import transactions as transactions_sql
 from coordinator.transactions.models import Transaction
 from tests.support.api import assert_problem, create_topic, read_all
 from tests.support.services import Backend
@@ -111,29 +110,3 @@ async def test_refusals_write_nothing_and_are_the_locking_paths(
 
     assert one_statement_adds == [True, False, False, False, False, False, False, False]
     assert await included(newer) == ("Empty", [])
-
-
-async def test_the_add_commits_without_a_flush_and_leaves_its_connection_durable(
-    app: Any, client: httpx.AsyncClient
-) -> None:
-    """The one statement turns `synchronous_commit` off for its own transaction alone: the
-    connection it ran on, back in the pool, commits the next statement synchronously (a setting
-    that outlived the add would acknowledge appends before they are on disk). And a batch the
-    add was lost before (a crash before its WAL reached the disk) joins its transaction itself."""
-    await create_topic(client, "t", partitions=2)
-    producer = await started(client, "a")
-    db = app.state.db
-    async with db.autocommit() as connection:
-        added = await transactions_sql.add_partitions(
-            connection, "a", producer.pid, producer.epoch, [("t", 0)], 1
-        )
-        assert added
-        after = (await connection.exec_driver_sql("SHOW synchronous_commit")).scalar()
-    assert after == "on"
-    assert await included(producer) == ("Ongoing", [("t", 0)])
-
-    # Without the add (as if lost), the transaction's first batch on a partition joins it.
-    assert (await producer.produce("t", 1, "x")).status_code == 200
-    assert await included(producer) == ("Ongoing", [("t", 0), ("t", 1)])
-    assert (await producer.end(commit=True)).status_code == 200
-    assert [r["value"] for r in await read_all(client, "t", 1)] == ["x"]
