@@ -107,7 +107,8 @@ LOOP_TOPIC = "side-by-side-loop"
 
 
 def advised_workers() -> int:
-    """What docs/pages/operations.md advises for `COORDINATOR_WORKERS`: one per core."""
+    """What docs/pages/operations.md advises for `COORDINATOR_WORKERS`: one per core the
+    service has to itself (here the clients share them, which the 1-worker column shows)."""
     return os.cpu_count() or 1
 
 
