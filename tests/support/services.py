@@ -275,10 +275,15 @@ class Backend:
 
 
 async def empty_tables(db: Store) -> None:
-    """Empty every table. On Postgres a live service's sweep may be reading two of the tables
-    while TRUNCATE locks them one by one, in another order: a deadlock. TRUNCATE then waits
-    longer than the sweep before it looks for one, so the sweep is the one cancelled (its round
-    fails, is logged, and runs again next interval) and the emptying goes on."""
+    """Empty every table and restart its sequences, in one statement.
+
+    On Postgres, DELETE rather than TRUNCATE: TRUNCATE makes new files for every table and index
+    (a quarter of a second for the 17 tables, at every test), and takes an ACCESS EXCLUSIVE lock
+    that deadlocks with a live service's sweep reading two tables in the other order. DELETE
+    locks rows only; a sweep holding rows the emptying wants and then wanting one the emptying
+    holds is a deadlock too, so the emptying waits longer than the sweep before it looks for one,
+    and the sweep is the one cancelled (its round fails, is logged, and runs again next interval).
+    """
     tables = [t.name for t in reversed(Base.metadata.sorted_tables)]
     async with db.write() as session:
         if not db.remote:
@@ -286,7 +291,12 @@ async def empty_tables(db: Store) -> None:
                 await session.execute(text(f"DELETE FROM {table}"))
         else:
             await session.execute(text("SET LOCAL deadlock_timeout = '10s'"))
-            await session.execute(text(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE"))
+            deletes = " ".join(f"DELETE FROM {table};" for table in tables)
+            restarts = (
+                "PERFORM setval(format('%I.%I', schemaname, sequencename), start_value, false)"
+                " FROM pg_sequences WHERE schemaname = current_schema();"
+            )
+            await session.execute(text(f"DO $$ BEGIN {deletes} {restarts} END $$"))
 
 
 def make_settings(store: Backend, **overrides: Any) -> Settings:
