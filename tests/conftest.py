@@ -8,6 +8,7 @@ so their sweeps never touch another test's rows or meet its emptying.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,6 +28,13 @@ from tests.support.services import (
     empty_tables,
     make_settings,
 )
+
+# The JVMs the tests start (Spark's drivers and executors, Kafka's clients, tools, Streams and
+# broker) live seconds and handle little data: with the C1 compiler alone they spend a quarter
+# less CPU than when C2 compiles too (Spark's driver-kill tests: 192 against 256 core-seconds),
+# and the suite is CPU-bound on two cores. Each JVM notes the option on its stderr. Set here,
+# at the import of this file, so xdist's workers and every process they start inherit it.
+os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
 
 # The files that take longest (a minute or more each, `--durations` says which) run first:
 # `pytest -n 2 --dist loadfile --no-loadscope-reorder` hands out whole files in collection order
