@@ -275,7 +275,8 @@ class Backend:
 
 
 async def empty_tables(db: Store) -> None:
-    """Empty every table and restart its sequences, in one statement.
+    """Empty every table: on SQLite a DELETE each, on Postgres one statement that also restarts
+    the sequences.
 
     On Postgres, DELETE rather than TRUNCATE: TRUNCATE makes new files for every table and index
     (a quarter of a second for the 17 tables, at every test), and takes an ACCESS EXCLUSIVE lock
