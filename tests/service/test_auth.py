@@ -15,11 +15,10 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import select
 
-from coordinator.models import Base
 from tests.support.api import assert_problem
 from tests.support.auth_tokens import TOKENS
+from tests.support.services import store_rows
 
 
 @pytest.fixture
@@ -44,16 +43,6 @@ async def clients(app: Any) -> AsyncIterator[dict[str, httpx.AsyncClient]]:
     yield made
     for client in made.values():
         await client.aclose()
-
-
-async def snapshot(app: Any) -> dict[str, list[tuple[Any, ...]]]:
-    """Every row of every table: a refused call must leave this exactly as it was."""
-    dump = {}
-    async with app.state.db.read() as session:
-        for table in Base.metadata.sorted_tables:
-            rows = (await session.execute(select(table))).all()
-            dump[table.name] = sorted(tuple(r) for r in rows)
-    return dump
 
 
 async def setup_world(admin: httpx.AsyncClient) -> dict[str, int]:
@@ -243,12 +232,12 @@ async def test_role_and_prefix_matrix_every_refusal_changes_nothing(
     ids = await setup_world(clients["admin"])
     for name, method, path, body, allowed in calls(ids):
         for token in ("producer", "consumer", "nothing", "anonymous"):
-            before = await snapshot(app)
+            before = await store_rows(app.state.db)
             response = await clients[token].request(method, path, json=body)
             if token in allowed:
                 assert response.status_code not in (401, 403), (name, token, response.text)
                 continue
-            after = await snapshot(app)
+            after = await store_rows(app.state.db)
             assert after == before, (name, token, "a refused call changed the store")
             if token == "anonymous":
                 assert_problem(response, 401, "UNAUTHENTICATED")

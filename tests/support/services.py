@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from sqlalchemy import text
+from sqlalchemy import select, text
 
 from coordinator.core.settings import Settings
 from coordinator.launcher import Launched, free_port
@@ -298,6 +298,23 @@ async def empty_tables(db: Store) -> None:
                 " FROM pg_sequences WHERE schemaname = current_schema();"
             )
             await session.execute(text(f"DO $$ BEGIN {deletes} {restarts} END $$"))
+
+
+async def store_rows(db: Store) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table in primary-key order and, on Postgres, where each sequence
+    stands: a request that must change nothing leaves this exactly as it was."""
+    rows: dict[str, list[tuple[Any, ...]]] = {}
+    async with db.read() as session:
+        for table in Base.metadata.sorted_tables:
+            ordered = select(table).order_by(*table.primary_key.columns)
+            rows[table.name] = [tuple(row) for row in await session.execute(ordered)]
+        if db.remote:
+            sequences = text(
+                "SELECT sequencename, last_value FROM pg_sequences"
+                " WHERE schemaname = current_schema() ORDER BY sequencename"
+            )
+            rows["sequences"] = [tuple(row) for row in await session.execute(sequences)]
+    return rows
 
 
 def make_settings(store: Backend, **overrides: Any) -> Settings:
