@@ -21,7 +21,8 @@ DESCRIPTION = """\
 Exactly-once under faults. Starts two `coordinator serve` processes on a fresh Postgres database
 (COORDINATOR_TEST_POSTGRES_URL, default postgresql://postgres@127.0.0.1:5432/test; dropped at the
 end), four transactional producers (processes, through the SDK and a fault proxy, or with --door
-kafka through confluent-kafka and the services' Kafka listener) that commit and abort at random,
+kafka through confluent-kafka and the services' Kafka listener, or half each way with --door
+both) that commit and abort at random,
 and two read_committed readers. Meanwhile a nemesis kills and restarts a service
 (SIGKILL), pauses a producer past its transaction timeout (SIGSTOP, then SIGCONT: a zombie),
 starts a second instance of a live transactional id, and, in the long profile (or with
@@ -74,11 +75,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--door",
-        choices=("http", "kafka"),
+        choices=("http", "kafka", "both"),
         default="http",
-        help="the producers' door: http (the SDK through the fault proxy; default) or kafka "
+        help="the producers' door: http (the SDK through the fault proxy; default), kafka "
         "(confluent-kafka transactional producers through the services' Kafka listener, "
-        "sending their input offsets in every transaction; the readers stay on HTTP)",
+        "sending their input offsets in every transaction; the readers stay on HTTP), or both "
+        "(half the producers through each door)",
     )
     parser.add_argument(
         "--replication",

@@ -38,7 +38,14 @@ from tests.fault.history import (
 from tests.fault.nemesis import NEMESIS_KINDS, Nemesis, NemesisTiming, Targets, restart
 from tests.fault.postgres_pair import PostgresPair
 from tests.fault.proxy import FAULT_KINDS, FaultProxy, ProxyFaults
-from tests.fault.workers import INPUT_TOPIC, TOPIC, group_of, history_path, plans_path
+from tests.fault.workers import (
+    INPUT_TOPIC,
+    TOPIC,
+    group_of,
+    history_path,
+    plans_path,
+    producer_of,
+)
 from tests.support.services import (
     ServiceProcess,
     create_postgres_database,
@@ -68,8 +75,9 @@ class Profile:
     txn_timeout_ms: int = 5_000
     producer_think_ms: int = 100
     min_committed: int = 0
-    # Which door the producers use: "http" (the SDK, through the fault proxy) or "kafka"
-    # (confluent-kafka to the services' Kafka listeners; the readers stay on HTTP).
+    # Which door the producers use: "http" (the SDK, through the fault proxy), "kafka"
+    # (confluent-kafka to the services' Kafka listeners; the readers stay on HTTP), or "both"
+    # (half the producers through each, with each second instance through its victim's door).
     door: str = "http"
     # With the `failover` nemesis: the run's own Postgres primary and standby, replicating
     # "sync" (synchronous_standby_names '*') or "async", in place of a database on the shared
@@ -77,6 +85,12 @@ class Profile:
     replication: str | None = None
     # The standby's replication link delays every byte this long each way (another zone).
     link_delay_ms: int = 0
+
+    def door_of(self, producer: str) -> str:
+        """The door of producer `producer` ("p3"), or of a second instance of its id."""
+        if self.door != "both":
+            return self.door
+        return "kafka" if int(producer.removeprefix("p")) % 2 else "http"
 
     @property
     def fault_kinds(self) -> tuple[str, ...]:
@@ -258,7 +272,7 @@ class _Run:
             "COORDINATOR_TIMEOUT_CHECK_INTERVAL_MS": str(SWEEP_INTERVAL_MS),
             "COORDINATOR_POOL_SIZE": "5",
         }
-        if self.profile.door == "kafka":
+        if self.profile.door in ("kafka", "both"):
             # Both services listen on one address (SO_REUSEPORT, as `serve --workers N` does):
             # Kafka's clients know the one broker, node 0, by one address, and a killed
             # service's connections go to the other when they reconnect.
@@ -286,7 +300,7 @@ class _Run:
             self.children.append(process)
         return process
 
-    def producing_args(self) -> list[str]:
+    def producing_args(self, producer: str) -> list[str]:
         assert self.proxy is not None
         return [
             "--url",
@@ -297,18 +311,23 @@ class _Run:
             str(self.profile.txn_timeout_ms),
             "--plans",
             str(self.plans),
-            *(["--bootstrap", self.bootstrap()] if self.profile.door == "kafka" else []),
+            *(
+                ["--bootstrap", self.bootstrap()]
+                if self.profile.door_of(producer) == "kafka"
+                else []
+            ),
         ]
 
     def bootstrap(self) -> str:
         return self.services[0].env["COORDINATOR_KAFKA_LISTENER"]
 
     def spawn_producer(self, name: str) -> subprocess.Popen[bytes]:
-        args = [*self.producing_args(), "--think-ms", str(self.profile.producer_think_ms)]
+        args = [*self.producing_args(name), "--think-ms", str(self.profile.producer_think_ms)]
         return self.spawn(name, "producer", *args)
 
     def spawn_second(self, name: str, tid: str) -> subprocess.Popen[bytes]:
-        return self.spawn(name, "second", *self.producing_args(), "--tid", tid)
+        args = self.producing_args(producer_of(tid))
+        return self.spawn(name, "second", *args, "--tid", tid)
 
     def injected(self) -> dict[str, int]:
         assert self.nemesis is not None and self.proxy is not None

@@ -57,6 +57,11 @@ def tid_of(producer: str) -> str:
     return f"fault-{producer}"
 
 
+def producer_of(tid: str) -> str:
+    """The producer whose transactional id `tid` is (`tid_of`'s inverse)."""
+    return tid.removeprefix("fault-")
+
+
 def history_path(out: Path, process: str) -> Path:
     return out / f"{process}.jsonl"
 
