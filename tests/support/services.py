@@ -95,17 +95,13 @@ class ServiceProcess(Launched):
     def client(self, **kwargs: Any) -> httpx.Client:
         """An HTTP client for this service (trusting its CA, with the client certificate)."""
         if self.ca is None:
-            return httpx.Client(base_url=self.url, **kwargs)
+            return super().client(**kwargs)
         import ssl
 
         context = ssl.create_default_context(cafile=str(self.ca))
         if self.client_cert is not None:
             context.load_cert_chain(*self.client_cert)
         return httpx.Client(base_url=self.url, verify=context, **kwargs)
-
-    def healthy(self) -> bool:
-        with self.client(timeout=1.0) as client:
-            return client.get("/healthz").status_code == 200
 
     def start(self, timeout: float = 60.0) -> ServiceProcess:
         super().start(timeout)
