@@ -16,7 +16,6 @@ from typing import Any
 
 import confluent_kafka as ck
 import confluent_kafka.admin as cka
-import httpx
 import kafka
 import pytest
 from kafka.coordinator.assignors.abstract import (
@@ -253,7 +252,7 @@ def test_consume_transform_produce_with_subscribe_is_exactly_once(
             done += len(batch)
     outputs = sorted(http_values(broker, sink, 0) + http_values(broker, sink, 1))
     assert outputs == sorted(f"{p}-{i}!" for p in (0, 1) for i in range(30))
-    offsets = httpx.get(f"{broker.url}/v1/groups/{group}/offsets").json()["offsets"]
+    offsets = broker.http.get(f"/v1/groups/{group}/offsets").json()["offsets"]
     assert {(o["partition"], o["offset"]) for o in offsets} == {(0, 30), (1, 30)}
 
 
@@ -264,7 +263,7 @@ def test_admin_client_creates_deletes_and_describes_topics(broker: Broker) -> No
         [cka.NewTopic(name, 3, 1, config={"cleanup.policy": "compact", "retention.ms": "60000"})]
     )
     futures[name].result(DEADLINE_S)
-    assert httpx.get(f"{broker.url}/v1/topics/{name}").json()["partitions"].__len__() == 3
+    assert broker.http.get(f"/v1/topics/{name}").json()["partitions"].__len__() == 3
     duplicate = admin.create_topics([cka.NewTopic(name, 1, 1)])[name]
     with pytest.raises(ck.KafkaException) as raised:
         duplicate.result(DEADLINE_S)
@@ -284,10 +283,10 @@ def test_admin_client_creates_deletes_and_describes_topics(broker: Broker) -> No
         ],
     )
     admin.incremental_alter_configs([change])[change].result(DEADLINE_S)
-    configs = httpx.get(f"{broker.url}/v1/topics/{name}/configs").json()["configs"]
+    configs = broker.http.get(f"/v1/topics/{name}/configs").json()["configs"]
     assert {c["name"]: c["value"] for c in configs}["retention.ms"] == "120000"
     admin.delete_topics([name])[name].result(DEADLINE_S)
-    assert httpx.get(f"{broker.url}/v1/topics/{name}").status_code == 404
+    assert broker.http.get(f"/v1/topics/{name}").status_code == 404
 
 
 # -- kafka-python ------------------------------------------------------------------------------
@@ -362,7 +361,7 @@ def test_kafka_python_group_of_two_shares_the_partitions(broker: Broker) -> None
     # kafka-python's default assignor is range, run by the group's leader: the member ids
     # sorted, the first takes the first half.
     assert sorted(sorted(a) for a in assignments.values()) == [[0, 1], [2, 3]]
-    description = httpx.get(f"{broker.url}/v1/groups/{group}").json()
+    description = broker.http.get(f"/v1/groups/{group}").json()
     assert {m["protocol"] for m in description["members"]} == {"classic"}
     stop.set()
     for thread in threads:
@@ -430,7 +429,7 @@ def test_kafka_python_custom_assignor_gets_every_members_user_data(broker: Broke
         return {n: {tp.partition for tp in c.assignment()} for n, c in consumers.items()}
 
     until(lambda: owned() == {"a": set(), "b": {0, 1, 2, 3}}, "b to own everything")
-    description = httpx.get(f"{broker.url}/v1/groups/{group}").json()
+    description = broker.http.get(f"/v1/groups/{group}").json()
     assert description["type"] == "classic"
     assert {m["assignor"] for m in description["members"]} == {"to-the-named"}
     for consumer in consumers.values():
@@ -466,13 +465,13 @@ def test_a_static_member_restarted_within_its_session_keeps_its_partitions(
     a.subscribe([topic])
     b.subscribe([topic])
     until(lambda: sorted(map(sorted, _owned(a, b))) == [[0, 1], [2, 3]], "a split")
-    before = httpx.get(f"{broker.url}/v1/groups/{group}").json()
+    before = broker.http.get(f"/v1/groups/{group}").json()
     _, kept = _owned(a, b)
     b.close()  # a static member leaves no LeaveGroup behind: its partitions wait for it
     again = _static(broker, group, "b")
     again.subscribe([topic])
     until(lambda: _owned(a, again)[1] == kept, "b's partitions back")
-    after = httpx.get(f"{broker.url}/v1/groups/{group}").json()
+    after = broker.http.get(f"/v1/groups/{group}").json()
     assert after["group_epoch"] == before["group_epoch"]  # no rebalance
     assert _owned(a)[0] == {0, 1, 2, 3} - kept
     a.close()
@@ -499,7 +498,7 @@ def test_a_second_member_with_the_same_instance_id_fences_the_first(broker: Brok
     # The first's next heartbeat is FENCED_INSTANCE_ID, fatal to a librdkafka consumer.
     until(fenced, "the first to learn it is fenced")
     assert "fenced" in seen[-1].str()
-    members = httpx.get(f"{broker.url}/v1/groups/{group}").json()["members"]
+    members = broker.http.get(f"/v1/groups/{group}").json()["members"]
     assert len(members) == 1
     first.close()
     second.close()
@@ -525,11 +524,11 @@ def test_kip_848_consumers_split_the_partitions_and_one_leaves(broker: Broker) -
         return len(mine) == len(theirs) == 2 and not mine & theirs
 
     def state() -> str:
-        return f"{owned}; the group: {httpx.get(f'{broker.url}/v1/groups/{group}').text}"
+        return f"{owned}; the group: {broker.http.get(f'/v1/groups/{group}').text}"
 
     with closing(a, b):
         until(split, lambda: f"the two to split four partitions: {state()}")
-        description = httpx.get(f"{broker.url}/v1/groups/{group}").json()
+        description = broker.http.get(f"/v1/groups/{group}").json()
         assert description["type"] == "consumer"
         assert {m["protocol"] for m in description["members"]} == {"consumer"}
         admin = cka.AdminClient(confluent_config(broker))  # held: its futures need it alive
@@ -552,8 +551,8 @@ def test_admin_client_describes_the_cluster_and_lists_and_deletes_groups(broker:
     assert cluster.controller.id == 0
     topic = create_topic(broker)
     group = f"dg-{topic}"
-    committed = httpx.post(
-        f"{broker.url}/v1/groups/{group}/offsets",
+    committed = broker.http.post(
+        f"/v1/groups/{group}/offsets",
         json={"offsets": [{"topic": topic, "partition": 0, "offset": 1}]},
     )
     assert committed.status_code == 200
@@ -566,7 +565,7 @@ def test_admin_client_describes_the_cluster_and_lists_and_deletes_groups(broker:
     with pytest.raises(ck.KafkaException) as refused:
         deleted[f"none-{topic}"].result(DEADLINE_S)
     assert refused.value.args[0].code() == ck.KafkaError.GROUP_ID_NOT_FOUND
-    assert httpx.get(f"{broker.url}/v1/groups/{group}").status_code == 404
+    assert broker.http.get(f"/v1/groups/{group}").status_code == 404
 
 
 def test_admin_client_grows_a_topic_and_a_group_takes_the_new_partitions(broker: Broker) -> None:
@@ -587,7 +586,7 @@ def test_admin_client_grows_a_topic_and_a_group_takes_the_new_partitions(broker:
     consumer.subscribe([topic])
     until(lambda: consumer.poll(0.1) is None and len(consumer.assignment()) == 2, "2 partitions")
     admin.create_partitions([cka.NewPartitions(topic, 4)])[topic].result(DEADLINE_S)
-    assert len(httpx.get(f"{broker.url}/v1/topics/{topic}").json()["partitions"]) == 4
+    assert len(broker.http.get(f"/v1/topics/{topic}").json()["partitions"]) == 4
     until(lambda: consumer.poll(0.1) is None and len(consumer.assignment()) == 4, "4 partitions")
     consumer.close()
     shrink = admin.create_partitions([cka.NewPartitions(topic, 3)])[topic]
@@ -600,4 +599,4 @@ def test_admin_client_grows_a_topic_and_a_group_takes_the_new_partitions(broker:
     with pytest.raises(ck.KafkaException) as refused:
         elsewhere.result(DEADLINE_S)
     assert refused.value.args[0].code() == ck.KafkaError.INVALID_REPLICA_ASSIGNMENT
-    assert len(httpx.get(f"{broker.url}/v1/topics/{topic}").json()["partitions"]) == 5
+    assert len(broker.http.get(f"/v1/topics/{topic}").json()["partitions"]) == 5

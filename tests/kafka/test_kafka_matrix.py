@@ -21,7 +21,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -40,7 +39,7 @@ JS = Path(__file__).resolve().parents[1] / "clients" / "js"
 
 
 def committed_offsets(broker: Broker, group: str) -> set[tuple[int, int]]:
-    offsets = httpx.get(f"{broker.url}/v1/groups/{group}/offsets").json()["offsets"]
+    offsets = broker.http.get(f"/v1/groups/{group}/offsets").json()["offsets"]
     return {(o["partition"], o["offset"]) for o in offsets}
 
 

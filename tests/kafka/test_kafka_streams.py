@@ -20,7 +20,6 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.support.java import java_command
@@ -147,7 +146,7 @@ def test_kafka_streams_exactly_once_v2_survives_two_kills_and_a_lost_state_direc
     configs = _configs(broker, repartition)
     assert configs["cleanup.policy"] == "delete" and configs["retention.ms"] == "-1"
     # Streams purged the repartition topic of what it had consumed (DeleteRecords).
-    described = httpx.get(f"{broker.url}/v1/topics/{repartition}").json()["partitions"]
+    described = broker.http.get(f"/v1/topics/{repartition}").json()["partitions"]
     assert any(d["log_start_offset"] > 0 for d in described), described
 
 
@@ -156,8 +155,8 @@ def _records(broker: Broker, topic: str, partition: int) -> list[dict[str, str]]
     records: list[dict[str, str]] = []
     offset = 0
     while True:
-        answer = httpx.get(
-            f"{broker.url}/v1/topics/{topic}/partitions/{partition}/records",
+        answer = broker.http.get(
+            f"/v1/topics/{topic}/partitions/{partition}/records",
             params={"offset": offset, "max_records": 10000, "isolation_level": "read_committed"},
         )
         assert answer.status_code == 200, answer.text
@@ -169,6 +168,6 @@ def _records(broker: Broker, topic: str, partition: int) -> list[dict[str, str]]
 
 
 def _configs(broker: Broker, topic: str) -> dict[str, str]:
-    answer = httpx.get(f"{broker.url}/v1/topics/{topic}/configs")
+    answer = broker.http.get(f"/v1/topics/{topic}/configs")
     assert answer.status_code == 200, answer.text
     return {c["name"]: c["value"] for c in answer.json()["configs"]}

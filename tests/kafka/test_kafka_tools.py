@@ -18,7 +18,6 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.support.java import java_command
@@ -159,24 +158,20 @@ def ran(broker: Broker) -> tuple[Names, dict[str, dict[str, Any]]]:
         f"user-{tag}",
     )
     for topic, partitions in ((names.offsets, 2), (names.hanging, 1)):
-        created = httpx.post(
-            f"{broker.url}/v1/topics", json={"name": topic, "partitions": partitions}
-        )
+        created = broker.http.post("/v1/topics", json={"name": topic, "partitions": partitions})
         assert created.status_code == 201
     # An open transaction on `hanging`, its transactional id the topic's name.
-    pid = httpx.post(f"{broker.url}/v1/init-pid", json={"transactional_id": names.hanging}).json()
+    pid = broker.http.post("/v1/init-pid", json={"transactional_id": names.hanging}).json()
     batch = {
         **pid,
         "base_sequence": 0,
         "transactional_id": names.hanging,
         "records": [{"value": "x"}],
     }
-    produced = httpx.post(
-        f"{broker.url}/v1/topics/{names.hanging}/partitions/0/records", json=batch
-    )
+    produced = broker.http.post(f"/v1/topics/{names.hanging}/partitions/0/records", json=batch)
     assert produced.status_code == 200, produced.text
-    committed = httpx.post(
-        f"{broker.url}/v1/groups/{names.group}/offsets",
+    committed = broker.http.post(
+        f"/v1/groups/{names.group}/offsets",
         json={"offsets": [{"topic": names.offsets, "partition": p, "offset": 0} for p in (0, 1)]},
     )
     assert committed.status_code == 200

@@ -86,7 +86,9 @@ def test_the_sdk_installs_alone_and_produces_consumes_and_reads_with_txlog(
     _run(sys.executable, "-m", "venv", venv)
     python, pip = (
         venv / "bin" / "python",
-        ["-m", "pip", "install", "-q", "--disable-pip-version-check"],
+        # No byte-compiling of what is installed (pyspark's thousands of files): Python
+        # compiles what it imports.
+        ["-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile"],
     )
     # The plain install: the SDK, without the server (nor Spark).
     _run(python, *pip, wheel)

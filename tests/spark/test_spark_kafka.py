@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 
 import confluent_kafka as ck
 import confluent_kafka.admin
-import httpx
 import pytest
 from pyspark.errors import StreamingQueryException
 
@@ -58,8 +57,8 @@ def produce(
 ) -> dict[str, Any]:
     """Plain appends over HTTP (`key`, `value`, `headers`, `timestamp` as docs/pages/http-api.md has
     them)."""
-    response = httpx.post(
-        f"{broker.url}/v1/topics/{topic}/partitions/{partition}/records",
+    response = broker.http.post(
+        f"/v1/topics/{topic}/partitions/{partition}/records",
         json={"records": records},
     )
     assert response.status_code == 200, response.text
@@ -232,8 +231,8 @@ def test_a_stream_resumes_from_its_checkpoint_exactly(
 
 
 def delete_records(broker: Broker, topic: str, offset: int) -> None:
-    response = httpx.post(
-        f"{broker.url}/v1/topics/{topic}/delete-records",
+    response = broker.http.post(
+        f"/v1/topics/{topic}/delete-records",
         json={"partitions": [{"partition": 0, "offset": offset}]},
     )
     assert response.status_code == 200, response.text
@@ -286,7 +285,7 @@ def test_subscribe_pattern_finds_new_topics_and_partitions_while_the_stream_runs
     partition added to its topic (CreatePartitions, through Kafka's AdminClient) from offset 0."""
     prefix = f"pat{uuid.uuid4().hex[:6]}"
     first = f"{prefix}-a"
-    assert httpx.post(f"{broker.url}/v1/topics", json={"name": first}).status_code == 201
+    assert broker.http.post("/v1/topics", json={"name": first}).status_code == 201
     produce(broker, first, 0, [{"value": "a0"}])
     table = prefix.replace("-", "_")
     query = (
@@ -306,7 +305,7 @@ def test_subscribe_pattern_finds_new_topics_and_partitions_while_the_stream_runs
         admin = ck.admin.AdminClient({"bootstrap.servers": broker.bootstrap})
         admin.create_partitions([ck.admin.NewPartitions(first, 2)])[first].result(30)
         second = f"{prefix}-b"
-        assert httpx.post(f"{broker.url}/v1/topics", json={"name": second}).status_code == 201
+        assert broker.http.post("/v1/topics", json={"name": second}).status_code == 201
         produce(broker, first, 1, [{"value": "a1"}])
         produce(broker, second, 0, [{"value": "b0"}])
         assert until_rows(spark, table, 3) == [
@@ -396,7 +395,7 @@ class TransactionsInTheBackground:
                 else:
                     self.producer.abort_transaction(30)
                 self.rounds += 1
-                self._stop.wait(0.05)
+                self._stop.wait(0.2)  # a few transactions a second: enough to interleave
         except BaseException as exc:  # reported by stop()
             self.failure = exc
 
