@@ -129,7 +129,7 @@ const scenarios = {
 
   async group (topic, group) {
     const assignments = {}
-    const consumers = [0, 1].map(() => kafka.consumer({ groupId: group, sessionTimeout: 6000, heartbeatInterval: 200 }))
+    const consumers = [0, 1].map(() => kafka.consumer({ groupId: group, sessionTimeout: 6000, heartbeatInterval: 200, maxWaitTimeInMs: 300 }))
     consumers.forEach((c, i) => {
       c.on(c.events.GROUP_JOIN, (e) => { assignments[i] = (e.payload.memberAssignment[topic] || []).slice().sort() })
     })

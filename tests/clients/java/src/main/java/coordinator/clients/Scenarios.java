@@ -449,7 +449,12 @@ public final class Scenarios {
         try (Admin admin = admin()) {
             createTopic(admin, topic, 4);
         }
-        Map<String, Object> config = Map.of(ConsumerConfig.GROUP_ID_CONFIG, group, ConsumerConfig.GROUP_PROTOCOL_CONFIG, protocol);
+        Map<String, Object> config = new HashMap<>(Map.of(ConsumerConfig.GROUP_ID_CONFIG, group, ConsumerConfig.GROUP_PROTOCOL_CONFIG, protocol));
+        if (protocol.equals("classic")) {
+            // A classic member learns of a rebalance at its next heartbeat: every 0.5 s, not 3 s.
+            // (The consumer protocol's interval is the coordinator's to set, and refused here.)
+            config.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, 500);
+        }
         try (KafkaConsumer<String, String> first = consumer(config)) {
             KafkaConsumer<String, String> second = consumer(config);
             first.subscribe(List.of(topic));
