@@ -270,6 +270,10 @@ class Backend:
     url: str
 
 
+# The sequences of the store's schema (Postgres), as `empty_tables` and `store_rows` read them.
+_OUR_SEQUENCES = "FROM pg_sequences WHERE schemaname = current_schema()"
+
+
 async def empty_tables(db: Store) -> None:
     """Empty every table: on SQLite a DELETE each, on Postgres one statement that also restarts
     the sequences.
@@ -291,7 +295,7 @@ async def empty_tables(db: Store) -> None:
             deletes = " ".join(f"DELETE FROM {table};" for table in tables)
             restarts = (
                 "PERFORM setval(format('%I.%I', schemaname, sequencename), start_value, false)"
-                " FROM pg_sequences WHERE schemaname = current_schema();"
+                f" {_OUR_SEQUENCES};"
             )
             await session.execute(text(f"DO $$ BEGIN {deletes} {restarts} END $$"))
 
@@ -305,10 +309,7 @@ async def store_rows(db: Store) -> dict[str, list[tuple[Any, ...]]]:
             ordered = select(table).order_by(*table.primary_key.columns)
             rows[table.name] = [tuple(row) for row in await session.execute(ordered)]
         if db.remote:
-            sequences = text(
-                "SELECT sequencename, last_value FROM pg_sequences"
-                " WHERE schemaname = current_schema() ORDER BY sequencename"
-            )
+            sequences = text(f"SELECT sequencename, last_value {_OUR_SEQUENCES} ORDER BY 1")
             rows["sequences"] = [tuple(row) for row in await session.execute(sequences)]
     return rows
 
