@@ -13,7 +13,7 @@ are `coordinator.log.produce`'s.
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, func, select
@@ -163,7 +163,12 @@ class ConditionalAppends:
       `open_state`, with the partitions its batches go to in it already, but for `joins`
       (transactional id, topic, partition): those transactions may be in any of
       `joinable_states` (the transaction starts, at `now`, if it was not open) and must not
-      have changed while the statement waited for their locks."""
+      have changed while the statement waited for their locks;
+    - but a producer in `reopens` whose view shows its transaction open on the partition may
+      find that transaction ended there instead (its marker written, by another process): the
+      batch then starts the producer's next transaction there, which must be `open_state`
+      already (begun elsewhere, at the same epoch: transaction version 1), at the offset given
+      there (relative, as the batches')."""
 
     rows: list[dict[str, Any]]
     states: list[dict[str, Any]]
@@ -174,3 +179,14 @@ class ConditionalAppends:
     joins: Collection[tuple[str, str, int]] = ()
     joinable_states: Collection[str] = ()
     now: int = 0
+    reopens: dict[tuple[str, int, int], tuple[str, int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenIfUnchanged:
+    """What an optimistic group's statement found and wrote: each partition's (high watermark,
+    log start offset) before it, and the producers of `ConditionalAppends.reopens` whose
+    transaction it found ended and started again (topic, partition, producer id)."""
+
+    before: dict[tuple[str, int], tuple[int, int]]
+    reopened: frozenset[tuple[str, int, int]] = frozenset()

@@ -106,7 +106,9 @@ async def write_optimistic(
     written by one statement only if the locked rows agree; None when the group must take the
     locking path (`write_group`) instead: a producer or topic not seen, a batch the rules
     would not append as it is (a retry, a gap, an error), rows that changed. A transactional
-    batch whose partition is not in its transaction yet joins it in the statement. It never
+    batch whose partition is not in its transaction yet joins it in the statement; one that the
+    process saw in a transaction still open there, which another process ended since (and an
+    AddPartitions there began the next), starts that next one there in the statement. It never
     answers an error itself: the locking path does, from the rows."""
     wanted: dict[tuple[str, int], appends.LockedPartition] = {}
     expected: dict[tuple[str, int, int], appends.ProducerView] = {}
@@ -143,6 +145,14 @@ async def write_optimistic(
             planned.append(await _plan_one(None, settings, plan, append))
     except (_NeedsTheLocks, CoordinatorError):
         return None
+    # A transactional batch planned as its transaction's next one on a partition, where the
+    # statement may find that transaction ended by another process: it then starts the next one
+    # there, at the offset of the producer's first batch in this group.
+    reopens: dict[tuple[str, int, int], tuple[str, int]] = {}
+    for append, answer in zip(batch, planned, strict=True):
+        key = (append.topic, append.partition, append.checked.header.producer_id)
+        if append.transactional_id is not None and expected[key].open_txn_offset is not None:
+            reopens.setdefault(key, (append.transactional_id, answer.base_offset))
     # Seen at once, so the next group of a producer with several requests in flight plans on it.
     seen.remember(plan)
     conditional = appends.ConditionalAppends(
@@ -155,15 +165,17 @@ async def write_optimistic(
         sorted(joins),
         _joinable_states,
         plan.now,
+        reopens,
     )
     try:
-        before = await db.write_appends_if_unchanged(conditional)
+        written = await db.write_appends_if_unchanged(conditional)
     except BaseException:
         seen.forget(expected)
         raise
-    if before is None:
+    if written is None:
         seen.forget(expected)
         return None
+    before = written.before
     for tid, topic, partition in joins:
         # The transaction's first offset there was planned from 0 too, as the statement wrote
         # it: what the process saw becomes the offset it got.
@@ -172,6 +184,12 @@ async def write_optimistic(
         view = seen.views.get(key)
         if view is not None and opened is not None and view.open_txn_offset == opened:
             view.open_txn_offset = opened + before[(topic, partition)][0]
+    for key in written.reopened:
+        # The statement started the transaction there again: its first offset is the one the
+        # process sees now (unless a later group's plan changed the view meanwhile).
+        view = seen.views.get(key)
+        if view is not None and view.open_txn_offset == plan.views[key].open_txn_offset:
+            view.open_txn_offset = reopens[key][1] + before[key[:2]][0]
     results: list[Appended | CoordinatorError] = []
     for append, answer in zip(batch, planned, strict=True):
         high_watermark, log_start = before[(append.topic, append.partition)]

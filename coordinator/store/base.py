@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from coordinator.core.errors import CoordinatorError
     from coordinator.groups.committing import CommitRule, MemberCommit
     from coordinator.groups.consumer import Renewal, SteadyRule
-    from coordinator.log.appends import ConditionalAppends, ProducerView
+    from coordinator.log.appends import ConditionalAppends, ProducerView, WrittenIfUnchanged
     from coordinator.log.fetch import FetchAsk, Fetched, KafkaFetch, PartitionAsk
     from coordinator.store.postgres.replicas import Replicas
     from coordinator.transactions.offsets import OffsetsRule, TxnOffsets
@@ -272,10 +272,10 @@ class Store:
 
     async def write_appends_if_unchanged(
         self, planned: ConditionalAppends
-    ) -> dict[tuple[str, int], tuple[int, int]] | None:
+    ) -> WrittenIfUnchanged | None:
         """An append group planned on what the process saw written, in one statement that
-        commits by itself if the locked rows are still what it saw; each partition's (high
-        watermark, log start offset) before it, or None when nothing was written."""
+        commits by itself if the locked rows are still what it saw; what it found and wrote,
+        or None when nothing was written."""
         return None
 
     async def fetch(self, ask: FetchAsk) -> Fetched:

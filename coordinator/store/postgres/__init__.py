@@ -19,7 +19,7 @@ from coordinator.core.errors import CoordinatorError
 from coordinator.core.settings import Settings
 from coordinator.groups.committing import CommitRule, MemberCommit
 from coordinator.groups.consumer import Renewal, SteadyRule
-from coordinator.log.appends import ConditionalAppends, ProducerView
+from coordinator.log.appends import ConditionalAppends, ProducerView, WrittenIfUnchanged
 from coordinator.log.fetch import FetchAsk, Fetched, KafkaFetch, PartitionAsk
 from coordinator.store.base import Store
 from coordinator.store.postgres import appends, fetch, groups, moves, transactions
@@ -136,7 +136,7 @@ class PostgresStore(Store):
 
     async def write_appends_if_unchanged(
         self, planned: ConditionalAppends
-    ) -> dict[tuple[str, int], tuple[int, int]] | None:
+    ) -> WrittenIfUnchanged | None:
         async with self.autocommit() as connection:
             return await appends.write_if_unchanged(connection, planned)
 

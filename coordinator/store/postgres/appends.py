@@ -23,6 +23,7 @@ from coordinator.log.appends import (
     STATE_KEY,
     ConditionalAppends,
     ProducerView,
+    WrittenIfUnchanged,
     state_on_conflict,
     states,
 )
@@ -131,8 +132,10 @@ _EXPECTED_COLUMNS = (
     "state_epoch",
     "last_sequence",
     "open_txn_offset",
+    "transactional_id",
+    "reopen_offset",
 )
-_EXPECTED_TYPES = ("varchar", "int", "bigint", "int", "int", "int", "bigint")
+_EXPECTED_TYPES = ("varchar", "int", "bigint", "int", "int", "int", "bigint", "varchar", "bigint")
 _WANTED_COLUMNS = ("topic", "partition", "configs", "advance")
 _WANTED_TYPES = ("varchar", "int", "text", "bigint")
 _W = _B + _S + 1
@@ -155,7 +158,12 @@ _PASSES = "(SELECT passes FROM checked)"
 # transaction (the state shows none open there) needs the transaction in a state that takes it
 # and unchanged since the statement's snapshot: an InitPid that fenced the producer while the
 # statement waited raised the epoch the snapshot still shows, and changed that row. Its first
-# offset there is planned from 0, as the batches' are. Every write
+# offset there is planned from 0, as the batches' are. A batch whose view shows its transaction
+# open on the partition may find it ended there instead (the state shows none open: its marker
+# was written by another process, whose end this process did not see): it then reopens, starting
+# the producer's next transaction there, which must be Ongoing already for its producer (begun
+# at the same epoch, transaction version 1, by an AddPartitions elsewhere), at its first batch's
+# offset, and joins it there if that transaction does not include the partition yet. Every write
 # is gated on `checked`, computed once from all the locked rows; nothing is written if it fails.
 _WRITE_IF_UNCHANGED = f"""
 WITH txns AS (
@@ -185,9 +193,10 @@ WITH txns AS (
 ), expected AS (
   SELECT * FROM {_unnest(_EXPECTED_COLUMNS, _EXPECTED_TYPES, _E)}
 ), held AS (
-  SELECT s.producer_epoch, s.last_sequence, s.current_txn_first_offset, e.producer_id,
-         e.current_epoch, e.state_epoch, e.last_sequence AS expected_sequence,
-         e.open_txn_offset
+  SELECT s.topic, s."partition", s.producer_epoch, s.last_sequence, s.current_txn_first_offset,
+         e.producer_id, e.current_epoch, e.state_epoch, e.last_sequence AS expected_sequence,
+         e.open_txn_offset, e.transactional_id, e.reopen_offset,
+         e.reopen_offset IS NOT NULL AND s.current_txn_first_offset IS NULL AS reopened
   FROM producer_states s
   JOIN locked l ON l.topic = s.topic AND l."partition" = s."partition"
   JOIN expected e
@@ -197,7 +206,8 @@ WITH txns AS (
   SELECT (SELECT count(*) FROM locked WHERE same_configs) = cardinality(${_W}::varchar[])
      AND (SELECT count(*) FROM held h JOIN producer_ids i ON i.producer_id = h.producer_id
           WHERE h.producer_epoch = h.state_epoch AND h.last_sequence = h.expected_sequence
-            AND h.current_txn_first_offset IS NOT DISTINCT FROM h.open_txn_offset
+            AND (h.current_txn_first_offset IS NOT DISTINCT FROM h.open_txn_offset
+                 OR h.reopened)
             AND i.producer_epoch = h.current_epoch)
          = cardinality(${_E}::varchar[])
      AND (SELECT count(*) FROM txns
@@ -211,6 +221,9 @@ WITH txns AS (
   FROM unnest(${_T + 7}::varchar[], ${_T + 8}::varchar[], ${_T + 9}::int[], ${_T + 10}::bigint[])
     AS v(transactional_id, topic, "partition", producer_id)
   WHERE {_PASSES}
+  UNION ALL
+  SELECT h.transactional_id, h.topic, h."partition", h.producer_id FROM held h
+  WHERE h.reopened AND {_PASSES}
   ON CONFLICT DO NOTHING
 ), begun AS (
   UPDATE transactions t
@@ -246,6 +259,7 @@ WITH txns AS (
         if c == "last_offset"
         else "CASE WHEN e.open_txn_offset IS NULL"
         " THEN l.high_watermark + v.current_txn_first_offset"
+        " WHEN h.reopened THEN l.high_watermark + e.reopen_offset"
         " ELSE v.current_txn_first_offset END"
         if c == "current_txn_first_offset"
         else f'v."{c}"'
@@ -256,6 +270,8 @@ WITH txns AS (
   JOIN locked l ON l.topic = v.topic AND l."partition" = v."partition"
   JOIN expected e
     ON e.topic = v.topic AND e."partition" = v."partition" AND e.producer_id = v.producer_id
+  LEFT JOIN held h
+    ON h.topic = v.topic AND h."partition" = v."partition" AND h.producer_id = v.producer_id
   WHERE {_PASSES}
   {_STATE_ON_CONFLICT}
 ), moved AS (
@@ -263,16 +279,18 @@ WITH txns AS (
   FROM locked l
   WHERE p.topic = l.topic AND p."partition" = l."partition" AND {_PASSES}
 )
-SELECT l.topic, l."partition", l.high_watermark, l.log_start_offset, {_PASSES} FROM locked l
+SELECT l.topic, l."partition", l.high_watermark, l.log_start_offset, {_PASSES},
+       ARRAY(SELECT h.producer_id FROM held h
+             WHERE h.reopened AND h.topic = l.topic AND h."partition" = l."partition")
+FROM locked l
 """
 
 
 async def write_if_unchanged(
     connection: AsyncConnection, planned: ConditionalAppends
-) -> dict[tuple[str, int], tuple[int, int]] | None:
+) -> WrittenIfUnchanged | None:
     """`planned` in one statement that commits by itself, on a connection with no transaction
-    open: each partition's (high watermark, log start offset) before the write, or None when
-    nothing was written."""
+    open: what it found and wrote, or None when nothing was written."""
     wanted, expected, transactions = planned.wanted, planned.expected, planned.transactions
     joining = {tid for tid, _, _ in planned.joins}
     ids = sorted(transactions)
@@ -292,6 +310,8 @@ async def write_if_unchanged(
         [v.state_epoch for v in expected.values()],
         [v.last_sequence for v in expected.values()],
         [v.open_txn_offset for v in expected.values()],
+        [planned.reopens.get(key, (None, None))[0] for key in expected],
+        [planned.reopens.get(key, (None, None))[1] for key in expected],
         ids,
         [transactions[tid][0] for tid in ids],
         [transactions[tid][1] for tid in ids],
@@ -306,4 +326,7 @@ async def write_if_unchanged(
     )
     if not found or not found[0][4]:
         return None
-    return {(r[0], r[1]): (r[2], r[3]) for r in found}
+    return WrittenIfUnchanged(
+        {(r[0], r[1]): (r[2], r[3]) for r in found},
+        frozenset((r[0], r[1], pid) for r in found for pid in r[5]),
+    )

@@ -33,6 +33,8 @@ from coordinator.log.errors import InvalidProducerEpoch, RecordListTooLarge
 from coordinator.log.produce import Append, Appended
 from coordinator.store import Store
 from coordinator.store.engines import open_store
+from coordinator.transactions import service as transactions
+from coordinator.transactions.inputs import Caller
 from sdk import recordbatch
 from tests.support.api import assert_problem, create_topic, init_pid, read_all
 from tests.support.locks import Blocking, waiting_for_a_lock
@@ -349,3 +351,63 @@ async def test_a_join_fenced_while_it_waited_for_its_transaction_is_refused_as_t
     assert paths == ["locks"]
     written = await read_all(client, "t", isolation_level="read_uncommitted")
     assert [r["value"] for r in written] == ["a"]
+
+
+@pytest.mark.parametrize("added", [("t", 0), ("t", 1)], ids=["its-partition", "another"])
+@pytest.mark.parametrize("commit", [True, False])
+async def test_a_transaction_ended_by_another_process_is_started_again_in_one_statement(
+    client: httpx.AsyncClient,
+    paths: list[str],
+    other_process: Store,
+    added: tuple[str, int],
+    commit: bool,
+) -> None:
+    """Kafka's clients of transaction version 1 (librdkafka's) keep their epoch across an end,
+    and send EndTxn and AddPartitions to the coordinator's connection, which may be another
+    process than the one their Produce reaches. This process still sees the transaction open on
+    the partition; the rows show it ended and the next one begun. The batch starts that one
+    there, joining it to the partition if the AddPartitions named another."""
+    await create_topic(client, "t", partitions=2)
+    producer = await started(client, "tx")
+    assert (await producer.produce("t", 0, "a")).status_code == 200
+    assert (await producer.produce("t", 0, "b")).status_code == 200  # this process sees it open
+    caller = Caller(producer.pid, producer.epoch)
+    await transactions.end(other_process, "tx", caller, commit=True, version=1)  # marker at 2
+    await transactions.add_partitions(other_process, "tx", caller, [added])
+    paths.clear()
+
+    assert (await producer.produce("t", 0, "c")).json()["base_offset"] == 3
+    assert (await producer.produce("t", 0, "d")).json()["base_offset"] == 4
+
+    assert paths == ["one statement", "one statement"]
+    described = await producer.describe()
+    assert described["state"] == "Ongoing"
+    assert {(p["topic"], p["partition"]) for p in described["partitions"]} == {added, ("t", 0)}
+    assert (await partition_state(client, "t", 0))["last_stable_offset"] == 3  # pinned at c
+    await transactions.end(other_process, "tx", caller, commit=commit, version=1)
+    committed = await read_all(client, "t", isolation_level="read_committed")
+    assert [r["value"] for r in committed] == (["a", "b", "c", "d"] if commit else ["a", "b"])
+    state = await partition_state(client, "t", 0)
+    assert state["last_stable_offset"] == state["high_watermark"] == 6
+
+
+async def test_a_transaction_ended_elsewhere_and_not_begun_again_takes_the_locks(
+    client: httpx.AsyncClient, paths: list[str], other_process: Store
+) -> None:
+    """The same, with no AddPartitions since the end: the transaction is not Ongoing, so the
+    statement does not start it; the locking path does, as for any batch that joins."""
+    await create_topic(client, "t")
+    producer = await started(client, "tx")
+    assert (await producer.produce("t", 0, "a")).status_code == 200
+    assert (await producer.produce("t", 0, "b")).status_code == 200
+    caller = Caller(producer.pid, producer.epoch)
+    await transactions.end(other_process, "tx", caller, commit=False, version=1)
+    paths.clear()
+
+    assert (await producer.produce("t", 0, "c")).json()["base_offset"] == 3
+
+    assert paths == ["locks"]
+    assert (await partition_state(client, "t", 0))["last_stable_offset"] == 3
+    await transactions.end(other_process, "tx", caller, commit=True, version=1)
+    committed = await read_all(client, "t", isolation_level="read_committed")
+    assert [r["value"] for r in committed] == ["c"]
