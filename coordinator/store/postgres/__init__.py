@@ -131,8 +131,9 @@ class PostgresStore(Store):
         rows: list[dict[str, Any]],
         states: list[dict[str, Any]],
         moved: list[tuple[str, int, int]],
+        token: int | None = None,
     ) -> None:
-        await appends.write_appends(connection, rows, states, moved)
+        await appends.write_appends(connection, rows, states, moved, token)
 
     async def write_appends_if_unchanged(
         self, planned: ConditionalAppends

@@ -138,8 +138,9 @@ class SqliteStore(Store):
         rows: list[dict[str, Any]],
         states: list[dict[str, Any]],
         moved: list[tuple[str, int, int]],
+        token: int | None = None,
     ) -> None:
-        await log.write_appends(connection, rows, states, moved)
+        await log.write_appends(connection, rows, states, moved, token)
 
     async def fetch(self, ask: FetchAsk) -> Fetched:
         async with self.read() as session:
