@@ -1,9 +1,6 @@
-"""Kafka's Java producer through the Kafka door on Postgres, pipelined and one at a time, in one
-run. `--vary produce` (the default): a connection's Produce requests under way together
-(`COORDINATOR_KAFKA_PRODUCE_PIPELINE`, 5 by default) or one at a time (1, as Kafka's broker reads
-a connection). `--vary appends`: the group commit's units writing one partition at once, the next
-planned and sent while the one before commits (`COORDINATOR_APPEND_PIPELINE`, 2 by default), or
-each after the one before (1).
+"""Kafka's Java producer through the Kafka door on Postgres, with a connection's Produce requests
+under way together (`COORDINATOR_KAFKA_PRODUCE_PIPELINE`, 5 by default) and one at a time (1, as
+Kafka's broker reads a connection), in one run.
 
 Each round starts the service twice on the same fresh database, once in each mode (turning the
 order round by round), and runs `--producers` Java producers at once (Kafka's own
@@ -14,7 +11,6 @@ of its own with a partition per producer. MB/s is the sum of the producers' stea
 JSON). `--batch-bytes` sets the producer's `batch.size`.
 
     python bench/kafka_pipeline.py --rounds 3
-    python bench/kafka_pipeline.py --vary appends --producers 1 --rounds 3
 """
 
 from __future__ import annotations
@@ -44,19 +40,13 @@ from produce import SERVE, SERVE_OPTIONS
 
 from coordinator.launcher import free_port
 
-# What each mode sets, by what `--vary` names.
-SETTINGS = {
-    "produce": ("COORDINATOR_KAFKA_PRODUCE_PIPELINE", {"pipelined": 5, "one_at_a_time": 1}),
-    "appends": ("COORDINATOR_APPEND_PIPELINE", {"pipelined": 2, "one_at_a_time": 1}),
-}
-MODES = ("pipelined", "one_at_a_time")
+MODES = {"pipelined": 5, "one_at_a_time": 1}
 
 
 async def one_run(database_url: str, args: argparse.Namespace, mode: str, topic: str) -> float:
     bootstrap = f"127.0.0.1:{free_port()}"
     options = [*SERVE_OPTIONS, "--kafka-listener", bootstrap]
-    name, values = SETTINGS[args.vary]
-    env = {name: str(values[mode])}
+    env = {"COORDINATOR_KAFKA_PRODUCE_PIPELINE": str(MODES[mode])}
     async with serving(database_url, "bench-pipeline-", SERVE, options, env) as service:
         async with httpx.AsyncClient(base_url=service.url) as client:
             answer = await client.post(
@@ -84,8 +74,7 @@ async def bench(args: argparse.Namespace) -> None:
     print()
     print(
         f"{args.producers} Java producers, {args.records} records each, "
-        f"batch.size {args.batch_bytes or 'default (16384)'}, {args.rounds} rounds, "
-        f"{SETTINGS[args.vary][0]} {SETTINGS[args.vary][1]['pipelined']} against 1"
+        f"batch.size {args.batch_bytes or 'default (16384)'}, {args.rounds} rounds"
     )
     for mode, values in rates.items():
         shown = ", ".join(f"{v:.1f}" for v in values)
@@ -100,7 +89,6 @@ async def bench(args: argparse.Namespace) -> None:
                 "producers": args.producers,
                 "records": args.records,
                 "batch_bytes": args.batch_bytes,
-                "vary": args.vary,
             }
         ),
         flush=True,
@@ -110,8 +98,7 @@ async def bench(args: argparse.Namespace) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Java producers through the Kafka door with a connection's Produce requests "
-        "(or the appends to a partition) pipelined and one at a time; the last stdout line is one "
-        "JSON object.",
+        "pipelined and one at a time; the last stdout line is one JSON object.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add_postgres_url(parser)
@@ -119,12 +106,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--records", type=positive_int, default=200_000, help="per producer")
     parser.add_argument("--rounds", type=positive_int, default=2, help="rounds of both modes")
     parser.add_argument("--batch-bytes", type=positive_int, help="the producers' batch.size")
-    parser.add_argument(
-        "--vary",
-        choices=sorted(SETTINGS),
-        default="produce",
-        help="what is pipelined: a connection's Produce requests, or the appends to a partition",
-    )
     return parser.parse_args(argv)
 
 

@@ -178,10 +178,6 @@ class Settings(BaseSettings):
     # Append groups one process writes at once (Postgres; SQLite writes one at a time): appends
     # arriving while this many units of work are writing wait and go together in the next.
     append_groups_in_flight: int = Field(default=2, ge=1)
-    # Append groups one process writes to one partition at once (Postgres): the next is planned
-    # and sent while the one before it commits, and written only right after it; 1: each waits
-    # until the one before it is written.
-    append_pipeline: int = Field(default=2, ge=1, le=16)
     # Consumer groups: a member without a heartbeat this long is removed (unless its heartbeats
     # ask for another session timeout within the bounds below, as Kafka's group.min/max do).
     group_session_timeout_ms: int = Field(default=45_000, ge=1)

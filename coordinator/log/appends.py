@@ -164,8 +164,6 @@ class ConditionalAppends:
       (transactional id, topic, partition): those transactions may be in any of
       `joinable_states` (the transaction starts, at `now`, if it was not open) and must not
       have changed while the statement waited for their locks;
-    - every partition in `after` still has the mark given there: the group was sent while
-      the group with that mark wrote the partition, and goes only right after it;
     - but a producer in `reopens` whose view shows its transaction open on the partition may
       find that transaction ended there instead (its marker written, by another process): the
       batch then starts the producer's next transaction there, which must be `open_state`
@@ -182,9 +180,6 @@ class ConditionalAppends:
     joinable_states: Collection[str] = ()
     now: int = 0
     reopens: dict[tuple[str, int, int], tuple[str, int]] = field(default_factory=dict)
-    # The group's mark, left on every partition it moves; the marks it must find (see above).
-    token: int | None = None
-    after: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,27 +1,17 @@
 """Group commit: a process's appends to one store, written together. Appends that arrive while a
 unit of work is writing wait and go together in the next one: with no timer, a lone append on
 an idle service goes at once, and under load the group grows by itself, bounded by
-`GROUP_MAX_BATCHES` and `GROUP_MAX_BYTES`. If a group's unit of work fails, each batch is
-appended alone, so one that cannot be written cannot fail the others.
-
-Appends to a partition that units are writing are pipelined on Postgres: up to
-`Settings.append_pipeline` units write one partition at once, each planned on what the ones
-before it will leave and sent while they commit. The store writes it only right after them: each
-unit leaves its random mark (`token`) on the partitions it moves, and a pipelined unit's
-statement checks the marks of the units before it, under the partitions' locks, which it waits
-for until they commit. A unit that finds another mark (it overtook them, they failed, another
-process wrote between) writes nothing, waits for them to finish, and goes as any unit does. So
-every answer still means written and committed, in the order the appends came, and a process
-that dies mid-pipeline leaves nothing of a unit that its predecessor did not commit before it."""
+`GROUP_MAX_BATCHES` and `GROUP_MAX_BYTES`. Appends to a partition another unit is writing wait
+for it, in arrival order. If a group's unit of work fails, each batch is appended alone, so one
+that cannot be written cannot fail the others."""
 
 from __future__ import annotations
 
 import asyncio
-import random
 import weakref
 from collections import deque
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Awaitable, Iterable, Sequence
+from dataclasses import dataclass, replace
 
 from coordinator.core.errors import StoreUnavailable
 from coordinator.core.settings import Settings
@@ -47,33 +37,22 @@ class _Request:
     partitions: frozenset[tuple[str, int]]
 
 
-@dataclass(slots=True, eq=False)
-class _Unit:
-    """A unit of work under way: the mark it leaves on the partitions it moves, and whether it
-    is done."""
-
-    token: int
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-
-
 class _GroupCommit:
     """A process's appends to one store: up to `in_flight` units of work write at once, and
     appends that arrive while they all write wait for the next one free, which takes them all
-    (up to the bounds), but for those to a partition that `depth` units are writing already:
-    they go after those, in the order they came. So a producer's pipelined batches reach the
-    rules in the order it sent them (as a Kafka broker reads a connection's requests in order),
-    and a unit waits on another's partition locks only when it is pipelined behind it."""
+    (up to the bounds), but for those to a partition another unit is writing: they go after it,
+    in the order they came. So a producer's pipelined batches reach the rules in the order it
+    sent them (as a Kafka broker reads a connection's requests in order), and two units never
+    wait on each other's partition locks."""
 
     def __init__(self, db: Store, settings: Settings) -> None:
         self._db, self._settings = db, settings
         self._in_flight = db.writers
         # A store in process costs no round trips for a unit of work, so none are saved.
         self._seen = Seen() if db.remote else None
-        self._depth = settings.append_pipeline if self._seen is not None else 1
         self._loop = asyncio.get_running_loop()
         self._waiting: deque[_Request] = deque()
-        # The units writing each partition, oldest first.
-        self._writing: dict[tuple[str, int], list[_Unit]] = {}
+        self._writing: set[tuple[str, int]] = set()  # the partitions units are writing
         self._writers: set[asyncio.Task[None]] = set()
 
     def submit(self, batch: Sequence[Append]) -> Awaitable[list[Appended | BaseException]]:
@@ -92,19 +71,11 @@ class _GroupCommit:
             # writer takes them when it is done.
             while group := self._next_group():
                 partitions = frozenset().union(*(request.partitions for request in group))
-                unit = _Unit(random.getrandbits(63))
-                ahead = {p: self._writing[p][-1] for p in partitions if p in self._writing}
-                for p in partitions:
-                    self._writing.setdefault(p, []).append(unit)
+                self._writing |= partitions
                 try:
-                    await self._write(group, unit, ahead)
+                    await self._write(group)
                 finally:
-                    for p in partitions:
-                        units = self._writing[p]
-                        units.remove(unit)
-                        if not units:
-                            del self._writing[p]
-                    unit.done.set()
+                    self._writing -= partitions
         except asyncio.CancelledError:
             while self._waiting:  # the loop is closing: nothing more is written
                 for answer in self._waiting.popleft().answers:
@@ -119,11 +90,10 @@ class _GroupCommit:
 
     def _next_group(self) -> list[_Request]:
         """The waiting requests the next unit takes, in arrival order, up to the bounds; one
-        to a partition that `depth` units are writing stays, and so does every later one to
-        its partitions."""
+        to a partition being written stays, and so does every later one to its partitions."""
         group: list[_Request] = []
         count = size = 0
-        held = {p for p, units in self._writing.items() if len(units) >= self._depth}
+        held = set(self._writing)
         behind: list[_Request] = []
         while self._waiting:
             request = self._waiting[0]
@@ -140,15 +110,18 @@ class _GroupCommit:
         self._waiting.extendleft(reversed(behind))
         return group
 
-    async def _write(
-        self, group: list[_Request], unit: _Unit, ahead: Mapping[tuple[str, int], _Unit]
-    ) -> None:
+    async def _write(self, group: list[_Request]) -> None:
         batch = [a for request in group for a in request.appends]
         answers = [f for request in group for f in request.answers]
         order = in_sequence_order(batch)
         batch, answers = [batch[i] for i in order], [answers[i] for i in order]
         try:
-            results = list(await self._write_in_turn(batch, unit, ahead))
+            written: Sequence[Appended | BaseException] | None = None
+            if self._seen is not None:
+                written = await write_optimistic(self._db, self._settings, batch, self._seen)
+            if written is None:
+                written = await write_group(self._db, self._settings, batch, self._seen)
+            results = list(written)
         except asyncio.CancelledError:
             for answer in answers:
                 answer.cancel()
@@ -173,30 +146,6 @@ class _GroupCommit:
                 answer.set_exception(result)
             else:
                 answer.set_result(result)
-
-    async def _write_in_turn(
-        self, batch: Sequence[Append], unit: _Unit, ahead: Mapping[tuple[str, int], _Unit]
-    ) -> Sequence[Appended | BaseException]:
-        """The group in one statement if it can, pipelined behind the units `ahead` of it on
-        its partitions, else once they are done; else on the locking path."""
-        db, settings, seen = self._db, self._settings, self._seen
-        written: Sequence[Appended | BaseException] | None = None
-        if seen is not None and ahead:
-            after = {p: u.token for p, u in ahead.items()}
-            try:
-                written = await write_optimistic(db, settings, batch, seen, unit.token, after)
-            except StoreUnavailable:
-                raise  # whether it was written is unknown: only the clients may retry
-            except Exception:
-                written = None  # what failed it fails it again below, in its turn
-            if written is None:
-                for before in set(ahead.values()):
-                    await before.done.wait()
-        if written is None and seen is not None:
-            written = await write_optimistic(db, settings, batch, seen, unit.token)
-        if written is None:
-            written = await write_group(db, settings, batch, seen, unit.token)
-        return written
 
     async def _write_alone(self, append: Append) -> Appended | BaseException:
         try:

@@ -60,10 +60,6 @@ class Partition(Base):
     log_start_offset: Mapped[int] = mapped_column(BigInteger, default=0)
     # The offset the next appended record gets; advanced only under this row's lock.
     high_watermark: Mapped[int] = mapped_column(BigInteger, default=0)
-    # The mark of the append group that last moved the high watermark on Postgres (null: none
-    # since): a group pipelined behind another on this partition is written only if it finds
-    # that one's mark (`log.group_commit`).
-    append_token: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     # Compaction's checkpoint (`coordinator.log.cleaner`): the end of the range it last cleaned,
     # and when a tombstone it kept may go (null: none kept). Nothing new below the first and
     # not yet the second: the partition is skipped.

@@ -8,7 +8,7 @@ trips, a group planned on what the process saw written goes in one statement tha
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -100,12 +100,7 @@ class Seen:
 
 
 async def write_optimistic(
-    db: Store,
-    settings: Settings,
-    batch: Sequence[Append],
-    seen: Seen,
-    token: int | None = None,
-    after: Mapping[tuple[str, int], int] | None = None,
+    db: Store, settings: Settings, batch: Sequence[Append], seen: Seen
 ) -> list[Appended | CoordinatorError] | None:
     """Postgres: the group in one round trip, planned on what `seen` says is written and
     written by one statement only if the locked rows agree; None when the group must take the
@@ -114,11 +109,7 @@ async def write_optimistic(
     batch whose partition is not in its transaction yet joins it in the statement; one that the
     process saw in a transaction still open there, which another process ended since (and an
     AddPartitions there began the next), starts that next one there in the statement. It never
-    answers an error itself: the locking path does, from the rows.
-
-    The group leaves `token` on the partitions it moves; it is written only where it finds the
-    tokens `after` names (a group planned while those groups were writing there: it goes right
-    after them, or not at all)."""
+    answers an error itself: the locking path does, from the rows."""
     wanted: dict[tuple[str, int], appends.LockedPartition] = {}
     expected: dict[tuple[str, int, int], appends.ProducerView] = {}
     transactions: dict[str, tuple[int, int]] = {}
@@ -175,8 +166,6 @@ async def write_optimistic(
         _joinable_states,
         plan.now,
         reopens,
-        token,
-        dict(after or {}),
     )
     try:
         written = await db.write_appends_if_unchanged(conditional)
@@ -255,15 +244,11 @@ class _Plan:
 
 
 async def write_group(
-    db: Store,
-    settings: Settings,
-    batch: Sequence[Append],
-    seen: Seen | None = None,
-    token: int | None = None,
+    db: Store, settings: Settings, batch: Sequence[Append], seen: Seen | None = None
 ) -> list[Appended | CoordinatorError]:
     """Append the batches in one unit of work under its locks: each one's answer, or the error
     that failed it alone (a failure of the unit of work itself is raised). What it read and
-    wrote goes to `seen` once committed; `token` is left on the partitions it moves."""
+    wrote goes to `seen` once committed."""
     async with db.write() as session:
         connection = await session.connection()
         joined = {a.transactional_id for a in batch if a.transactional_id is not None}
@@ -295,7 +280,6 @@ async def write_group(
                 plan.rows,
                 list(plan.states.values()),
                 sorted((t, p, hw) for (t, p), hw in moved.items()),
-                token,
             )
         if transactions is not None:
             await transactions.write()

@@ -264,12 +264,10 @@ class Store:
         rows: list[dict[str, Any]],
         states: list[dict[str, Any]],
         moved: list[tuple[str, int, int]],
-        token: int | None = None,
     ) -> None:
         """Write an append group's batch rows, its producers' states (one row per key, as
         `log.appends.state_on_conflict` says) and each partition's new high watermark (topic,
-        partition, offset) with the group's mark (`token`, none: null); the caller holds the
-        partitions' locks."""
+        partition, offset); the caller holds the partitions' locks."""
         raise NotImplementedError
 
     async def write_appends_if_unchanged(

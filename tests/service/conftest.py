@@ -15,12 +15,12 @@ def paths(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     taken: list[str] = []
     write_group, write_optimistic = group_commit.write_group, group_commit.write_optimistic
 
-    async def locking(*args: Any) -> Any:
+    async def locking(db: Any, settings: Any, batch: Any, seen: Any = None) -> Any:
         taken.append("locks")
-        return await write_group(*args)
+        return await write_group(db, settings, batch, seen)
 
-    async def optimistic(*args: Any) -> Any:
-        written = await write_optimistic(*args)
+    async def optimistic(db: Any, settings: Any, batch: Any, seen: Any) -> Any:
+        written = await write_optimistic(db, settings, batch, seen)
         if written is not None:
             taken.append("one statement")
         return written

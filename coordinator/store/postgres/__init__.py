@@ -131,9 +131,8 @@ class PostgresStore(Store):
         rows: list[dict[str, Any]],
         states: list[dict[str, Any]],
         moved: list[tuple[str, int, int]],
-        token: int | None = None,
     ) -> None:
-        await appends.write_appends(connection, rows, states, moved, token)
+        await appends.write_appends(connection, rows, states, moved)
 
     async def write_appends_if_unchanged(
         self, planned: ConditionalAppends

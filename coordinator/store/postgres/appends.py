@@ -91,7 +91,7 @@ WITH appended AS (
   SELECT {_quoted(STATE_COLUMNS)} FROM {_unnest(STATE_COLUMNS, _STATE_TYPES, _B + 1)}
   {_STATE_ON_CONFLICT}
 )
-UPDATE partitions p SET high_watermark = v.next_offset, append_token = ${_B + _S + 4}::bigint
+UPDATE partitions p SET high_watermark = v.next_offset
 FROM {_unnest(("topic", "partition", "next_offset"), ("varchar", "int", "bigint"), _B + _S + 1)}
 WHERE p.topic = v.topic AND p."partition" = v."partition"
 """
@@ -110,7 +110,6 @@ async def write_appends(
     rows: list[dict[str, Any]],
     producer_states: list[dict[str, Any]],
     moved: list[tuple[str, int, int]],
-    token: int | None = None,
 ) -> None:
     await on_driver(
         connection,
@@ -120,7 +119,6 @@ async def write_appends(
         [t for t, _, _ in moved],
         [p for _, p, _ in moved],
         [hw for _, _, hw in moved],
-        token,
     )
 
 
@@ -138,8 +136,8 @@ _EXPECTED_COLUMNS = (
     "reopen_offset",
 )
 _EXPECTED_TYPES = ("varchar", "int", "bigint", "int", "int", "int", "bigint", "varchar", "bigint")
-_WANTED_COLUMNS = ("topic", "partition", "configs", "advance", "after")
-_WANTED_TYPES = ("varchar", "int", "text", "bigint", "bigint")
+_WANTED_COLUMNS = ("topic", "partition", "configs", "advance")
+_WANTED_TYPES = ("varchar", "int", "text", "bigint")
 _W = _B + _S + 1
 _E = _W + len(_WANTED_COLUMNS)
 _T = _E + len(_EXPECTED_COLUMNS)
@@ -185,7 +183,7 @@ WITH txns AS (
   SELECT * FROM {_unnest(_WANTED_COLUMNS, _WANTED_TYPES, _W)}
 ), locked AS (
   SELECT p.topic, p."partition", p.high_watermark, p.log_start_offset, v.advance,
-         t.configs = v.configs AND (v.after IS NULL OR p.append_token = v.after) AS as_seen
+         t.configs = v.configs AS same_configs
   FROM partitions p
   JOIN wanted v ON v.topic = p.topic AND v."partition" = p."partition"
   JOIN topics t ON t.name = p.topic
@@ -205,7 +203,7 @@ WITH txns AS (
     ON e.topic = s.topic AND e."partition" = s."partition" AND e.producer_id = s.producer_id
   FOR UPDATE OF s
 ), checked AS (
-  SELECT (SELECT count(*) FROM locked WHERE as_seen) = cardinality(${_W}::varchar[])
+  SELECT (SELECT count(*) FROM locked WHERE same_configs) = cardinality(${_W}::varchar[])
      AND (SELECT count(*) FROM held h JOIN producer_ids i ON i.producer_id = h.producer_id
           WHERE h.producer_epoch = h.state_epoch AND h.last_sequence = h.expected_sequence
             AND (h.current_txn_first_offset IS NOT DISTINCT FROM h.open_txn_offset
@@ -277,8 +275,7 @@ WITH txns AS (
   WHERE {_PASSES}
   {_STATE_ON_CONFLICT}
 ), moved AS (
-  UPDATE partitions p SET high_watermark = l.high_watermark + l.advance,
-                          append_token = ${_T + 11}::bigint
+  UPDATE partitions p SET high_watermark = l.high_watermark + l.advance
   FROM locked l
   WHERE p.topic = l.topic AND p."partition" = l."partition" AND {_PASSES}
 )
@@ -306,7 +303,6 @@ async def write_if_unchanged(
         [p for _, p in wanted],
         [configs for configs, _ in wanted.values()],
         [advance for _, advance in wanted.values()],
-        [planned.after.get(key) for key in wanted],
         [t for t, _, _ in expected],
         [p for _, p, _ in expected],
         [pid for _, _, pid in expected],
@@ -327,7 +323,6 @@ async def write_if_unchanged(
         [topic for _, topic, _ in planned.joins],
         [partition for _, _, partition in planned.joins],
         [transactions[tid][0] for tid, _, _ in planned.joins],
-        planned.token,
     )
     if not found or not found[0][4]:
         return None

@@ -138,9 +138,8 @@ class SqliteStore(Store):
         rows: list[dict[str, Any]],
         states: list[dict[str, Any]],
         moved: list[tuple[str, int, int]],
-        token: int | None = None,
     ) -> None:
-        await log.write_appends(connection, rows, states, moved, token)
+        await log.write_appends(connection, rows, states, moved)
 
     async def fetch(self, ask: FetchAsk) -> Fetched:
         async with self.read() as session:

@@ -70,7 +70,7 @@ _ADVANCE = (
         partitions.c.topic == bindparam("at_topic"),
         partitions.c.partition == bindparam("at_partition"),
     )
-    .values(high_watermark=bindparam("next_offset"), append_token=bindparam("token"))
+    .values(high_watermark=bindparam("next_offset"))
 )
 
 
@@ -89,16 +89,11 @@ async def write_appends(
     rows: list[dict[str, Any]],
     producer_states: list[dict[str, Any]],
     moved: list[tuple[str, int, int]],
-    token: int | None = None,
 ) -> None:
     """`Store.write_appends` as executemany statements (in process: no round trips to save)."""
     await connection.execute(insert(batches), rows)
     if producer_states:
         await connection.execute(_UPSERT_STATES_SQLITE, producer_states)
     await connection.execute(
-        _ADVANCE,
-        [
-            {"at_topic": t, "at_partition": p, "next_offset": hw, "token": token}
-            for t, p, hw in moved
-        ],
+        _ADVANCE, [{"at_topic": t, "at_partition": p, "next_offset": hw} for t, p, hw in moved]
     )

@@ -33,7 +33,6 @@ from coordinator.log.errors import InvalidProducerEpoch, RecordListTooLarge
 from coordinator.log.produce import Append, Appended
 from coordinator.store import Store
 from coordinator.store.engines import open_store
-from coordinator.store.postgres import PostgresStore
 from coordinator.transactions import service as transactions
 from coordinator.transactions.inputs import Caller
 from sdk import recordbatch
@@ -412,69 +411,3 @@ async def test_a_transaction_ended_elsewhere_and_not_begun_again_takes_the_locks
     await transactions.end(other_process, "tx", caller, commit=True, version=1)
     committed = await read_all(client, "t", isolation_level="read_committed")
     assert [r["value"] for r in committed] == ["c"]
-
-
-async def test_an_append_sent_while_the_one_before_commits_is_written_right_after_it(
-    app: Any, client: httpx.AsyncClient, paths: list[str]
-) -> None:
-    """Pipelined appends: a producer's next batch to a partition is planned on what the one
-    before it will leave and sent while that one waits for its lock and commits; both go in one
-    statement each, in order."""
-    await create_topic(client, "t")
-    pid = await init_pid(client)
-    db, settings = app.state.db, app.state.settings
-    await append(db, settings, pid, 0, [b"a"])  # the process sees the producer from here on
-    paths.clear()
-
-    async with Blocking(app, "SELECT 1 FROM partitions WHERE topic = 't' FOR UPDATE") as done:
-        first = asyncio.create_task(append(db, settings, pid, 1, [b"b", b"c"]))
-        await waiting_for_a_lock(app)
-        second = asyncio.create_task(append(db, settings, pid, 3, [b"d"]))
-        await waiting_for_a_lock(app, sessions=2)  # sent before the first committed
-        done()
-
-    assert await first == Appended(1, 2, False, -1, 0)
-    assert await second == Appended(3, 3, False, -1, 0)
-    assert paths == ["one statement", "one statement"]
-    assert [r["value"] for r in await read_all(client, "t")] == ["a", "b", "c", "d"]
-    assert [r["offset"] for r in await read_all(client, "t")] == [0, 1, 2, 3]
-
-
-async def test_a_pipelined_append_that_overtakes_the_one_before_writes_nothing_until_it_is_done(
-    app: Any, client: httpx.AsyncClient, paths: list[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The pipelined statement reaches the partition first: it does not find the mark of the
-    group before it there, so it writes nothing, waits for that group, and goes after it."""
-    await create_topic(client, "t")
-    pid = await init_pid(client)
-    db, settings = app.state.db, app.state.settings
-    await append(db, settings, pid, 0, [b"a"])
-    written = PostgresStore.write_appends_if_unchanged
-    calls: list[bool] = []
-    first_sent, overtaken = asyncio.Event(), asyncio.Event()
-
-    async def second_first(store: Any, planned: Any) -> Any:
-        calls.append(bool(planned.after))
-        if len(calls) == 1:
-            first_sent.set()
-            await overtaken.wait()
-            return await written(store, planned)
-        answer = await written(store, planned)
-        overtaken.set()
-        return answer
-
-    monkeypatch.setattr(PostgresStore, "write_appends_if_unchanged", second_first)
-    paths.clear()
-
-    first = asyncio.create_task(append(db, settings, pid, 1, [b"b"]))
-    await first_sent.wait()
-    second = asyncio.create_task(append(db, settings, pid, 2, [b"c"]))
-
-    assert await first == Appended(1, 1, False, -1, 0)
-    assert await second == Appended(2, 2, False, -1, 0)
-    # The second's pipelined statement wrote nothing; after the first, the locks wrote it.
-    assert calls == [False, True]
-    assert paths == ["one statement", "locks"]
-    assert [r["value"] for r in await read_all(client, "t")] == ["a", "b", "c"]
-    assert await append(db, settings, pid, 3, [b"d"]) == Appended(3, 3, False, -1, 0)
-    assert paths == ["one statement", "locks", "one statement"]

@@ -8,7 +8,6 @@ service processes is in test_concurrency.
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,12 +42,12 @@ def group_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     sizes: list[int] = []
     write_group, write_optimistic = group_commit.write_group, group_commit.write_optimistic
 
-    async def locking(db: Any, settings: Any, batch: Any, *args: Any) -> Any:
+    async def locking(db: Any, settings: Any, batch: Any, seen: Any = None) -> Any:
         sizes.append(len(batch))
-        return await write_group(db, settings, batch, *args)
+        return await write_group(db, settings, batch, seen)
 
-    async def optimistic(db: Any, settings: Any, batch: Any, *args: Any) -> Any:
-        written = await write_optimistic(db, settings, batch, *args)
+    async def optimistic(db: Any, settings: Any, batch: Any, seen: Any) -> Any:
+        written = await write_optimistic(db, settings, batch, seen)
         if written is not None:
             sizes.append(len(batch))
         return written
@@ -197,25 +196,22 @@ class Units:
 
 @pytest.fixture
 def units(monkeypatch: pytest.MonkeyPatch) -> Units:
-    """Fails an append whose unit of work starts on a partition as many units are writing as
-    may: one, or on Postgres the pipeline's depth (`append_pipeline`)."""
+    """Fails an append whose unit of work starts on a partition another unit is writing."""
     seen = Units()
-    writing: Counter[tuple[str, int]] = Counter()
+    writing: set[tuple[str, int]] = set()
     write_group, write_optimistic = group_commit.write_group, group_commit.write_optimistic
 
     def wrapped(write: Any) -> Any:
-        async def unit(db: Any, settings: Any, batch: Any, *args: Any) -> Any:
-            depth = settings.append_pipeline if db.remote else 1
+        async def unit(db: Any, settings: Any, batch: Any, seen_views: Any = None) -> Any:
             partitions = {(a.topic, a.partition) for a in batch}
-            busy = {p for p in partitions if writing[p] >= depth}
-            assert not busy, f"{busy} already being written by {depth} units"
+            assert writing.isdisjoint(partitions), f"{partitions} already being written"
             seen.partitions.append(partitions)
             seen.started.set()
             writing.update(partitions)
             try:
-                return await write(db, settings, batch, *args)
+                return await write(db, settings, batch, seen_views)
             finally:
-                writing.subtract(partitions)
+                writing.difference_update(partitions)
 
         return unit
 
