@@ -35,6 +35,15 @@ LATENCY = Histogram(
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
     registry=PROCESS,
 )
+KAFKA_LATENCY = Histogram(
+    "coordinator_kafka_request_duration_seconds",
+    "Time to answer a Kafka request, by API, from its frame read to its answer encoded (as "
+    "Kafka's RequestMetrics TotalTimeMs, without the time an answer waits behind earlier ones "
+    "of its connection).",
+    ["api"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+    registry=PROCESS,
+)
 COMMITS = Counter(
     "coordinator_transaction_commits",
     "Transactions committed, by who ended them (client: EndTxn, group: commit-group).",

@@ -20,10 +20,12 @@ import socket
 import time
 from collections.abc import Callable
 
+from prometheus_client import Histogram
+
 from coordinator.core.auth import Access, Authenticator
 from coordinator.core.errors import StoreUnavailable
 from coordinator.core.memory import Overloaded, request_memory
-from coordinator.core.metrics import record_refusal
+from coordinator.core.metrics import KAFKA_LATENCY, record_refusal
 from coordinator.core.quotas import MutationQuota
 from coordinator.core.settings import Settings
 from coordinator.kafka import versions, wire
@@ -314,19 +316,37 @@ class KafkaListener:
             raise BadRequest(f"API key {api_key} version {version} is not served", "unsupported")
         if client.access is None and api_key not in _BEFORE_AUTH:
             raise BadRequest(f"API key {api_key} before SASL authentication", "unauthenticated")
+        started = time.perf_counter()
         request = wire.decode(frame)
         client.client_id = request.client_id
         response = await self._handlers[api_key](client, request)
+        answer: Answer | None
         if response is None:  # Produce with acks=0
-            return None
-        if isinstance(response, wire.WithRecords):
+            answer = None
+        elif isinstance(response, wire.WithRecords):
             adapted = versions.for_version(api_key, version, response.response)
-            return wire.encode_parts(correlation_id, adapted, response.spliced)
-        return wire.encode(correlation_id, versions.for_version(api_key, version, response))
+            answer = wire.encode_parts(correlation_id, adapted, response.spliced)
+        else:
+            answer = wire.encode(correlation_id, versions.for_version(api_key, version, response))
+        _latency(api_key, request).observe(time.perf_counter() - started)
+        return answer
 
 
 def _nothing() -> None:
     pass
+
+
+_LATENCIES: dict[int, Histogram] = {}
+
+
+def _latency(api_key: int, request: wire.Request) -> Histogram:
+    """The API's child of `coordinator_kafka_request_duration_seconds`, labelled with Kafka's
+    name for it (ProduceRequest: Produce)."""
+    child = _LATENCIES.get(api_key)
+    if child is None:
+        api = type(request.body).__name__.removesuffix("Request")
+        child = _LATENCIES[api_key] = KAFKA_LATENCY.labels(api=api)
+    return child
 
 
 # A request's answer: its frame, or its frame's pieces (a Fetch's batches, as they are stored).

@@ -21,6 +21,7 @@ from kio.static.constants import EntityType
 
 from coordinator.cli import main
 from coordinator.core.memory import request_memory
+from coordinator.core.metrics import PROCESS
 from coordinator.kafka.handlers import HANDLERS
 from coordinator.kafka.server import KafkaListener
 from coordinator.kafka.wire import SUPPORTED, payload_type
@@ -489,3 +490,26 @@ async def test_a_malformed_request_behind_a_produce_under_way_closes_after_its_a
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert "malformed" in warning.getMessage()
+
+
+async def test_each_answer_is_timed_by_its_api(listener: KafkaListener) -> None:
+    """`coordinator_kafka_request_duration_seconds`, by Kafka's name of the API, as Kafka's
+    RequestMetrics time them."""
+
+    def answered(api: str) -> float:
+        name = "coordinator_kafka_request_duration_seconds_count"
+        return PROCESS.get_sample_value(name, {"api": api}) or 0.0
+
+    before = answered("ApiVersions"), answered("Metadata")
+    connection = await connect(listener)
+    for _ in range(2):
+        await connection.call(18, 3, client_software_name="t", client_software_version="1")
+    await connection.call(
+        3,
+        12,
+        topics=None,
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+
+    assert (answered("ApiVersions"), answered("Metadata")) == (before[0] + 2, before[1] + 1)
