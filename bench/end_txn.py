@@ -11,6 +11,11 @@ transaction over the client's mean commit: the rest is the client's own (librdka
 `linger.ms`, its threads, the network), which a broker cannot shorten. `sync_ratio` = the mean
 commit with `synchronous_commit` on over off: what the flushes of the commits cost.
 
+Then side_by_side's (e), the exactly-once loop (`--loop-records` written in transactions, then
+consumed, transformed, produced and committed with their offsets every `--loop-batch`): the
+requests of each of its cycles by Kafka API, and the service's mean time for one, so the round
+trips a cycle pays can be counted.
+
     python bench/end_txn.py --transactions 300
 """
 
@@ -39,12 +44,33 @@ from _support import (
     serving,
 )
 from produce import SERVE, SERVE_OPTIONS, Payload
-from side_by_side import TOPIC, commit_latencies, percentile
+from side_by_side import (
+    LOOP_TOPIC,
+    READ_TOPIC,
+    TOPIC,
+    commit_latencies,
+    eos_loop_rate,
+    fill_in_transactions,
+    percentile,
+)
 
 from coordinator.launcher import free_port
 
 # The APIs of a transaction's life, in the order the producer sends them.
 APIS = ("AddPartitionsToTxn", "Produce", "EndTxn")
+# And those of the exactly-once loop's cycle.
+LOOP_APIS = (
+    "Fetch",
+    "AddPartitionsToTxn",
+    "Produce",
+    "AddOffsetsToTxn",
+    "FindCoordinator",
+    "TxnOffsetCommit",
+    "EndTxn",
+    "OffsetFetch",
+    "Heartbeat",
+    "Metadata",
+)
 _METRIC = "coordinator_kafka_request_duration_seconds"
 
 
@@ -75,13 +101,15 @@ async def one_run(args: argparse.Namespace, async_commit: bool) -> dict[str, flo
             serving(database_url, "bench-end-txn-", SERVE, options) as service,
             httpx.AsyncClient(base_url=service.url) as client,
         ):
-            created = await client.post("/v1/topics", json={"name": TOPIC, "partitions": 1})
-            created.raise_for_status()
+            for topic in (TOPIC, READ_TOPIC, LOOP_TOPIC):
+                created = await client.post("/v1/topics", json={"name": topic, "partitions": 1})
+                created.raise_for_status()
             before = await server_times(client)
             run = argparse.Namespace(transactions=args.transactions, txn_records=args.txn_records)
             payload = Payload.build(args.txn_records, args.record_bytes)
             commits = await asyncio.to_thread(commit_latencies, bootstrap, payload, run)
             after = await server_times(client)
+            loop = await loop_cycles(client, bootstrap, args)
     figures = {
         "commit_p50_ms": percentile(commits, 0.5),
         "commit_p99_ms": percentile(commits, 0.99),
@@ -94,6 +122,35 @@ async def one_run(args: argparse.Namespace, async_commit: bool) -> dict[str, flo
         figures[f"{api}_mean_ms"] = 1000 * seconds / count if count else 0.0
     in_commit = sum(figures[f"{a}_per_txn"] * figures[f"{a}_mean_ms"] for a in APIS[1:])
     figures["server_share"] = in_commit / figures["commit_mean_ms"]
+    return figures | loop
+
+
+async def loop_cycles(
+    client: httpx.AsyncClient, bootstrap: str, args: argparse.Namespace
+) -> dict[str, float]:
+    """(e) against the service: records/s, and each API's requests per cycle (a cycle: one
+    transaction, so one EndTxn) and the service's mean time for one."""
+    payload = Payload.build(args.loop_batch, args.record_bytes)
+    await asyncio.to_thread(fill_in_transactions, bootstrap, payload, args.loop_records)
+    before = await server_times(client)
+    run = argparse.Namespace(
+        read_records=args.loop_records, loop_batch=args.loop_batch, seconds=args.loop_seconds
+    )
+    rate = await asyncio.to_thread(eos_loop_rate, bootstrap, run)
+    after = await server_times(client)
+    delta = {
+        api: (
+            after[api][0] - before.get(api, (0.0, 0.0))[0],
+            after[api][1] - before.get(api, (0.0, 0.0))[1],
+        )
+        for api in after
+    }
+    cycles = delta.get("EndTxn", (0.0, 0.0))[0] or float("nan")
+    figures = {"loop_records_per_s": rate, "loop_cycles": cycles}
+    for api in LOOP_APIS:
+        count, seconds = delta.get(api, (0.0, 0.0))
+        figures[f"loop_{api}_per_cycle"] = count / cycles
+        figures[f"loop_{api}_mean_ms"] = 1000 * seconds / count if count else 0.0
     return figures
 
 
@@ -127,6 +184,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--transactions", type=positive_int, default=200, help="one by one")
     parser.add_argument("--txn-records", type=positive_int, default=100, help="per transaction")
     parser.add_argument("--record-bytes", type=positive_int, default=1024, help="per value")
+    parser.add_argument("--loop-records", type=positive_int, default=20_000, help="for (e)")
+    parser.add_argument("--loop-batch", type=positive_int, default=500, help="(e) per commit")
+    parser.add_argument("--loop-seconds", type=float, default=5.0, help="(e) at most")
     return parser.parse_args(argv)
 
 
