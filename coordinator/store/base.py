@@ -310,7 +310,8 @@ class Store:
         keys: list[tuple[str, int]],
         now: int,
     ) -> bool:
-        """AddPartitions by the transaction's own producer (`transactions.service`): False when
+        """AddPartitions by the transaction's own producer (`transactions.service`), or with no
+        `keys` an AddOffsets of no offsets (the transaction starts, nothing else): False when
         nothing was written."""
         return False
 

@@ -63,7 +63,7 @@ from coordinator.transactions.schemas import (
     TopicPartitionOut,
     TransactionDescription,
 )
-from coordinator.transactions.states import OPEN, Op, State, transition
+from coordinator.transactions.states import OPEN, TRANSITIONS, Op, State, transition
 
 # -- InitPid ------------------------------------------------------------------------------------
 
@@ -194,12 +194,25 @@ async def missing_partitions(
     return [key for key in keys if key not in included]
 
 
+# An AddOffsets of no offsets takes an AddPartitions' one statement (`add_offsets`).
+assert TRANSITIONS[Op.ADD_OFFSETS] == TRANSITIONS[Op.ADD_PARTITIONS]
+
+
 async def add_offsets(db: Store, transactional_id: str, adding: AddOffsets) -> StateResponse:
     adding.check()
     body = adding.caller
     keys = sorted({(o.topic, o.partition) for o in adding.offsets})
     if len(keys) != len(adding.offsets):
         raise InvalidRequest("offsets: a partition appears more than once")
+    if not keys and adding.member_id is None:
+        # Kafka's AddOffsetsToTxn: the group joins and nothing is written but the transaction's
+        # start, by the rule of an AddPartitions of no partitions (the same transitions):
+        # its one statement, where the store has one.
+        joined = await db.add_partitions_at_once(
+            transactional_id, body.producer_id, body.producer_epoch, [], now_ms()
+        )
+        if joined:
+            return StateResponse(state=State.ONGOING)
     offsets = {(o.topic, o.partition): o for o in adding.offsets}
     ask = TxnOffsets(
         transactional_id,

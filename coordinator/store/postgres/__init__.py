@@ -156,8 +156,6 @@ class PostgresStore(Store):
         keys: list[tuple[str, int]],
         now: int,
     ) -> bool:
-        if not keys:
-            return False
         async with self.autocommit() as connection:
             return await transactions.add_partitions(
                 connection, transactional_id, producer_id, epoch, keys, now

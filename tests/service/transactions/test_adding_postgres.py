@@ -14,7 +14,11 @@ import httpx
 import pytest
 from sqlalchemy import select
 
+from coordinator.groups.inputs import CommittedOffset
 from coordinator.store.postgres import PostgresStore
+from coordinator.transactions import service as transactions
+from coordinator.transactions.errors import ProducerFenced
+from coordinator.transactions.inputs import AddOffsets, Caller
 from coordinator.transactions.models import Transaction
 from tests.support.api import assert_problem, create_topic, read_all
 from tests.support.services import Backend
@@ -110,3 +114,34 @@ async def test_refusals_write_nothing_and_are_the_locking_paths(
 
     assert one_statement_adds == [True, False, False, False, False, False, False, False]
     assert await included(newer) == ("Empty", [])
+
+
+async def test_kafkas_add_offsets_goes_in_the_one_statement_of_an_add_of_no_partitions(
+    app: Any, client: httpx.AsyncClient, one_statement_adds: list[bool]
+) -> None:
+    """Kafka's AddOffsetsToTxn (a group, no offsets yet) starts the transaction and writes
+    nothing else: one round trip, as an AddPartitions; a refusal is the locking path's."""
+    await create_topic(client, "t")
+    producer = await started(client, "a")
+    caller = Caller(producer.pid, producer.epoch)
+
+    answer = await transactions.add_offsets(app.state.db, "a", AddOffsets(caller, "g"))
+
+    assert answer.state == "Ongoing"
+    assert one_statement_adds == [True]
+    assert await included(producer) == ("Ongoing", [])
+    assert await started_ms(app, "a") is not None
+    # Its offsets come with TxnOffsetCommit, and commit with the transaction.
+    offsets = AddOffsets(caller, "g", [CommittedOffset("t", 0, 5)])
+    assert (await transactions.add_offsets(app.state.db, "a", offsets)).state == "Ongoing"
+    assert (await producer.end(commit=True)).status_code == 200
+    committed = (await client.get("/v1/groups/g/offsets")).json()
+    assert [(o["topic"], o["partition"], o["offset"]) for o in committed["offsets"]] == [
+        ("t", 0, 5)
+    ]
+    # A fenced producer's: nothing written, the locking path refuses it.
+    with pytest.raises(ProducerFenced):
+        await transactions.add_offsets(
+            app.state.db, "a", AddOffsets(Caller(producer.pid, producer.epoch - 1), "g")
+        )
+    assert one_statement_adds == [True, False]
