@@ -115,11 +115,7 @@ async def one_run(args: argparse.Namespace, async_commit: bool) -> dict[str, flo
         "commit_p99_ms": percentile(commits, 0.99),
         "commit_mean_ms": statistics.mean(commits),
     }
-    for api in APIS:
-        count = after.get(api, (0.0, 0.0))[0] - before.get(api, (0.0, 0.0))[0]
-        seconds = after.get(api, (0.0, 0.0))[1] - before.get(api, (0.0, 0.0))[1]
-        figures[f"{api}_per_txn"] = count / args.transactions
-        figures[f"{api}_mean_ms"] = 1000 * seconds / count if count else 0.0
+    figures |= api_figures(before, after, APIS, args.transactions, "{api}_per_txn")
     in_commit = sum(figures[f"{a}_per_txn"] * figures[f"{a}_mean_ms"] for a in APIS[1:])
     figures["server_share"] = in_commit / figures["commit_mean_ms"]
     return figures | loop
@@ -138,19 +134,27 @@ async def loop_cycles(
     )
     rate = await asyncio.to_thread(eos_loop_rate, bootstrap, run)
     after = await server_times(client)
-    delta = {
-        api: (
-            after[api][0] - before.get(api, (0.0, 0.0))[0],
-            after[api][1] - before.get(api, (0.0, 0.0))[1],
-        )
-        for api in after
-    }
-    cycles = delta.get("EndTxn", (0.0, 0.0))[0] or float("nan")
+    cycles = (after["EndTxn"][0] - before.get("EndTxn", (0.0, 0.0))[0]) or float("nan")
     figures = {"loop_records_per_s": rate, "loop_cycles": cycles}
-    for api in LOOP_APIS:
-        count, seconds = delta.get(api, (0.0, 0.0))
-        figures[f"loop_{api}_per_cycle"] = count / cycles
-        figures[f"loop_{api}_mean_ms"] = 1000 * seconds / count if count else 0.0
+    return figures | api_figures(before, after, LOOP_APIS, cycles, "loop_{api}_per_cycle")
+
+
+def api_figures(
+    before: dict[str, tuple[float, float]],
+    after: dict[str, tuple[float, float]],
+    apis: tuple[str, ...],
+    per: float,
+    name: str,
+) -> dict[str, float]:
+    """Each API's requests between the two scrapes, per `per` (under `name`), and the service's
+    mean time for one (`<name's prefix>{api}_mean_ms`)."""
+    figures: dict[str, float] = {}
+    for api in apis:
+        count, seconds = (
+            after.get(api, (0.0, 0.0))[i] - before.get(api, (0.0, 0.0))[i] for i in (0, 1)
+        )
+        figures[name.format(api=api)] = count / per
+        figures[name.split("{")[0] + f"{api}_mean_ms"] = 1000 * seconds / count if count else 0.0
     return figures
 
 
