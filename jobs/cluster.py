@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -44,6 +46,12 @@ SPECULATION_CONF: Mapping[str, str] = {
     "spark.speculation.minTaskRuntime": "500ms",
 }
 
+# For the JVMs that only start others or pass messages (the mini cluster's master and workers,
+# spark-class's launcher): C1 alone compiles in a fraction of C2's CPU, and the serial collector
+# runs no GC threads. Not for drivers and executors: their work makes up for C2's compiling (the
+# Spark tests took as long with it as without).
+QUICK_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
 # Spark's own chatter (INFO at startup, WARN per lost task) would bury the jobs' output; the
 # failures the demo injects are reported by the demo itself.
 LOG4J2_PROPERTIES = """\
@@ -66,6 +74,31 @@ def spark_home() -> str:
     import pyspark
 
     return os.path.dirname(pyspark.__file__)
+
+
+def local_spark_home() -> str:
+    """`spark_home()` for Spark on this machine: when it is the distribution inside the pyspark
+    package, the same without its `python` folder (a folder of links to the rest, made once).
+
+    Spark puts `$SPARK_HOME/python/lib/pyspark.zip` first on the path of every Python process it
+    starts (each task's daemon, and one per step of a Python data source's planning). Python
+    keeps no bytecode for what it imports from a zip: each of those processes compiled most of
+    pyspark from source again, 45% of their CPU in a small job here. Without the zip they import
+    the installed pyspark, the same code, from its bytecode cache. A Spark of the user's own
+    ($SPARK_HOME elsewhere) is left as it is."""
+    import pyspark
+
+    home, package = spark_home(), os.path.dirname(pyspark.__file__)
+    if os.path.realpath(home) != os.path.realpath(package):
+        return home
+    digest = hashlib.sha1(f"{os.path.realpath(package)} {pyspark.__version__}".encode()).hexdigest()
+    local = Path(tempfile.gettempdir()) / f"txlog-spark-home-{os.getuid()}-{digest[:12]}"
+    local.mkdir(exist_ok=True)
+    for entry in os.listdir(package):
+        if entry != "python" and not (local / entry).is_symlink():
+            with contextlib.suppress(FileExistsError):  # another process made it meanwhile
+                (local / entry).symlink_to(os.path.join(package, entry))
+    return str(local)
 
 
 def log4j2_file(directory: Path) -> Path:
@@ -102,6 +135,15 @@ class MiniCluster:
             return 0
         return sum(1 for worker in state.get("workers", []) if worker.get("state") == "ALIVE")
 
+    def master_answers(self) -> bool:
+        """Whether the master's port takes connections (it registers workers there)."""
+        host, port = self.master_url.removeprefix("spark://").rsplit(":", 1)
+        try:
+            with socket.create_connection((host, int(port)), timeout=1):
+                return True
+        except OSError:
+            return False
+
     def logs_tail(self, chars: int = 3000) -> str:
         parts = []
         for path in sorted(self.workdir.glob("*.log")):
@@ -131,7 +173,7 @@ class MiniCluster:
 
 
 def _daemon_env(workdir: Path) -> dict[str, str]:
-    home = spark_home()
+    home = local_spark_home()
     python_path = os.pathsep.join(
         p for p in (_project_root(), os.environ.get("PYTHONPATH", "")) if p
     )
@@ -144,12 +186,15 @@ def _daemon_env(workdir: Path) -> dict[str, str]:
         "SPARK_WORKER_DIR": str(workdir / "work"),
         "SPARK_LOCAL_DIRS": str(workdir / "local"),
         "SPARK_NO_DAEMONIZE": "1",
-        "SPARK_DAEMON_JAVA_OPTS": f"-Dlog4j2.configurationFile=file:{log4j2_file(workdir)}",
+        "SPARK_DAEMON_JAVA_OPTS": (
+            f"-Dlog4j2.configurationFile=file:{log4j2_file(workdir)} {QUICK_JVM_OPTIONS}"
+        ),
+        "SPARK_LAUNCHER_OPTS": QUICK_JVM_OPTIONS,
     }
 
 
 def _spawn(workdir: Path, name: str, arguments: list[str]) -> subprocess.Popen[bytes]:
-    command = [os.path.join(spark_home(), "bin", "spark-class"), *arguments]
+    command = [os.path.join(local_spark_home(), "bin", "spark-class"), *arguments]
     with (workdir / f"{name}.log").open("ab") as out:
         return subprocess.Popen(
             command,
@@ -160,6 +205,13 @@ def _spawn(workdir: Path, name: str, arguments: list[str]) -> subprocess.Popen[b
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
+
+
+def _check_started(cluster: MiniCluster, deadline: float, start_timeout: float) -> None:
+    exited = [p.args for p in cluster.processes if p.poll() is not None]
+    if exited or time.monotonic() > deadline:
+        why = "a daemon exited" if exited else f"not up within {start_timeout:.0f} s"
+        raise RuntimeError(f"Spark mini cluster: {why}\n{cluster.logs_tail()}")
 
 
 @contextlib.contextmanager
@@ -199,6 +251,12 @@ def mini_cluster(
                 ],
             )
         )
+        # A worker that finds no master yet retries its registration only after 5 to 15 s: start
+        # the workers once the master answers.
+        deadline = time.monotonic() + start_timeout
+        while not cluster.master_answers():
+            _check_started(cluster, deadline, start_timeout)
+            time.sleep(0.1)
         for index, host in enumerate(hosts):
             cluster.processes.append(
                 _spawn(
@@ -220,13 +278,9 @@ def mini_cluster(
                     ],
                 )
             )
-        deadline = time.monotonic() + start_timeout
         while cluster.alive_workers() < len(hosts):
-            exited = [p.args for p in cluster.processes if p.poll() is not None]
-            if exited or time.monotonic() > deadline:
-                why = "a daemon exited" if exited else f"not up within {start_timeout:.0f} s"
-                raise RuntimeError(f"Spark mini cluster: {why}\n{cluster.logs_tail()}")
-            time.sleep(0.2)
+            _check_started(cluster, deadline, start_timeout)
+            time.sleep(0.1)
         yield cluster
     finally:
         cluster.stop()
@@ -251,7 +305,8 @@ def session(
 ) -> SparkSession:
     """A quiet SparkSession for the jobs: no UI, 4 shuffle partitions, Spark's logs at ERROR;
     `speculation` turns on `SPECULATION_CONF`. With a `master` (this machine: local[...] or the
-    mini cluster), also this Python and the project's code on the executors, driver on loopback.
+    mini cluster), also this Python and the project's code on the executors, driver on loopback,
+    and `local_spark_home()` as SPARK_HOME.
     `master` None leaves it, and the rest, to spark-submit (or Spark's default, local[*])."""
     from pyspark.sql import SparkSession
 
@@ -264,9 +319,10 @@ def session(
     if master is not None:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-        java_options = (
-            f"-Dlog4j2.configurationFile=file:{log4j2_file(log_dir or Path(tempfile.gettempdir()))}"
-        )
+        os.environ.setdefault("SPARK_LAUNCHER_OPTS", QUICK_JVM_OPTIONS)  # spark-submit's first JVM
+        os.environ["SPARK_HOME"] = local_spark_home()  # the driver's, and so its Python workers'
+        log4j2 = log4j2_file(log_dir or Path(tempfile.gettempdir()))
+        java_options = f"-Dlog4j2.configurationFile=file:{log4j2}"
         builder = builder.master(master)
         settings.update(
             {

@@ -77,6 +77,19 @@ def source(log: Log, name: str) -> Source:
     )
 
 
+def test_spark_s_python_workers_import_the_installed_pyspark_not_a_zip(spark: SparkSession) -> None:
+    """`jobs.cluster.session` runs Spark from `local_spark_home()`: its Python workers import
+    pyspark from the installed package and its bytecode cache, not from pyspark.zip."""
+    import pyspark
+
+    def where(_: int) -> str:
+        import pyspark
+
+        return str(pyspark.__file__)
+
+    assert spark.sparkContext.parallelize([0], 1).map(where).collect() == [pyspark.__file__]
+
+
 def test_batch_settlement_settles_each_payment_once_across_reruns_and_rejects_bad_ones(
     spark: SparkSession, log: Log
 ) -> None:
