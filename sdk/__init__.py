@@ -9,99 +9,202 @@ Porting code written for confluent-kafka means changing the import and replacing
 errors are a typed tree under `KafkaException` (see `sdk._errors`).
 """
 
-from sdk._admin import (
-    AdminClient,
-    AlterConfigOpType,
-    ClusterMetadata,
-    ConfigEntry,
-    ConfigResource,
-    ConfigSource,
-    DeletedRecords,
-    HangingPartition,
-    HangingTransactions,
-    NewTopic,
-    PartitionDescription,
-    PartitionMetadata,
-    ProducerState,
-    ResourceType,
-    TopicDescription,
-    TopicMetadata,
-    TransactionDescription,
-)
-from sdk._config import (
-    AdminConfig,
-    AdminOptions,
-    ConsumerConfig,
-    ConsumerOptions,
-    EffectsConfig,
-    EffectsOptions,
-    ProducerConfig,
-    ProducerOptions,
-)
-from sdk._consumer import Consumer
-from sdk._effects import Claim, Effect, EffectsClient
-from sdk._errors import (
-    AuthenticationFailed,
-    AuthorizationFailed,
-    ConcurrentTransactions,
-    ConfigError,
-    CoordinatorNotAvailable,
-    EffectClaimed,
-    EffectNotFound,
-    FatalError,
-    FencedClaim,
-    FencedMemberEpoch,
-    GroupIdNotFound,
-    IllegalStateError,
-    InternalError,
-    InvalidProducerEpoch,
-    InvalidProducerIdMapping,
-    InvalidRequest,
-    InvalidTransactionTimeout,
-    InvalidTxnState,
-    KafkaError,
-    KafkaException,
-    KafkaTimeoutError,
-    MessagePurged,
-    MessageSizeTooLarge,
-    MessageTimedOut,
-    NonEmptyGroup,
-    NotFound,
-    OutOfOrderSequenceNumber,
-    ProducerFenced,
-    RecordListTooLarge,
-    RetriableError,
-    ServiceError,
-    TopicAlreadyExists,
-    TransactionalIdAuthorizationFailed,
-    TransactionalIdNotFound,
-    TransactionTimedOut,
-    TransportError,
-    UnknownMemberId,
-    UnknownProducerId,
-    UnknownTopicOrPartition,
-    UnstableOffsetCommit,
-)
-from sdk._http import VERSION as _VERSION
-from sdk._producer import Producer
-from sdk._types import (
-    OFFSET_BEGINNING,
-    OFFSET_END,
-    OFFSET_INVALID,
-    OFFSET_STORED,
-    TIMESTAMP_CREATE_TIME,
-    TIMESTAMP_LOG_APPEND_TIME,
-    TIMESTAMP_NOT_AVAILABLE,
-    CommitCallback,
-    ConsumerGroupMetadata,
-    DeliveryCallback,
-    Headers,
-    Message,
-    RebalanceCallback,
-    TopicPartition,
-)
+# The names load on first use (PEP 562): a process that needs one part of the SDK (a Spark task's
+# Python worker unpickling the writer, the service's record batch codec) imports that part's
+# module, not the whole SDK and every library behind it. Only public names are public here:
+# `dir(sdk)` lists `__all__` (and `spark` or `recordbatch` once imported), nothing else.
 
-__version__ = _VERSION
+import typing as _typing
+
+from sdk._lazy import exports as _exports
+
+__version__ = "0.1.0"  # the SDK's (and its User-Agent's)
+
+if _typing.TYPE_CHECKING:
+    from sdk._admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ClusterMetadata,
+        ConfigEntry,
+        ConfigResource,
+        ConfigSource,
+        DeletedRecords,
+        HangingPartition,
+        HangingTransactions,
+        NewTopic,
+        PartitionDescription,
+        PartitionMetadata,
+        ProducerState,
+        ResourceType,
+        TopicDescription,
+        TopicMetadata,
+        TransactionDescription,
+    )
+    from sdk._config import (
+        AdminConfig,
+        AdminOptions,
+        ConsumerConfig,
+        ConsumerOptions,
+        EffectsConfig,
+        EffectsOptions,
+        ProducerConfig,
+        ProducerOptions,
+    )
+    from sdk._consumer import Consumer
+    from sdk._effects import Claim, Effect, EffectsClient
+    from sdk._errors import (
+        AuthenticationFailed,
+        AuthorizationFailed,
+        ConcurrentTransactions,
+        ConfigError,
+        CoordinatorNotAvailable,
+        EffectClaimed,
+        EffectNotFound,
+        FatalError,
+        FencedClaim,
+        FencedMemberEpoch,
+        GroupIdNotFound,
+        IllegalStateError,
+        InternalError,
+        InvalidProducerEpoch,
+        InvalidProducerIdMapping,
+        InvalidRequest,
+        InvalidTransactionTimeout,
+        InvalidTxnState,
+        KafkaError,
+        KafkaException,
+        KafkaTimeoutError,
+        MessagePurged,
+        MessageSizeTooLarge,
+        MessageTimedOut,
+        NonEmptyGroup,
+        NotFound,
+        OutOfOrderSequenceNumber,
+        ProducerFenced,
+        RecordListTooLarge,
+        RetriableError,
+        ServiceError,
+        TopicAlreadyExists,
+        TransactionalIdAuthorizationFailed,
+        TransactionalIdNotFound,
+        TransactionTimedOut,
+        TransportError,
+        UnknownMemberId,
+        UnknownProducerId,
+        UnknownTopicOrPartition,
+        UnstableOffsetCommit,
+    )
+    from sdk._producer import Producer
+    from sdk._types import (
+        OFFSET_BEGINNING,
+        OFFSET_END,
+        OFFSET_INVALID,
+        OFFSET_STORED,
+        TIMESTAMP_CREATE_TIME,
+        TIMESTAMP_LOG_APPEND_TIME,
+        TIMESTAMP_NOT_AVAILABLE,
+        CommitCallback,
+        ConsumerGroupMetadata,
+        DeliveryCallback,
+        Headers,
+        Message,
+        RebalanceCallback,
+        TopicPartition,
+    )
+
+# Each public name, by the module it lives in.
+_EXPORTS = {
+    "sdk._types": (
+        "OFFSET_BEGINNING",
+        "OFFSET_END",
+        "OFFSET_INVALID",
+        "OFFSET_STORED",
+        "TIMESTAMP_CREATE_TIME",
+        "TIMESTAMP_LOG_APPEND_TIME",
+        "TIMESTAMP_NOT_AVAILABLE",
+        "CommitCallback",
+        "ConsumerGroupMetadata",
+        "DeliveryCallback",
+        "Headers",
+        "Message",
+        "RebalanceCallback",
+        "TopicPartition",
+    ),
+    "sdk._admin": (
+        "AdminClient",
+        "AlterConfigOpType",
+        "ClusterMetadata",
+        "ConfigEntry",
+        "ConfigResource",
+        "ConfigSource",
+        "DeletedRecords",
+        "HangingPartition",
+        "HangingTransactions",
+        "NewTopic",
+        "PartitionDescription",
+        "PartitionMetadata",
+        "ProducerState",
+        "ResourceType",
+        "TopicDescription",
+        "TopicMetadata",
+        "TransactionDescription",
+    ),
+    "sdk._config": (
+        "AdminConfig",
+        "AdminOptions",
+        "ConsumerConfig",
+        "ConsumerOptions",
+        "EffectsConfig",
+        "EffectsOptions",
+        "ProducerConfig",
+        "ProducerOptions",
+    ),
+    "sdk._errors": (
+        "AuthenticationFailed",
+        "AuthorizationFailed",
+        "ConcurrentTransactions",
+        "ConfigError",
+        "CoordinatorNotAvailable",
+        "EffectClaimed",
+        "EffectNotFound",
+        "FatalError",
+        "FencedClaim",
+        "FencedMemberEpoch",
+        "GroupIdNotFound",
+        "IllegalStateError",
+        "InternalError",
+        "InvalidProducerEpoch",
+        "InvalidProducerIdMapping",
+        "InvalidRequest",
+        "InvalidTransactionTimeout",
+        "InvalidTxnState",
+        "KafkaError",
+        "KafkaException",
+        "KafkaTimeoutError",
+        "MessagePurged",
+        "MessageSizeTooLarge",
+        "MessageTimedOut",
+        "NonEmptyGroup",
+        "NotFound",
+        "OutOfOrderSequenceNumber",
+        "ProducerFenced",
+        "RecordListTooLarge",
+        "RetriableError",
+        "ServiceError",
+        "TopicAlreadyExists",
+        "TransactionTimedOut",
+        "TransactionalIdAuthorizationFailed",
+        "TransactionalIdNotFound",
+        "TransportError",
+        "UnknownMemberId",
+        "UnknownProducerId",
+        "UnknownTopicOrPartition",
+        "UnstableOffsetCommit",
+    ),
+    "sdk._effects": ("Claim", "Effect", "EffectsClient"),
+    "sdk._consumer": ("Consumer",),
+    "sdk._producer": ("Producer",),
+}
 
 __all__ = [
     "OFFSET_BEGINNING",
@@ -190,9 +293,5 @@ __all__ = [
     "UnstableOffsetCommit",
 ]
 
-# Public names report the package as their home, as httpx's do.
-for _name in __all__:
-    _obj = globals()[_name]
-    if isinstance(_obj, type) and _obj.__module__.startswith("sdk._"):
-        _obj.__module__ = "sdk"
-del _name, _obj
+if not _typing.TYPE_CHECKING:
+    __getattr__, __dir__ = _exports("sdk", _EXPORTS, globals(), home_of_classes=True)

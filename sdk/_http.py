@@ -17,6 +17,7 @@ from urllib.parse import quote
 import httpx
 import orjson
 
+from sdk import __version__
 from sdk._config import ClientConfig
 from sdk._errors import (
     IllegalStateError,
@@ -30,8 +31,7 @@ from sdk._errors import (
 
 __all__ = ["RECORD_BATCH", "VERSION", "HttpClient", "api_path"]
 
-# The SDK's version (`sdk.__version__`, and the User-Agent's).
-VERSION = "0.1.0"
+VERSION = __version__  # the User-Agent's
 # The HTTP API's media type of Kafka record batches, produced and fetched.
 RECORD_BATCH = "application/vnd.kafka.record-batch"
 T = TypeVar("T")

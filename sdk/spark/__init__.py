@@ -34,12 +34,29 @@ option names: `url` (any SQLAlchemy URL; a plain postgresql:// gets psycopg), `d
         .option("dbtable", "settlements").option("jobId", "settlement").mode("append").save()
 """
 
-from sdk.spark._job import TransactionalJob
-from sdk.spark._offsets import committed_offsets, latest_offsets, offsets_json
-from sdk.spark._protocol import CommitResult, TaskOutcome, TaskWriter
-from sdk.spark._source import TxlogDataSource
-from sdk.spark._sql import committed_offsets as sql_committed_offsets
-from sdk.spark._txsql import TxsqlDataSource
+# The names load on first use, as `sdk`'s do: a Python worker that unpickles the txlog writer
+# does not import SQLAlchemy for txsql.
+
+import typing as _typing
+
+from sdk._lazy import exports as _exports
+
+if _typing.TYPE_CHECKING:
+    from sdk.spark._job import TransactionalJob
+    from sdk.spark._offsets import committed_offsets, latest_offsets, offsets_json
+    from sdk.spark._protocol import CommitResult, TaskOutcome, TaskWriter
+    from sdk.spark._source import TxlogDataSource
+    from sdk.spark._sql import committed_offsets as sql_committed_offsets
+    from sdk.spark._txsql import TxsqlDataSource
+
+_EXPORTS = {
+    "sdk.spark._job": ("TransactionalJob",),
+    "sdk.spark._offsets": ("committed_offsets", "latest_offsets", "offsets_json"),
+    "sdk.spark._protocol": ("CommitResult", "TaskOutcome", "TaskWriter"),
+    "sdk.spark._source": ("TxlogDataSource",),
+    "sdk.spark._sql": ("committed_offsets as sql_committed_offsets",),
+    "sdk.spark._txsql": ("TxsqlDataSource",),
+}
 
 __all__ = [
     "CommitResult",
@@ -58,5 +75,12 @@ __all__ = [
 
 def register(spark: object) -> None:
     """Make `format("txlog")` and `format("txsql")` available in this Spark session."""
+    from sdk.spark._source import TxlogDataSource
+    from sdk.spark._txsql import TxsqlDataSource
+
     spark.dataSource.register(TxlogDataSource)  # type: ignore[attr-defined]
     spark.dataSource.register(TxsqlDataSource)  # type: ignore[attr-defined]
+
+
+if not _typing.TYPE_CHECKING:
+    __getattr__, __dir__ = _exports("sdk.spark", _EXPORTS, globals())

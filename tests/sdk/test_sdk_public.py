@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +162,19 @@ def test_all_lists_exactly_the_curated_public_names() -> None:
         obj = getattr(sdk, name)
         if isinstance(obj, type):
             assert obj.__module__ == "sdk", name
+
+
+def test_a_part_of_the_sdk_imports_only_what_it_needs() -> None:
+    """The names load on first use: `import sdk` costs nothing, and a Spark worker that unpickles
+    the txlog source does not import SQLAlchemy (txsql's) nor the admin client."""
+    probe = (
+        "import sys, sdk; first = {'httpx', 'pydantic'} & set(sys.modules); "
+        "import sdk.spark._source; "
+        "print(sorted(first), sorted({'sqlalchemy', 'sdk._admin'} & set(sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["[]", "[]"], done.stdout + done.stderr
+    assert sdk.Producer is sdk._producer.Producer and sdk.Producer.__module__ == "sdk"
 
 
 def test_the_package_ships_py_typed() -> None:
