@@ -7,6 +7,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 
+def public(homes: Mapping[str, tuple[str, ...]], *own: str) -> list[str]:
+    """The names of `homes` ({module: names}, as `exports` takes them) and the package's `own`,
+    for `__all__`, in isort's order: constants, then classes, then functions."""
+    names = [*(name for names in homes.values() for name in names), *own]
+    return sorted(names, key=lambda name: (not name.isupper(), not name[0].isupper(), name))
+
+
 def exports(
     package: str,
     homes: Mapping[str, tuple[str, ...]],
@@ -15,21 +22,16 @@ def exports(
     home_of_classes: bool = False,
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """`__getattr__` and `__dir__` for `package`, whose public names live in the modules of
-    `homes` ({module: names}, a name `"x as y"` exporting the module's `x` as `y`). A name is
-    imported on first use and kept in the package's `namespace`. With `home_of_classes`, a class
-    defined in a private module of the package reports the package as its home (`sdk.Producer`,
-    not `sdk._producer.Producer`), as httpx's do."""
-    where: dict[str, tuple[str, str]] = {}
-    for module, names in homes.items():
-        for entry in names:
-            source, _, public = entry.partition(" as ")
-            where[public or source] = (module, source)
+    `homes` ({module: names}). A name is imported on first use and kept in the package's
+    `namespace`. With `home_of_classes`, a class defined in a private module of the package
+    reports the package as its home (`sdk.Producer`, not `sdk._producer.Producer`), as httpx's
+    do."""
+    where = {name: module for module, names in homes.items() for name in names}
 
     def __getattr__(name: str) -> Any:
         if name not in where:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        module, source = where[name]
-        value = getattr(importlib.import_module(module), source)
+        value = getattr(importlib.import_module(where[name]), name)
         if (
             home_of_classes
             and isinstance(value, type)

@@ -40,37 +40,31 @@ option names: `url` (any SQLAlchemy URL; a plain postgresql:// gets psycopg), `d
 import typing as _typing
 
 from sdk._lazy import exports as _exports
+from sdk._lazy import public as _public
 
 if _typing.TYPE_CHECKING:
-    from sdk.spark._job import TransactionalJob
-    from sdk.spark._offsets import committed_offsets, latest_offsets, offsets_json
-    from sdk.spark._protocol import CommitResult, TaskOutcome, TaskWriter
-    from sdk.spark._source import TxlogDataSource
-    from sdk.spark._sql import committed_offsets as sql_committed_offsets
-    from sdk.spark._txsql import TxsqlDataSource
+    # Each name `as` itself: re-exported for type checkers, whose `__all__` this is not.
+    from sdk.spark._job import TransactionalJob as TransactionalJob
+    from sdk.spark._offsets import committed_offsets as committed_offsets
+    from sdk.spark._offsets import latest_offsets as latest_offsets
+    from sdk.spark._offsets import offsets_json as offsets_json
+    from sdk.spark._protocol import CommitResult as CommitResult
+    from sdk.spark._protocol import TaskOutcome as TaskOutcome
+    from sdk.spark._protocol import TaskWriter as TaskWriter
+    from sdk.spark._source import TxlogDataSource as TxlogDataSource
+    from sdk.spark._sql import sql_committed_offsets as sql_committed_offsets
+    from sdk.spark._txsql import TxsqlDataSource as TxsqlDataSource
 
 _EXPORTS = {
     "sdk.spark._job": ("TransactionalJob",),
     "sdk.spark._offsets": ("committed_offsets", "latest_offsets", "offsets_json"),
     "sdk.spark._protocol": ("CommitResult", "TaskOutcome", "TaskWriter"),
     "sdk.spark._source": ("TxlogDataSource",),
-    "sdk.spark._sql": ("committed_offsets as sql_committed_offsets",),
+    "sdk.spark._sql": ("sql_committed_offsets",),
     "sdk.spark._txsql": ("TxsqlDataSource",),
 }
 
-__all__ = [
-    "CommitResult",
-    "TaskOutcome",
-    "TaskWriter",
-    "TransactionalJob",
-    "TxlogDataSource",
-    "TxsqlDataSource",
-    "committed_offsets",
-    "latest_offsets",
-    "offsets_json",
-    "register",
-    "sql_committed_offsets",
-]
+__all__ = _public(_EXPORTS, "register")
 
 
 def register(spark: object) -> None:

@@ -71,6 +71,8 @@ from sdk.spark._sql_tables import (
 if TYPE_CHECKING:
     import pyarrow as pa
 
+sql_committed_offsets = committed_offsets  # `sdk.spark`'s name for it, beside txlog's
+
 __all__ = [
     "AttemptOutcome",
     "RunFenced",
@@ -78,6 +80,7 @@ __all__ = [
     "SqlTarget",
     "committed_offsets",
     "engine_for",
+    "sql_committed_offsets",
     "stage_batches",
 ]
 
