@@ -194,12 +194,13 @@ def _daemon_env(workdir: Path) -> dict[str, str]:
 
 
 def _spawn(workdir: Path, name: str, arguments: list[str]) -> subprocess.Popen[bytes]:
-    command = [os.path.join(local_spark_home(), "bin", "spark-class"), *arguments]
+    env = _daemon_env(workdir)
+    command = [os.path.join(env["SPARK_HOME"], "bin", "spark-class"), *arguments]
     with (workdir / f"{name}.log").open("ab") as out:
         return subprocess.Popen(
             command,
             cwd=workdir,
-            env=_daemon_env(workdir),
+            env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
