@@ -13,6 +13,7 @@ from coordinator.groups.models import (
 )
 from coordinator.log.models import Batch, Partition, ProducerState, Topic
 from coordinator.producers.models import ProducerId
+from coordinator.telemetry.models import ClientMetricsConfig, ClientTelemetry
 from coordinator.transactions.models import (
     TimedOutEpoch,
     Transaction,
@@ -23,7 +24,9 @@ from coordinator.transactions.models import (
 __all__ = [
     "Base",
     "Batch",
+    "ClientMetricsConfig",
     "ClientQuota",
+    "ClientTelemetry",
     "ConsumerGroup",
     "Effect",
     "GroupMember",

@@ -103,6 +103,7 @@ __all__ = [
     "check_recoded",
     "compress",
     "control_type",
+    "inflate_payload",
     "iter_batches",
     "joined_with_leader_epoch",
     "read_header",
@@ -205,6 +206,16 @@ def _inflated(
     view = memoryview(data)[pos + HEADER_SIZE : pos + header.size]
     with _as_corrupt(header.compression):
         yield from inflate(header.compression, view, max_uncompressed)
+
+
+def inflate_payload(codec: int, data: bytes, max_uncompressed: int) -> bytes:
+    """Bytes compressed with one of the batch's codecs outside a batch (a client's pushed
+    metrics, KIP-714), inflated within `max_uncompressed`: `InflatesTooFar` past it,
+    `CorruptBatch` when they do not inflate."""
+    if codec not in CODEC_NAMES:
+        raise CorruptBatch(f"unknown compression codec {codec}")
+    with _as_corrupt(codec):
+        return bytes(decompress(codec, memoryview(data), max_uncompressed))
 
 
 @contextlib.contextmanager

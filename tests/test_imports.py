@@ -1,12 +1,12 @@
 """The house's dependencies: every module imports alone, and imports run one way.
 
-Layers, lowest first: core, with the store's protocol (`coordinator.store`); producer ids; the log
-(and side effects, beside it); groups; transactions; what spans the domains, and the store's
-engines, which run the domains' rules and statements on each database; the doors (the Kafka
-listener, the admin calls and pages); the app that composes them. A module may import its own
-layer and those below it, never one above: what a lower domain needs from above it declares as
-an interface, and the app gives it (`coordinator.app.wire_domains`). Each domain's HTTP routes
-belong to its domain.
+Layers, lowest first: core, with the store's protocol (`coordinator.store`); producer ids; the
+log (and side effects and client telemetry, beside it); groups; transactions; what spans the
+domains, and the store's engines, which run the domains' rules and statements on each database;
+the doors (the Kafka listener, the admin calls and pages); the app that composes them. A module
+may import its own layer and those below it, never one above: what a lower domain needs from
+above it declares as an interface, and the app gives it (`coordinator.app.wire_domains`). Each
+domain's HTTP routes belong to its domain.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ LAYERS: dict[str, int] = {
     "coordinator.producers": 1,
     "coordinator.log": 2,
     "coordinator.effects": 2,
+    "coordinator.telemetry": 2,
     "coordinator.groups": 3,
     "coordinator.transactions": 4,
     "coordinator.deletion": 5,

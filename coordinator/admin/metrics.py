@@ -3,8 +3,9 @@
 The process's own counters (`coordinator.core.metrics`) and the store's figures: open
 transactions by state, each partition's high watermark, LSO lag, log start and bytes kept,
 producer-state rows, members and epoch of each consumer group and its lag per partition,
-side-effect keys by state. Read from the database at scrape time, so every process answers the
-same figures.
+side-effect keys by state; and what Kafka's clients push of their own metrics (KIP-714,
+`coordinator.telemetry.export`). Read from the database at scrape time, so every process
+answers the same figures.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from coordinator.effects.service import counts as effect_counts
 from coordinator.groups.models import ConsumerGroup, GroupMember, GroupOffset
 from coordinator.log.bounds import all_bounds, bytes_kept
 from coordinator.log.models import Partition, ProducerState
+from coordinator.telemetry.export import client_families
 from coordinator.transactions.models import Transaction
 
 router = APIRouter(tags=["metrics"])
@@ -102,6 +104,7 @@ async def _store_families(session: AsyncSession) -> list[Metric]:
         producers,
         *await _group_families(session),
         await _effect_family(session),
+        *await client_families(session, now_ms()),
     ]
 
 

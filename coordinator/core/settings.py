@@ -152,6 +152,9 @@ class Settings(BaseSettings):
     # Partitions one principal may create or delete per second, per process (Kafka's
     # controller_mutation_rate quota, KIP-599); past it THROTTLING_QUOTA_EXCEEDED (HTTP 429).
     controller_mutation_rate: float = Field(default=1000.0, gt=0)
+    # Largest compressed push of a client's own metrics (Kafka's telemetry.max.bytes, KIP-714);
+    # past it the push is TELEMETRY_TOO_LARGE.
+    telemetry_max_bytes: int = Field(default=1024 * 1024, ge=1)
     # Largest HTTP request line and header block, in bytes; over it the answer is 431.
     max_header_bytes: int = Field(default=64 * 1024, ge=1024)
     # Largest request body accepted, in bytes; a produce over it is 413 RECORD_LIST_TOO_LARGE.

@@ -14,6 +14,7 @@ from coordinator.core.quotas import MutationQuota
 from coordinator.core.settings import Settings
 from coordinator.kafka.wire import Request
 from coordinator.store import Store
+from coordinator.telemetry.instances import Instances
 
 
 @dataclass
@@ -26,8 +27,12 @@ class Client:
     host: str  # the address the client reached (Metadata names it as the broker)
     port: int
     client_host: str
+    client_port: int = 0
     access: Access | None = None  # None until authenticated
     client_id: str = ""
+    # What the client said it is in ApiVersions (3+): KIP-511's software name and version.
+    software_name: str = ""
+    software_version: str = ""
     last_request: str = ""  # "API key K version V" of the request being read or answered
     sasl: Any = None  # the SASL exchange under way (handlers.sasl.Exchange)
     raw_sasl: bool = False  # SaslHandshake v0: the next frame is a bare SASL token
@@ -36,6 +41,8 @@ class Client:
     closing: asyncio.Event = field(default_factory=asyncio.Event)
     # The process's controller mutation quota, shared with the HTTP door.
     quota: MutationQuota = field(default_factory=lambda: MutationQuota(1e9))
+    # The process's client-telemetry instances (KIP-714), shared by its connections.
+    telemetry: Instances = field(default_factory=Instances)
     # Called by a Produce handler once its batches are queued for appending: what the listener
     # reads of the connection next can no longer overtake them (see KafkaListener).
     queued: Callable[[], None] = lambda: None

@@ -35,6 +35,7 @@ from coordinator.kafka.handlers.cluster import unsupported_api_versions
 from coordinator.kafka.handlers.sasl import authenticate_raw
 from coordinator.kafka.wire import SUPPORTED, BadRequest
 from coordinator.store import Store
+from coordinator.telemetry.instances import Instances
 
 log = logging.getLogger("coordinator.kafka")
 
@@ -60,6 +61,7 @@ class KafkaListener:
         self.settings = settings
         self.authenticator = authenticator
         self.quota = quota or MutationQuota(settings.controller_mutation_rate)
+        self.telemetry = Instances()
         host, _, port = settings.kafka_listener.rpartition(":")
         self.host = host.strip("[]") or "127.0.0.1"
         self.port = int(port)
@@ -117,9 +119,11 @@ class KafkaListener:
             host=str(local[0]),
             port=int(local[1]),
             client_host=str(peer[0]),
+            client_port=int(peer[1]),
             access=Access(None) if self.authenticator is None else None,
             closing=self._closing,
             quota=self.quota,
+            telemetry=self.telemetry,
         )
         self._per_address[client.client_host] += 1
         idle_s = self.settings.connections_max_idle_ms / 1000

@@ -79,6 +79,9 @@ SUPPORTED: Mapping[int, tuple[int, int]] = {
     66: (0, 1),  # ListTransactions
     68: (0, 1),  # ConsumerGroupHeartbeat (KIP-848)
     69: (0, 0),  # ConsumerGroupDescribe (KIP-848)
+    71: (0, 0),  # GetTelemetrySubscriptions (KIP-714)
+    72: (0, 0),  # PushTelemetry (KIP-714)
+    74: (0, 1),  # ListConfigResources (0: ListClientMetricsResources)
     75: (0, 0),  # DescribeTopicPartitions (KIP-966)
 }
 

@@ -3,8 +3,9 @@ tests/clients/java/pom.xml), unchanged, against `coordinator serve`'s Kafka list
 on Postgres: kafka-topics (create with a replication factor of 3, describe, alter partitions),
 kafka-configs (a topic's configs, a user's SCRAM credential and mutation rate),
 kafka-consumer-groups (list, describe, reset offsets with execute, delete), kafka-transactions
-(list, describe, describe-producers, find-hanging, abort) and kafka-producer-perf-test with a
-transactional id.
+(list, describe, describe-producers, find-hanging, abort), kafka-client-metrics (a subscription
+altered, listed, described) and kafka-producer-perf-test with a transactional id, whose producer
+pushes its metrics as the subscription asks (KIP-714) and `GET /metrics` shows them.
 
 One JVM per store runs every command as its script would (`Tools.java`), in order; each command
 is a test here, checked on what the tool printed.
@@ -40,6 +41,7 @@ class Names:
     transactional_id: str
     hanging: str  # a topic where an open transaction (over HTTP) waits to be aborted
     user: str  # a SCRAM user kafka-configs sets
+    subscription: str  # a client-metrics subscription, matching the perf test's producer
 
 
 def _commands(bootstrap: str, n: Names) -> dict[str, list[str]]:
@@ -75,6 +77,27 @@ def _commands(bootstrap: str, n: Names) -> dict[str, list[str]]:
             "controller_mutation_rate=50",
         ],
         "configs_scram_describe": [*configs, *user, "--describe"],
+        "client_metrics_alter": [
+            "kafka-client-metrics",
+            *b,
+            "--alter",
+            "--name",
+            n.subscription,
+            "--metrics",
+            "org.apache.kafka.producer.record.,org.apache.kafka.producer.buffer.",
+            "--interval",
+            "100",
+            "--match",
+            f"client_id={n.perf}-client,client_software_name=apache-kafka-java",
+        ],
+        "client_metrics_list": ["kafka-client-metrics", *b, "--list"],
+        "client_metrics_describe": [
+            "kafka-client-metrics",
+            *b,
+            "--describe",
+            "--name",
+            n.subscription,
+        ],
         "topics_create_perf": [*topics, "--create", "--topic", n.perf, "--partitions", "1"],
         "producer_perf_test": [
             "kafka-producer-perf-test",
@@ -88,6 +111,7 @@ def _commands(bootstrap: str, n: Names) -> dict[str, list[str]]:
             "-1",
             "--command-property",
             f"bootstrap.servers={bootstrap}",
+            f"client.id={n.perf}-client",
             "--transactional-id",
             n.transactional_id,
             "--transaction-duration-ms",
@@ -156,6 +180,7 @@ def ran(broker: Broker) -> tuple[Names, dict[str, dict[str, Any]]]:
         f"tx-{tag}",
         f"hang-{tag}",
         f"user-{tag}",
+        f"sub-{tag}",
     )
     for topic, partitions in ((names.offsets, 2), (names.hanging, 1)):
         created = broker.http.post("/v1/topics", json={"name": topic, "partitions": partitions})
@@ -223,6 +248,38 @@ def test_kafka_configs_sets_and_describes_a_user_s_mutation_rate(ran: Any) -> No
 def test_kafka_producer_perf_test_writes_transactionally(ran: Any) -> None:
     _ok(ran, "topics_create_perf")
     assert "200 records sent" in _ok(ran, "producer_perf_test")
+
+
+def test_kafka_client_metrics_subscribes_and_the_producer_s_metrics_are_scraped(
+    broker: Broker, ran: Any
+) -> None:
+    names = ran[0]
+    assert f"Altered client metrics config for {names.subscription}." in _ok(
+        ran, "client_metrics_alter"
+    )
+    assert names.subscription in _ok(ran, "client_metrics_list").split()
+    described = _ok(ran, "client_metrics_describe")
+    assert "interval.ms=100" in described and "client_id=" in described
+    # The perf test's producer asked what to push and pushed it. What it counted by its last
+    # push depends on when that was (its push at close is best effort, as Kafka's client makes
+    # it); the Java client's telemetry scenario waits for an exact count.
+    scraped = broker.http.get("/metrics").text
+    samples = [
+        line
+        for line in scraped.splitlines()
+        if line.startswith("org_apache_kafka_producer_record_send_total{")
+        and f'client_id="{names.perf}-client"' in line
+    ]
+    assert len(samples) == 1, scraped[-3000:]
+    assert 'client_software_name="apache-kafka-java"' in samples[0]
+    assert 0 <= float(samples[0].rsplit(" ", 1)[1]) <= 200
+    assert f'org_apache_kafka_producer_buffer_available_bytes{{client_id="{names.perf}-client"' in (
+        scraped
+    )
+    # Only what was subscribed: not the producer's per-topic or per-node metrics.
+    mine = [line for line in scraped.splitlines() if f'client_id="{names.perf}-client"' in line]
+    assert not [line for line in mine if line.startswith("org_apache_kafka_producer_topic_")]
+    assert not [line for line in mine if line.startswith("org_apache_kafka_producer_node_")]
 
 
 def _rows(text: str) -> list[list[str]]:

@@ -7,8 +7,10 @@ to Apache Kafka and to the coordinator's Kafka listener, their answers compared 
 - `Normaliser` rewrites what must differ between two brokers and nothing else: node and cluster
   ids, hosts, ports and log directories, throttle times, topic ids, broker clock times (log
   append times, transaction start times, control batches' timestamps), the metadata log's epoch,
-  producer and member ids (numbered in the order a scenario meets them), and error messages
-  (free text, not compared). Lists of configs are compared sorted by name.
+  producer and member ids and client-telemetry subscription ids (numbered in the order a
+  scenario meets them), and error messages
+  (free text, not compared). Lists of configs and of config resources are compared sorted by
+  name.
   Record sets are decoded into their batches and records.
 - `differences` compares two runs of a scenario; `KNOWN` lists the differences that remain, each
   with its reason. `bench/conformance.py` runs the corpus against both brokers, writes Kafka's
@@ -135,6 +137,8 @@ class Normaliser:
             items = [self(v, name) for v in value]
             if name == "configs" and all(isinstance(i, dict) and "name" in i for i in items):
                 items.sort(key=lambda i: str(i["name"]))  # a broker lists configs in no set order
+            if name == "config_resources":  # nor config resources (ListConfigResources)
+                items.sort(key=lambda i: (i.get("resource_type", 0), str(i["resource_name"])))
             return items
         if isinstance(value, enum.Enum):
             return value.name
@@ -152,6 +156,8 @@ class Normaliser:
             return "<topic_id>" if value.int else str(value)
         if name == "producer_id" and isinstance(value, int) and value >= 0:
             return self.label("pid", value)
+        if name == "subscription_id" and isinstance(value, int):
+            return self.label("subscription", value)  # KIP-714's: opaque, the broker's own
         if name in {"member_id", "leader"} and isinstance(value, str) and value:
             return self.label("member", value)
         if name in {"error_message", "message"}:

@@ -14,6 +14,8 @@ import struct
 import uuid
 from typing import Any
 
+from opentelemetry.proto.metrics.v1 import metrics_pb2 as otlp
+
 from tests.support.conformance import TIMESTAMP, Run, Scenario, batch_of
 
 SCENARIOS: dict[str, Scenario] = {}
@@ -1324,6 +1326,111 @@ async def client_quotas(r: Run) -> None:
 
 
 @scenario
+async def client_telemetry(r: Run) -> None:
+    """kafka-client-metrics.sh's calls (a subscription altered, described, listed, Kafka's
+    checks of its configs) and a client's own (KIP-714): GetTelemetrySubscriptions, early and
+    not, and PushTelemetry with each of Kafka's refusals. Each push is a new instance's, so only
+    the refusal tried is met; instance ids are fixed, so both brokers see the same."""
+    checked, pushed = r.topic("checked"), r.topic("pushed")
+
+    def alter(name: str, *ops: tuple[str, int, str]) -> list[dict[str, Any]]:
+        configs = [{"name": n, "config_operation": o, "value": v} for n, o, v in ops]
+        return [{"resource_type": 16, "resource_name": name, "configs": configs}]
+
+    for v in r.versions(44):
+        nobody = ("match", 0, "client_id=nobody")
+        await r.call("set", 44, v, resources=alter(checked, ("metrics", 0, "a."), nobody))
+        await r.call("append", 44, v, resources=alter(checked, ("metrics", 2, "b.")))
+        await r.call("subtract", 44, v, resources=alter(checked, ("metrics", 3, "a.")))
+        await r.call(
+            "interval too short", 44, v, resources=alter(checked, ("interval.ms", 0, "50"))
+        )
+        await r.call("unknown config", 44, v, resources=alter(checked, ("colour", 0, "red")))
+        await r.call("bad match", 44, v, resources=alter(checked, ("match", 0, "who=me")))
+        await r.call("no name", 44, v, resources=alter("", ("metrics", 0, "a.")))
+    subscription = alter(
+        pushed,
+        ("metrics", 0, "org.apache.kafka.producer."),
+        ("interval.ms", 0, "100"),
+        ("match", 0, "client_id=test"),
+    )
+    await r.quiet(44, 1, resources=subscription, validate_only=False)
+    # Kafka's broker sees a subscription from its metadata, a moment behind its controller.
+    described = {"resource_type": 16, "resource_name": pushed, "configuration_keys": None}
+    for _ in range(100):
+        found = await r.quiet(32, 4, resources=[described])
+        if len(found.results[0].configs) == 3:
+            break
+        await asyncio.sleep(0.05)
+    for v in r.versions(32):
+        for step, name, keys in (
+            ("described", checked, None),
+            ("one key", checked, ["metrics"]),
+            ("no such subscription", r.topic("missing"), None),
+        ):
+            await r.call(
+                step,
+                32,
+                v,
+                resources=[{**described, "resource_name": name, "configuration_keys": keys}],
+                include_synonyms=False,
+                include_documentation=False,
+            )
+    for v in r.versions(74):
+        await r.call("listed", 74, v, resource_types=[16])
+
+    instances = iter(uuid.uuid5(uuid.NAMESPACE_URL, f"{r.scenario}-{i}") for i in range(100))
+
+    async def subscribed(step: str | None = None) -> Any:
+        if step is None:
+            return await r.quiet(71, 0, client_instance_id=next(instances))
+        return await r.call(step, 71, 0, client_instance_id=next(instances))
+
+    def push(got: Any, **fields: Any) -> dict[str, Any]:
+        return {
+            "client_instance_id": got.client_instance_id,
+            "subscription_id": got.subscription_id,
+            "terminating": False,
+            "compression_type": 0,
+            "metrics": _METRICS_DATA,
+            **fields,
+        }
+
+    got = await subscribed("subscribed")
+    await r.call("early", 71, 0, client_instance_id=got.client_instance_id)
+    await r.call("pushed", 72, 0, **push(got))
+    await r.call("early push", 72, 0, **push(got))
+    await r.call("stale subscription", 72, 0, **push(await subscribed(), subscription_id=1))
+    await r.call("unknown codec", 72, 0, **push(await subscribed(), compression_type=7))
+    too_large = b"\0" * (1024 * 1024 + 1)  # telemetry.max.bytes, 1 MiB by default
+    await r.call("too large", 72, 0, **push(await subscribed(), metrics=too_large))
+    await r.call("zero instance", 72, 0, **push(got, client_instance_id=uuid.UUID(int=0)))
+    await r.call("not metrics", 72, 0, **push(await subscribed(), metrics=b"\xff\xff"))
+    last = await subscribed()
+    await r.call("terminating", 72, 0, **push(last, terminating=True))
+    await r.call("after terminating", 72, 0, **push(last))
+
+
+# What a producer pushes (KIP-714): OpenTelemetry's MetricsData, one gauge.
+_METRICS_DATA = otlp.MetricsData(
+    resource_metrics=[
+        otlp.ResourceMetrics(
+            scope_metrics=[
+                otlp.ScopeMetrics(
+                    metrics=[
+                        otlp.Metric(
+                            name="org.apache.kafka.producer.buffer.available.bytes",
+                            gauge=otlp.Gauge(data_points=[otlp.NumberDataPoint(as_int=4096)]),
+                        )
+                    ]
+                )
+            ]
+        )
+    ]
+).SerializeToString()
+
+
+@scenario
 async def write_txn_markers(r: Run) -> None:
     """What `kafka-transactions.sh abort` sends for a hanging transaction (Admin's
     abortTransaction): an abort marker straight to the partition."""
@@ -1384,6 +1491,18 @@ _FIRST_ASSIGNMENT = (
     "answer or in a later one, as the race goes; the listener assigns in the first answer."
 )
 KNOWN: list[tuple[str, str]] = [
+    (
+        "client-telemetry/subscribed/v0/delta_temporality",
+        "Clients are asked for cumulative values, which `GET /metrics` serves to Prometheus as "
+        "they come; Kafka's broker asks for deltas, for the OTLP backends its receiver plugins "
+        "feed.",
+    ),
+    (
+        "client-telemetry/not metrics/v0/error_code",
+        "The listener decodes a push as OpenTelemetry's MetricsData to show it in `GET /metrics`, "
+        "and answers one that does not decode INVALID_RECORD, as Kafka answers a receiver "
+        "plugin's failure; Kafka's broker without a receiver plugin reads no push at all.",
+    ),
     (
         "api-versions/supported/v*/api_keys",
         "The listener serves a subset of Kafka 4.4's APIs and versions (kafka.md lists the "

@@ -11,6 +11,7 @@ from coordinator.kafka.handlers import (
     records,
     replicas,
     sasl,
+    telemetry,
     topics,
     transactions,
 )
@@ -64,5 +65,8 @@ HANDLERS: dict[int, Handler] = {
     66: transactions.list_transactions,
     68: consumer_groups.consumer_group_heartbeat,
     69: consumer_groups.consumer_group_describe,
+    71: telemetry.get_telemetry_subscriptions,
+    72: telemetry.push_telemetry,
+    74: telemetry.list_config_resources,
     75: cluster.describe_topic_partitions,
 }

@@ -41,6 +41,9 @@ FEATURES = {"group.version": 1, "transaction.version": 2}
 
 async def api_versions(client: Client, request: Request) -> Any:
     reply = request.reply
+    if request.version >= 3:  # KIP-511: what the client is, for KIP-714's matching
+        client.software_name = request.body.client_software_name
+        client.software_version = request.body.client_software_version
     if request.version < 3:
         return reply.body(error_code=ErrorCode.none, api_keys=_api_keys(reply))
     return reply.body(

@@ -1,5 +1,6 @@
 """CreateTopics, DeleteTopics, DescribeConfigs and IncrementalAlterConfigs: kafka-topics.sh's and
-kafka-configs.sh's calls (and AdminClient's), onto the log's topic services."""
+kafka-configs.sh's calls (and AdminClient's), onto the log's topic services, and the
+client-metrics subscriptions' configs (kafka-client-metrics.sh) onto `coordinator.telemetry`."""
 
 from __future__ import annotations
 
@@ -17,12 +18,15 @@ from coordinator.kafka.handlers.cluster import NODE_ID
 from coordinator.kafka.wire import Request
 from coordinator.log import configs
 from coordinator.log import topics as log_topics
+from coordinator.telemetry import subscriptions
 
 TOPIC = 2
 BROKER = 4
+CLIENT_METRICS = 16
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
-# ConfigSource: DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG.
+# ConfigSource: DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG; a subscription's CLIENT_METRICS_CONFIG.
 _SOURCES = {"TOPIC": 1, "DEFAULT": 5}
+_CLIENT_METRICS_SOURCE = 7
 # Kafka's ConfigType numbers for the log's config types (DescribeConfigs v3+, KIP-569); a name
 # the log does not know is UNKNOWN (0).
 _CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "LONG": 5, "DOUBLE": 6, "LIST": 7}
@@ -188,6 +192,25 @@ async def describe_configs(client: Client, request: Request) -> Any:
                     for c in listed.configs
                     if not keys or c.name in keys
                 ]
+            elif resource.resource_type == CLIENT_METRICS:
+                client.access.cluster()
+                keys = set(resource.configuration_keys or ())
+                entries = [
+                    reply(
+                        "DescribeConfigsResourceResult",
+                        name=c.name,
+                        value=c.value,
+                        read_only=False,
+                        is_default=not c.is_set,
+                        config_source=_CLIENT_METRICS_SOURCE if c.is_set else _SOURCES["DEFAULT"],
+                        is_sensitive=False,
+                        synonyms=(),
+                        config_type=_CONFIG_TYPES[c.type],
+                        documentation=None,
+                    )
+                    for c in await subscriptions.describe(client.db, resource.resource_name)
+                    if not keys or c.name in keys
+                ]
             elif resource.resource_type != BROKER:
                 # The one broker has no configs of its own to show (an empty list, as asked).
                 raise Refused(ErrorCode.invalid_request, f"resource type {resource.resource_type}")
@@ -224,8 +247,16 @@ async def _alter_each(client: Client, request: Request, change_of: ChangeOf) -> 
         answer = outcome()
         try:
             client.access.cluster()
+            if resource.resource_type == CLIENT_METRICS and change_of is _incremental:
+                await _alter_subscription(client, resource, body.validate_only)
+                results.append(_altered(reply, resource, outcome()))
+                continue
             if resource.resource_type != TOPIC:
-                raise Refused(ErrorCode.invalid_request, "only topic configs can be altered")
+                raise Refused(
+                    ErrorCode.invalid_request,
+                    "only topic configs and, incrementally, client-metrics subscriptions can "
+                    "be altered",
+                )
             change = await change_of(client, resource)
             await log_topics.alter_configs(
                 client.db,
@@ -236,15 +267,43 @@ async def _alter_each(client: Client, request: Request, change_of: ChangeOf) -> 
             )
         except FAILURES as failure:
             answer = outcome(failure)
-        results.append(
-            reply(
-                "AlterConfigsResourceResponse",
-                resource_type=resource.resource_type,
-                resource_name=resource.resource_name,
-                **answer,
-            )
-        )
+        results.append(_altered(reply, resource, answer))
     return reply.body(responses=tuple(results))
+
+
+def _altered(reply: Any, resource: Any, answer: dict[str, Any]) -> Any:
+    return reply(
+        "AlterConfigsResourceResponse",
+        resource_type=resource.resource_type,
+        resource_name=resource.resource_name,
+        **answer,
+    )
+
+
+async def _alter_subscription(client: Client, resource: Any, validate_only: bool) -> None:
+    """IncrementalAlterConfigs on a client-metrics subscription (kafka-client-metrics.sh)."""
+    to_set: dict[str, str] = {}
+    to_delete: list[str] = []
+    for config in resource.configs:
+        if config.config_operation == SET:
+            to_set[config.name] = config.value or ""
+        elif config.config_operation == DELETE:
+            to_delete.append(config.name)
+        elif config.config_operation in (APPEND, SUBTRACT):
+            # Kafka's controller knows no list types for client-metrics configs.
+            verb = "APPEND" if config.config_operation == APPEND else "SUBTRACT"
+            raise Refused(
+                ErrorCode.invalid_config,
+                f"Can't {verb} to key {config.name} because its type is not LIST.",
+            )
+        else:
+            raise Refused(
+                ErrorCode.invalid_request,
+                f"{config.name}: unknown operation {config.config_operation}",
+            )
+    await subscriptions.alter(
+        client.db, resource.resource_name, to_set, to_delete, validate_only=validate_only
+    )
 
 
 async def _replacing(client: Client, resource: Any) -> log_topics.ConfigChange:

@@ -1,5 +1,9 @@
 package coordinator.clients;
 
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
@@ -41,6 +45,7 @@ import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.Uuid;
 import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.errors.ProducerFencedException;
@@ -77,6 +82,7 @@ public final class Scenarios {
         all.put("group_of_two_consumer", () -> s.groupOfTwo("consumer"));
         all.put("static_membership", () -> s.staticMembership("classic"));
         all.put("static_membership_consumer", () -> s.staticMembership("consumer"));
+        all.put("telemetry", s::telemetry);
         List<String> chosen = args.length > 1 ? List.of(args).subList(1, args.length) : new ArrayList<>(all.keySet());
         ExecutorService runner = Executors.newCachedThreadPool(r -> {
             Thread t = new Thread(r);
@@ -533,5 +539,55 @@ public final class Scenarios {
         Collection<MemberDescription> members = admin.describeConsumerGroups(List.of(group)).all().get().get(group).members();
         check(members.size() == 1, "members " + members.stream().map(MemberDescription::toString).collect(Collectors.joining(", ")));
         return members.iterator().next();
+    }
+
+    // -- client telemetry (KIP-714) ---------------------------------------------------------------
+
+    /**
+     * A client-metrics subscription set with the Admin client, listed with listConfigResources; a
+     * producer it matches is given an instance id, sends 50 records, and pushes its metrics every
+     * 100 ms until the coordinator's /metrics (COORDINATOR_METRICS_URL) shows its
+     * record.send.total at 50: cumulative, as asked.
+     */
+    private String telemetry() throws Exception {
+        String clientId = unique("telemetry");
+        String name = unique("sub");
+        String topic = unique("telemetry");
+        try (Admin admin = admin()) {
+            createTopic(admin, topic, 1);
+            ConfigResource subscription = new ConfigResource(ConfigResource.Type.CLIENT_METRICS, name);
+            admin.incrementalAlterConfigs(Map.of(subscription, List.of(
+                new AlterConfigOp(new ConfigEntry("metrics", "org.apache.kafka.producer.record."), AlterConfigOp.OpType.SET),
+                new AlterConfigOp(new ConfigEntry("interval.ms", "100"), AlterConfigOp.OpType.SET),
+                new AlterConfigOp(new ConfigEntry("match", "client_id=" + clientId), AlterConfigOp.OpType.SET)
+            ))).all().get();
+            Collection<ConfigResource> listed = admin.listConfigResources(
+                Set.of(ConfigResource.Type.CLIENT_METRICS), new org.apache.kafka.clients.admin.ListConfigResourcesOptions()).all().get();
+            check(listed.contains(subscription), "listConfigResources lists the subscription: " + listed);
+        }
+        try (KafkaProducer<String, String> producer = producer(Map.of(ProducerConfig.CLIENT_ID_CONFIG, clientId))) {
+            Uuid instance = producer.clientInstanceId(DEADLINE);
+            for (int i = 0; i < 50; i++) {
+                producer.send(new ProducerRecord<>(topic, "k", "v" + i));
+            }
+            producer.flush();
+            HttpClient http = HttpClient.newHttpClient();
+            HttpRequest scrape = HttpRequest.newBuilder(URI.create(System.getenv("COORDINATOR_METRICS_URL"))).build();
+            String wanted = "client_instance_id=\"" + instance + "\"";
+            long deadline = System.nanoTime() + DEADLINE.toNanos();
+            String last = "";
+            while (System.nanoTime() < deadline) {
+                for (String line : http.send(scrape, HttpResponse.BodyHandlers.ofString()).body().split("\n")) {
+                    if (line.startsWith("org_apache_kafka_producer_record_send_total{") && line.contains(wanted)) {
+                        last = line;
+                    }
+                }
+                if (last.endsWith(" 50.0")) {
+                    return "instance " + instance + ": " + last;
+                }
+                Thread.sleep(50);  // the next scrape; pushes come every 100 ms
+            }
+            throw new AssertionError("no push of 50 records sent within the deadline; last: " + last);
+        }
     }
 }

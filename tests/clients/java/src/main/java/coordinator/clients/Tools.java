@@ -14,7 +14,7 @@ import org.apache.kafka.common.utils.internals.Exit;
 /**
  * Kafka's command-line tools, unchanged, in one JVM: each line of standard input is a command,
  * its words separated by tabs, the first one the tool's name (kafka-topics, kafka-configs,
- * kafka-consumer-groups, kafka-transactions, kafka-producer-perf-test). Each runs as its script
+ * kafka-consumer-groups, kafka-transactions, kafka-producer-perf-test, kafka-client-metrics). Each runs as its script
  * would run it (the tool's main class) with Kafka's Exit kept from ending the JVM: a zero exit
  * is noted and the tool goes on (the tools exit 0 last, in a finally), another code ends the
  * tool by an exception. Each prints one line of JSON:
@@ -26,7 +26,8 @@ public final class Tools {
         "kafka-configs", "org.apache.kafka.tools.ConfigCommand",
         "kafka-consumer-groups", "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
         "kafka-transactions", "org.apache.kafka.tools.TransactionsCommand",
-        "kafka-producer-perf-test", "org.apache.kafka.tools.ProducerPerformance");
+        "kafka-producer-perf-test", "org.apache.kafka.tools.ProducerPerformance",
+        "kafka-client-metrics", "org.apache.kafka.tools.ClientMetricsCommand");
 
     private static final class Exited extends RuntimeException {
         final int code;
