@@ -1,5 +1,6 @@
 """Every table, imported in one place so `Base.metadata` is complete (for Alembic and tests)."""
 
+from coordinator.core.delegation import DelegationTokenRow
 from coordinator.core.quotas import ClientQuota
 from coordinator.core.scram import ScramCredential
 from coordinator.core.tables import Base
@@ -28,6 +29,7 @@ __all__ = [
     "ClientQuota",
     "ClientTelemetry",
     "ConsumerGroup",
+    "DelegationTokenRow",
     "Effect",
     "GroupMember",
     "GroupOffset",

@@ -16,7 +16,7 @@ import base64
 import hashlib
 import hmac
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import Integer, LargeBinary, String, delete, select
 from sqlalchemy.orm import Mapped, mapped_column
@@ -152,6 +152,11 @@ def derive(mechanism: str, password: str, salt: bytes, iterations: int) -> tuple
     return keys_of(mechanism, salted)
 
 
+def hash_of(mechanism: str) -> str:
+    """hashlib's name of a mechanism's hash."""
+    return _HASHES[mechanism]
+
+
 def keys_of(mechanism: str, salted_password: bytes) -> tuple[bytes, bytes]:
     """StoredKey and ServerKey (RFC 5802) of a SaltedPassword."""
     name = _HASHES[mechanism]
@@ -163,11 +168,13 @@ class ScramFailed(Exception):
     """The exchange failed; the message does not say which part was wrong."""
 
 
-def _attributes(message: str) -> dict[str, str]:
+def _attributes(message: str, extensions: bool = False) -> dict[str, str]:
+    """A SCRAM message's attributes; with `extensions`, names longer than a letter too (Kafka's
+    SCRAM extensions, such as `tokenauth=true`, follow the client-first message's nonce)."""
     found: dict[str, str] = {}
     for part in message.split(","):
         key, sep, value = part.partition("=")
-        if not sep or len(key) != 1:
+        if not sep or not key or (len(key) != 1 and not extensions):
             raise ScramFailed("a malformed SCRAM message")
         found.setdefault(key, value)
     return found
@@ -179,6 +186,12 @@ class ClientFirst:
     nonce: str
     bare: str  # the message without its GS2 header, as signed
     header: str
+    extensions: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def token_auth(self) -> bool:
+        """A delegation token's login (Kafka's `tokenauth` extension): the user is its id."""
+        return self.extensions.get("tokenauth", "").lower() == "true"
 
 
 def client_first(message: str) -> ClientFirst:
@@ -187,11 +200,12 @@ def client_first(message: str) -> ClientFirst:
         raise ScramFailed("SCRAM without channel binding only (n or y GS2 flag)")
     flag, _, rest = message.partition(",")
     authzid, _, bare = rest.partition(",")
-    attributes = _attributes(bare)
-    user = attributes.get("n", "").replace("=2C", ",").replace("=3D", "=")
-    if not user or not attributes.get("r"):
+    attributes = _attributes(bare, extensions=True)
+    user = attributes.pop("n", "").replace("=2C", ",").replace("=3D", "=")
+    nonce = attributes.pop("r", "")
+    if not user or not nonce:
         raise ScramFailed("a SCRAM client-first message needs n= and r=")
-    return ClientFirst(user, attributes["r"], bare, f"{flag},{authzid},")
+    return ClientFirst(user, nonce, bare, f"{flag},{authzid},", attributes)
 
 
 class ScramServer:

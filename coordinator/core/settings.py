@@ -11,7 +11,7 @@ import ssl
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
@@ -152,6 +152,11 @@ class Settings(BaseSettings):
     # Partitions one principal may create or delete per second, per process (Kafka's
     # controller_mutation_rate quota, KIP-599); past it THROTTLING_QUOTA_EXCEEDED (HTTP 429).
     controller_mutation_rate: float = Field(default=1000.0, gt=0)
+    # Delegation tokens (Kafka's delegation.token.* settings, KIP-48): off without a secret key;
+    # every process of one store needs the same key.
+    delegation_token_secret_key: SecretStr | None = None
+    delegation_token_max_lifetime_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=1)
+    delegation_token_expiry_time_ms: int = Field(default=24 * 3600 * 1000, ge=1)
     # Largest compressed push of a client's own metrics (Kafka's telemetry.max.bytes, KIP-714);
     # past it the push is TELEMETRY_TOO_LARGE.
     telemetry_max_bytes: int = Field(default=1024 * 1024, ge=1)

@@ -37,6 +37,10 @@ class Client:
     sasl: Any = None  # the SASL exchange under way (handlers.sasl.Exchange)
     raw_sasl: bool = False  # SaslHandshake v0: the next frame is a bare SASL token
     failed_authentication: bool = False  # answered, then the connection closes after a delay
+    # Who the connection's SASL login proved (None: no SASL login), and whether by a delegation
+    # token, which may not ask for tokens itself (Kafka's allowTokenRequests).
+    sasl_principal: str | None = None
+    token_authenticated: bool = False
     # Set when the listener closes: a waiting Fetch answers at once.
     closing: asyncio.Event = field(default_factory=asyncio.Event)
     # The process's controller mutation quota, shared with the HTTP door.

@@ -63,6 +63,10 @@ SUPPORTED: Mapping[int, tuple[int, int]] = {
     33: (0, 2),  # AlterConfigs
     35: (1, 4),  # DescribeLogDirs
     36: (0, 2),  # SaslAuthenticate
+    38: (1, 3),  # CreateDelegationToken (3: for another owner)
+    39: (1, 2),  # RenewDelegationToken
+    40: (1, 2),  # ExpireDelegationToken
+    41: (1, 3),  # DescribeDelegationToken
     37: (0, 3),  # CreatePartitions
     42: (0, 2),  # DeleteGroups
     43: (0, 2),  # ElectLeaders

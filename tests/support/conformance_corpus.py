@@ -1411,6 +1411,23 @@ async def client_telemetry(r: Run) -> None:
     await r.call("after terminating", 72, 0, **push(last))
 
 
+@scenario
+async def delegation_tokens(r: Run) -> None:
+    """kafka-delegation-tokens.sh's calls over a connection without a SASL login, as Kafka's
+    PLAINTEXT listener answers them: DELEGATION_TOKEN_REQUEST_NOT_ALLOWED (the token flows need
+    a SASL login; the suite tries them against the listener and with Kafka's tool)."""
+    owner = [{"principal_type": "User", "principal_name": "alice"}]
+    for v in r.versions(38):
+        await r.call("create", 38, v, renewers=owner, max_lifetime=-1)
+    for v in r.versions(39):
+        await r.call("renew", 39, v, hmac=b"not-a-token", renew_period=-1)
+    for v in r.versions(40):
+        await r.call("expire", 40, v, hmac=b"not-a-token", expiry_time_period=-1)
+    for v in r.versions(41):
+        await r.call("describe", 41, v, owners=owner)
+        await r.call("describe all", 41, v, owners=None)
+
+
 # What a producer pushes (KIP-714): OpenTelemetry's MetricsData, one gauge.
 _METRICS_DATA = otlp.MetricsData(
     resource_metrics=[

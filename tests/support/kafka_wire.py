@@ -85,6 +85,18 @@ class Connection:
         body, _ = entity_reader(response_type)(frame, used)
         return body
 
+    async def call_frame(self, api_key: int, version: int, **fields: Any) -> bytes:
+        """A request's answer body as bytes, unread: for answers kio cannot read (Kafka's -1
+        where its schema wants a time)."""
+        request_type = payload_type(api_key, version, EntityType.request)
+        correlation = await self.send_request(request_type(**fields))
+        (size,) = struct.unpack(">i", await self.reader.readexactly(4))
+        frame = await self.reader.readexactly(size)
+        response_type = payload_type(api_key, version, EntityType.response)
+        header, used = entity_reader(response_type.__header_schema__)(frame, 0)
+        assert header.correlation_id == correlation
+        return frame[used:]
+
     async def closed(self) -> bool:
         """True when the listener closed the connection (reads end)."""
         try:

@@ -6,6 +6,7 @@ from coordinator.kafka.connection import Handler
 from coordinator.kafka.handlers import (
     cluster,
     consumer_groups,
+    delegation,
     groups,
     quotas,
     records,
@@ -50,6 +51,10 @@ HANDLERS: dict[int, Handler] = {
     35: replicas.describe_log_dirs,
     36: sasl.authenticate,
     37: topics.create_partitions,
+    38: delegation.create_delegation_token,
+    39: delegation.renew_delegation_token,
+    40: delegation.expire_delegation_token,
+    41: delegation.describe_delegation_token,
     42: groups.delete_groups,
     43: replicas.elect_leaders,
     44: topics.incremental_alter_configs,

@@ -1,6 +1,8 @@
 """SASL over Kafka's protocol: PLAIN against the tokens file (user = principal, password =
-token) and SCRAM-SHA-256/512 against the stored credentials (`coordinator.core.scram`), whose
-principal takes its roles and prefixes from the tokens file. The principal's rights then apply to
+token) and SCRAM-SHA-256/512 against the stored credentials (`coordinator.core.scram`), or, with
+Kafka's `tokenauth` extension, against a delegation token (`coordinator.core.delegation`: the
+principal is the token's owner); the principal takes its roles and prefixes from the tokens
+file. The principal's rights then apply to
 every request on the connection, as on HTTP. A failed exchange is answered, and the listener
 closes the connection after Kafka's delay."""
 
@@ -11,8 +13,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.core import scram
+from coordinator.core import delegation, scram
 from coordinator.core.auth import Access
+from coordinator.core.clock import now_ms
 from coordinator.kafka.connection import Client
 from coordinator.kafka.errors import FAILURES, error_code
 from coordinator.kafka.wire import BadRequest, Request
@@ -32,6 +35,7 @@ class Exchange:
         self.mechanism = mechanism
         self._server: scram.ScramServer | None = None
         self._user = ""
+        self._token = False
 
     async def step(self, client: Client, token: bytes) -> tuple[bytes, bool]:
         """The answer to the client's token, and whether the exchange is complete (the
@@ -43,20 +47,27 @@ class Exchange:
             message = token.decode("utf-8")
             if self._server is None:
                 first = scram.client_first(message)
-                credential = await scram.lookup(client.db, first.user, self.mechanism)
+                if first.token_auth:
+                    found = await delegation.login(client.db, first.user, self.mechanism, now_ms())
+                    credential, self._user = found if found else (None, "")
+                    self._token = True
+                else:
+                    credential = await scram.lookup(client.db, first.user, self.mechanism)
+                    self._user = first.user
                 if credential is None:
                     raise scram.ScramFailed("invalid credentials")
-                self._user = first.user
                 self._server = scram.ScramServer(self.mechanism, first, credential)
                 return self._server.server_first.encode(), False
             final = self._server.final(message)
         except (scram.ScramFailed, UnicodeDecodeError):
             raise _Failed(f"invalid credentials for {self.mechanism}") from None
         _grant(client, self._user)
+        client.token_authenticated = self._token
         return final.encode(), True
 
 
 def _grant(client: Client, name: str) -> None:
+    client.sasl_principal = name
     if client.authenticator is None:
         client.access = Access(None)
         return
@@ -67,10 +78,11 @@ def _grant(client: Client, name: str) -> None:
 
 
 def _plain(client: Client, auth_bytes: bytes) -> None:
+    parts = auth_bytes.split(b"\0")
     if client.authenticator is None:
         client.access = Access(None)
+        client.sasl_principal = parts[1].decode("utf-8", "replace") if len(parts) == 3 else ""
         return
-    parts = auth_bytes.split(b"\0")
     if len(parts) != 3:
         raise _Failed("not a SASL/PLAIN message")
     _, user, password = (p.decode("utf-8", "replace") for p in parts)
@@ -78,6 +90,7 @@ def _plain(client: Client, auth_bytes: bytes) -> None:
     if principal is None or principal.name != user:
         raise _Failed("unknown principal or token")
     client.access = Access(principal)
+    client.sasl_principal = user
 
 
 async def handshake(client: Client, request: Request) -> Any:

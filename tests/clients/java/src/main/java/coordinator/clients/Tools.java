@@ -14,7 +14,7 @@ import org.apache.kafka.common.utils.internals.Exit;
 /**
  * Kafka's command-line tools, unchanged, in one JVM: each line of standard input is a command,
  * its words separated by tabs, the first one the tool's name (kafka-topics, kafka-configs,
- * kafka-consumer-groups, kafka-transactions, kafka-producer-perf-test, kafka-client-metrics). Each runs as its script
+ * kafka-consumer-groups, kafka-transactions, kafka-producer-perf-test, kafka-client-metrics, kafka-delegation-tokens). Each runs as its script
  * would run it (the tool's main class) with Kafka's Exit kept from ending the JVM: a zero exit
  * is noted and the tool goes on (the tools exit 0 last, in a finally), another code ends the
  * tool by an exception. Each prints one line of JSON:
@@ -27,7 +27,8 @@ public final class Tools {
         "kafka-consumer-groups", "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
         "kafka-transactions", "org.apache.kafka.tools.TransactionsCommand",
         "kafka-producer-perf-test", "org.apache.kafka.tools.ProducerPerformance",
-        "kafka-client-metrics", "org.apache.kafka.tools.ClientMetricsCommand");
+        "kafka-client-metrics", "org.apache.kafka.tools.ClientMetricsCommand",
+        "kafka-delegation-tokens", "org.apache.kafka.tools.DelegationTokenCommand");
 
     private static final class Exited extends RuntimeException {
         final int code;

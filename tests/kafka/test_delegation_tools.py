@@ -1,0 +1,212 @@
+"""Delegation tokens (KIP-48) as Kafka's own tool and Java client use them, on `coordinator serve`
+over SQLite and over Postgres: a SCRAM user creates a token with kafka-delegation-tokens.sh
+(naming a renewer), kafka-topics.sh logs in with the token (SCRAM, `tokenauth=true`) as that
+user, a token's login may not ask for tokens, the user describes and renews the token, and once
+expired it logs nobody in. The listener's answers byte by byte are in
+tests/kafka/test_kafka_delegation_tokens.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.java import java_command
+from tests.support.services import (
+    ServiceProcess,
+    create_postgres_database,
+    drop_postgres_database,
+    free_port,
+)
+
+pytestmark = pytest.mark.slow
+
+ADMIN = {"token": "admin-token-1", "principal": "ops", "roles": ["admin"]}
+ALICE = {
+    "token": "alice-token-1",
+    "principal": "alice",
+    "roles": ["producer", "consumer"],
+    "topic_prefixes": ["alice-"],
+    "group_prefixes": [""],
+}
+PASSWORD = "alice-scram-secret"
+
+
+@dataclass
+class Served:
+    service: ServiceProcess
+    bootstrap: str
+    root: Path
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def served(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Served]:
+    root = tmp_path_factory.mktemp("tokens")
+    postgres = request.param == "postgres"
+    url = create_postgres_database() if postgres else f"sqlite:///{root / 'tokens.db'}"
+    tokens = root / "tokens.json"
+    tokens.write_text(json.dumps({"tokens": [ADMIN, ALICE]}))
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "coordinator",
+            "scram",
+            "set",
+            "alice",
+            "--mechanism",
+            "SCRAM-SHA-256",
+            "--password-stdin",
+            "--database-url",
+            url,
+        ],
+        input=PASSWORD + "\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    port = free_port()
+    service = ServiceProcess(
+        url,
+        root,
+        COORDINATOR_KAFKA_LISTENER=f"127.0.0.1:{port}",
+        COORDINATOR_AUTH_TOKENS_FILE=str(tokens),
+        COORDINATOR_DELEGATION_TOKEN_SECRET_KEY="the-store-s-token-secret",
+    )
+    try:
+        yield Served(service.start(), f"127.0.0.1:{port}", root)
+    finally:
+        service.stop()
+        if postgres:
+            drop_postgres_database(url)
+    assert "Traceback" not in service.log.read_text(errors="replace")
+
+
+def _properties(path: Path, user: str, password: str, token: bool = False) -> str:
+    extension = ' tokenauth="true"' if token else ""
+    path.write_text(
+        "security.protocol=SASL_PLAINTEXT\n"
+        "sasl.mechanism=SCRAM-SHA-256\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="{user}" password="{password}"{extension};\n'
+    )
+    return str(path)
+
+
+def _tools(*commands: list[str]) -> list[dict[str, Any]]:
+    done = subprocess.run(
+        java_command(main="coordinator.clients.Tools"),
+        input="".join("\t".join(c) + "\n" for c in commands),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == len(commands), done.stdout + done.stderr[-4000:]
+    return lines
+
+
+def _ok(outcome: dict[str, Any]) -> str:
+    assert outcome["code"] == 0, outcome["out"] + outcome["err"]
+    return str(outcome["out"])
+
+
+def test_a_token_made_with_kafka_s_tool_logs_kafka_s_clients_in(served: Served) -> None:
+    b = ["--bootstrap-server", served.bootstrap]
+    alice = _properties(served.root / f"alice-{uuid.uuid4().hex[:6]}.properties", "alice", PASSWORD)
+    topic = f"alice-{uuid.uuid4().hex[:8]}"
+    with served.service.client(headers={"Authorization": f"Bearer {ADMIN['token']}"}) as http:
+        assert http.post("/v1/topics", json={"name": topic}).status_code == 201
+    [created] = _tools(
+        [
+            "kafka-delegation-tokens",
+            *b,
+            "--create",
+            "--max-life-time-period",
+            "-1",
+            "--renewer-principal",
+            "User:ops",
+            "--command-config",
+            alice,
+        ]
+    )
+    printed = _ok(created)
+    # TOKENID  HMAC  OWNER  REQUESTER  RENEWERS  ISSUEDATE  EXPIRYDATE  MAXDATE
+    row = [line.split() for line in printed.splitlines() if "User:alice" in line][-1]
+    token_id, token_hmac = row[0], row[1]
+    assert "[User:ops]" in printed
+    with_token = _properties(
+        served.root / f"token-{token_id[:6]}.properties", token_id, token_hmac, token=True
+    )
+    listed, asked, described, renewed, expired, refused = _tools(
+        ["kafka-topics", *b, "--list", "--command-config", with_token],
+        [
+            "kafka-delegation-tokens",
+            *b,
+            "--create",
+            "--max-life-time-period",
+            "-1",
+            "--command-config",
+            with_token,
+        ],
+        # With no owner named the tool sends an empty list of owners, which Kafka's broker
+        # answers with no token at all; so the owner is named.
+        [
+            "kafka-delegation-tokens",
+            *b,
+            "--describe",
+            "--owner-principal",
+            "User:alice",
+            "--command-config",
+            alice,
+        ],
+        [
+            "kafka-delegation-tokens",
+            *b,
+            "--renew",
+            "--hmac",
+            token_hmac,
+            "--renew-time-period",
+            "-1",
+            "--command-config",
+            alice,
+        ],
+        [
+            "kafka-delegation-tokens",
+            *b,
+            "--expire",
+            "--hmac",
+            token_hmac,
+            "--expiry-time-period",
+            "-1",
+            "--command-config",
+            alice,
+        ],
+        ["kafka-topics", *b, "--list", "--command-config", with_token],
+    )
+    # Logged in as alice: her topics, not another's.
+    assert topic in _ok(listed).split()
+    # A token's login may not ask for a token.
+    assert asked["code"] != 0
+    assert (
+        "DelegationTokenDisabledException" in asked["err"]
+        or "not allowed" in (asked["out"] + asked["err"]).lower()
+        or "DelegationTokenRequestNotAllowed" in asked["err"]
+    )
+    assert token_id in _ok(described)
+    assert "Completed renew operation" in _ok(renewed)
+    assert "Completed expire operation" in _ok(expired)
+    # Expired: the token logs nobody in.
+    assert refused["code"] != 0
+    assert "authentication failed" in (refused["out"] + refused["err"]).lower()
