@@ -5,7 +5,11 @@ kafka-configs (a topic's configs, a user's SCRAM credential and mutation rate),
 kafka-consumer-groups (list, describe, reset offsets with execute, delete), kafka-transactions
 (list, describe, describe-producers, find-hanging, abort), kafka-client-metrics (a subscription
 altered, listed, described) and kafka-producer-perf-test with a transactional id, whose producer
-pushes its metrics as the subscription asks (KIP-714) and `GET /metrics` shows them.
+pushes its metrics as the subscription asks (KIP-714) and `GET /metrics` shows them;
+kafka-log-dirs, kafka-get-offsets (latest and earliest), kafka-delete-records,
+kafka-leader-election, kafka-features (describe; an upgrade is refused, as the finalized
+features are fixed) and kafka-cluster (cluster-id; unregister is refused: one broker, no
+controller to unregister from).
 
 One JVM per store runs every command as its script would (`Tools.java`), in order; each command
 is a test here, checked on what the tool printed.
@@ -17,12 +21,13 @@ import json
 import subprocess
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.java import java_command
-from tests.support.kafka_broker import Broker, broker
+from tests.support.kafka_broker import Broker, broker, http_produce
 
 __all__ = ["broker"]
 
@@ -42,9 +47,10 @@ class Names:
     hanging: str  # a topic where an open transaction (over HTTP) waits to be aborted
     user: str  # a SCRAM user kafka-configs sets
     subscription: str  # a client-metrics subscription, matching the perf test's producer
+    records: str  # ten records over HTTP, on partition 0, for the offset and records tools
 
 
-def _commands(bootstrap: str, n: Names) -> dict[str, list[str]]:
+def _commands(bootstrap: str, n: Names, deletion: Path) -> dict[str, list[str]]:
     b = ["--bootstrap-server", bootstrap]
     topics, configs = ["kafka-topics", *b], ["kafka-configs", *b]
     groups, transactions = ["kafka-consumer-groups", *b], ["kafka-transactions", *b]
@@ -166,11 +172,37 @@ def _commands(bootstrap: str, n: Names) -> dict[str, list[str]]:
         ],
         "groups_delete": [*groups, "--delete", "--group", n.group],
         "groups_list_after": [*groups, "--list"],
+        "log_dirs": ["kafka-log-dirs", *b, "--describe", "--topic-list", n.records],
+        "offsets_latest": ["kafka-get-offsets", *b, "--topic", n.records],
+        "offsets_earliest": ["kafka-get-offsets", *b, "--topic", n.records, "--time", "-2"],
+        "delete_records": [
+            "kafka-delete-records",
+            *b,
+            "--offset-json-file",
+            str(deletion),
+        ],
+        "offsets_earliest_after": ["kafka-get-offsets", *b, "--topic", n.records, "--time", "-2"],
+        "leader_election": [
+            "kafka-leader-election",
+            *b,
+            "--election-type",
+            "preferred",
+            "--topic",
+            n.records,
+            "--partition",
+            "0",
+        ],
+        "features_describe": ["kafka-features", *b, "describe"],
+        "features_upgrade": ["kafka-features", *b, "upgrade", "--feature", "group.version=1"],
+        "cluster_id": ["kafka-cluster", "cluster-id", *b],
+        "cluster_unregister": ["kafka-cluster", "unregister", *b, "--id", "0"],
     }
 
 
 @pytest.fixture(scope="module")
-def ran(broker: Broker) -> tuple[Names, dict[str, dict[str, Any]]]:
+def ran(
+    broker: Broker, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Names, dict[str, dict[str, Any]]]:
     tag = uuid.uuid4().hex[:8]
     names = Names(
         f"tools-{tag}",
@@ -181,8 +213,9 @@ def ran(broker: Broker) -> tuple[Names, dict[str, dict[str, Any]]]:
         f"hang-{tag}",
         f"user-{tag}",
         f"sub-{tag}",
+        f"rec-{tag}",
     )
-    for topic, partitions in ((names.offsets, 2), (names.hanging, 1)):
+    for topic, partitions in ((names.offsets, 2), (names.hanging, 1), (names.records, 1)):
         created = broker.http.post("/v1/topics", json={"name": topic, "partitions": partitions})
         assert created.status_code == 201
     # An open transaction on `hanging`, its transactional id the topic's name.
@@ -200,7 +233,12 @@ def ran(broker: Broker) -> tuple[Names, dict[str, dict[str, Any]]]:
         json={"offsets": [{"topic": names.offsets, "partition": p, "offset": 0} for p in (0, 1)]},
     )
     assert committed.status_code == 200
-    commands = _commands(broker.bootstrap, names)
+    http_produce(broker, names.records, 0, [f"r{i}" for i in range(10)])
+    deletion = tmp_path_factory.mktemp("tools") / "delete.json"
+    deletion.write_text(
+        json.dumps({"partitions": [{"topic": names.records, "partition": 0, "offset": 4}]})
+    )
+    commands = _commands(broker.bootstrap, names, deletion)
     done = subprocess.run(
         java_command(main="coordinator.clients.Tools"),
         input="".join("\t".join(c) + "\n" for c in commands.values()),
@@ -321,3 +359,43 @@ def test_kafka_consumer_groups_describes_resets_and_deletes(ran: Any) -> None:
     ]
     assert "was successful" in _ok(ran, "groups_delete")
     assert names.group not in _ok(ran, "groups_list_after").split()
+
+
+def test_kafka_log_dirs_shows_the_one_directory_with_each_partition_s_bytes(ran: Any) -> None:
+    names = ran[0]
+    printed = _ok(ran, "log_dirs")
+    [described] = [json.loads(line) for line in printed.splitlines() if line.startswith("{")]
+    [broker_dirs] = described["brokers"]
+    [log_dir] = broker_dirs["logDirs"]
+    assert log_dir["logDir"] == "store" and log_dir["error"] is None
+    [partition] = log_dir["partitions"]
+    assert partition["partition"] == f"{names.records}-0" and partition["size"] > 0
+
+
+def test_kafka_get_offsets_and_kafka_delete_records(ran: Any) -> None:
+    names = ran[0]
+    assert _ok(ran, "offsets_latest").split() == [f"{names.records}:0:10"]
+    assert _ok(ran, "offsets_earliest").split() == [f"{names.records}:0:0"]
+    deleted = _ok(ran, "delete_records")
+    assert f"partition: {names.records}-0\tlow_watermark: 4" in deleted
+    assert _ok(ran, "offsets_earliest_after").split() == [f"{names.records}:0:4"]
+
+
+def test_kafka_leader_election_finds_the_preferred_leader_already_elected(ran: Any) -> None:
+    assert f"Valid replica already elected for partitions {ran[0].records}-0" in _ok(
+        ran, "leader_election"
+    )
+
+
+def test_kafka_features_describes_and_may_not_change_the_finalized_features(ran: Any) -> None:
+    described = _ok(ran, "features_describe")
+    assert "Feature: group.version" in described and "Feature: transaction.version" in described
+    assert "FinalizedVersionLevel: 2" in described
+    refused = ran[1]["features_upgrade"]
+    assert refused["code"] != 0
+    assert "does not support UPDATE_FEATURES" in refused["out"]
+
+
+def test_kafka_cluster_gives_the_cluster_id_and_has_no_broker_to_unregister(ran: Any) -> None:
+    assert _ok(ran, "cluster_id").strip() == "Cluster ID: txn-coordinator"
+    assert "does not support the broker unregistration API" in _ok(ran, "cluster_unregister")

@@ -14,21 +14,28 @@ import org.apache.kafka.common.utils.internals.Exit;
 /**
  * Kafka's command-line tools, unchanged, in one JVM: each line of standard input is a command,
  * its words separated by tabs, the first one the tool's name (kafka-topics, kafka-configs,
- * kafka-consumer-groups, kafka-transactions, kafka-producer-perf-test, kafka-client-metrics, kafka-delegation-tokens). Each runs as its script
+ * kafka-consumer-groups, kafka-transactions, kafka-producer-perf-test and the others MAIN_CLASSES names).
+ * Each runs as its script
  * would run it (the tool's main class) with Kafka's Exit kept from ending the JVM: a zero exit
  * is noted and the tool goes on (the tools exit 0 last, in a finally), another code ends the
  * tool by an exception. Each prints one line of JSON:
  * {"command": N, "code": EXIT, "out": TEXT, "err": TEXT}.
  */
 public final class Tools {
-    private static final Map<String, String> MAIN_CLASSES = Map.of(
-        "kafka-topics", "org.apache.kafka.tools.TopicCommand",
-        "kafka-configs", "org.apache.kafka.tools.ConfigCommand",
-        "kafka-consumer-groups", "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
-        "kafka-transactions", "org.apache.kafka.tools.TransactionsCommand",
-        "kafka-producer-perf-test", "org.apache.kafka.tools.ProducerPerformance",
-        "kafka-client-metrics", "org.apache.kafka.tools.ClientMetricsCommand",
-        "kafka-delegation-tokens", "org.apache.kafka.tools.DelegationTokenCommand");
+    private static final Map<String, String> MAIN_CLASSES = Map.ofEntries(
+        Map.entry("kafka-topics", "org.apache.kafka.tools.TopicCommand"),
+        Map.entry("kafka-configs", "org.apache.kafka.tools.ConfigCommand"),
+        Map.entry("kafka-consumer-groups", "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"),
+        Map.entry("kafka-transactions", "org.apache.kafka.tools.TransactionsCommand"),
+        Map.entry("kafka-producer-perf-test", "org.apache.kafka.tools.ProducerPerformance"),
+        Map.entry("kafka-client-metrics", "org.apache.kafka.tools.ClientMetricsCommand"),
+        Map.entry("kafka-delegation-tokens", "org.apache.kafka.tools.DelegationTokenCommand"),
+        Map.entry("kafka-log-dirs", "org.apache.kafka.tools.LogDirsCommand"),
+        Map.entry("kafka-get-offsets", "org.apache.kafka.tools.GetOffsetShell"),
+        Map.entry("kafka-delete-records", "org.apache.kafka.tools.DeleteRecordsCommand"),
+        Map.entry("kafka-leader-election", "org.apache.kafka.tools.LeaderElectionCommand"),
+        Map.entry("kafka-features", "org.apache.kafka.tools.FeatureCommand"),
+        Map.entry("kafka-cluster", "org.apache.kafka.tools.ClusterTool"));
 
     private static final class Exited extends RuntimeException {
         final int code;
