@@ -38,7 +38,11 @@ restarts the local cluster with pg_ctlcluster, so run it only where nothing else
 server), failover (1 minute: the run builds its own Postgres primary and standby from the
 machine's binaries, on free ports in a temporary folder, and fails over again and again: SIGKILL
 of every primary process, promotion of the standby, a new standby built from it; the suite runs
-it; --minutes 10 for the long run, --replication async for what an asynchronous standby loses).
+it; --minutes 10 for the long run, --replication async for what an asynchronous standby loses),
+patroni (2 minutes: a primary and a synchronous standby that Patroni keeps, with etcd, Debian's
+packages (apt-get install patroni etcd-server), started on free ports in a temporary folder;
+the nemesis SIGKILLs the leader's Postgres, SIGKILLs its Patroni, pauses both past the leader
+lock's TTL, and restarts etcd, and Patroni fails over; not in the suite, for its length).
 """
 
 EPILOG = """\

@@ -8,6 +8,9 @@ injects the network-level ones). One fault at a time, each recorded as a `fault`
 - `restart-postgres`: restart the Postgres server under everything (`pg_ctlcluster`).
 - `failover`: SIGKILL the run's own Postgres primary (every process of it), promote its
   standby, and build a new standby from the promoted one (`postgres_pair.PostgresPair`).
+- `patroni-kill-postgres`, `patroni-kill-patroni`, `patroni-pause-primary`, `etcd-restart`: on
+  a pair that Patroni keeps (`patroni.PatroniPair`), SIGKILL the leader's Postgres, SIGKILL its
+  Patroni, SIGSTOP both past the leader lock's TTL, or restart etcd; Patroni fails over.
 """
 
 from __future__ import annotations
@@ -27,11 +30,18 @@ from pathlib import Path
 import orjson
 
 from tests.fault.history import Fault, Recorder
+from tests.fault.patroni import PatroniPair
 from tests.fault.postgres_pair import PostgresPair
 from tests.fault.proxy import FaultProxy
 from tests.fault.workers import history_path, tid_of
 from tests.support.services import ServiceProcess, free_port
 
+PATRONI_KINDS = (
+    "patroni-kill-postgres",
+    "patroni-kill-patroni",
+    "patroni-pause-primary",
+    "etcd-restart",
+)
 NEMESIS_KINDS = (
     "kill-service",
     "pause-producer",
@@ -69,6 +79,7 @@ class Targets:
     txn_timeout_s: float
     sweep_interval_s: float
     pair: PostgresPair | None = None  # the run's own primary and standby, for `failover`
+    patroni: PatroniPair | None = None  # the pair Patroni keeps, for the `patroni-*` kinds
 
 
 def postgres_cluster() -> tuple[str, str]:
@@ -93,7 +104,7 @@ class Nemesis(threading.Thread):
         timing: NemesisTiming,
     ) -> None:
         super().__init__(name="nemesis", daemon=True)
-        unknown = set(kinds) - set(NEMESIS_KINDS)
+        unknown = set(kinds) - set(NEMESIS_KINDS) - set(PATRONI_KINDS)
         if unknown:
             raise ValueError(f"unknown nemesis kinds: {sorted(unknown)}")
         self.kinds = kinds
@@ -134,6 +145,10 @@ class Nemesis(threading.Thread):
             "second-instance": self._second_instance,
             "restart-postgres": self._restart_postgres,
             "failover": self._failover,
+            "patroni-kill-postgres": lambda: self._patroni(kind, "kill_postgres"),
+            "patroni-kill-patroni": lambda: self._patroni(kind, "kill_patroni"),
+            "patroni-pause-primary": lambda: self._patroni(kind, "pause_primary"),
+            "etcd-restart": lambda: self._patroni(kind, "restart_etcd"),
         }[kind]()
         self.injected[kind] += 1
 
@@ -212,6 +227,12 @@ class Nemesis(threading.Thread):
             raise RuntimeError("the failover nemesis needs the run's own Postgres pair")
         took = self.targets.pair.failover()
         self._record("failover", **took)
+
+    def _patroni(self, kind: str, fault: str) -> None:
+        if self.targets.patroni is None:
+            raise RuntimeError(f"the {kind} nemesis needs the run's Patroni pair")
+        took = getattr(self.targets.patroni, fault)()
+        self._record(kind, **took)
 
 
 def _last_kind(path: Path) -> str | None:

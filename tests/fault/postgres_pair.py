@@ -262,13 +262,10 @@ class PostgresPair:
     # -- as the postgres user ------------------------------------------------------------------
 
     def _as_postgres(self) -> dict[str, object]:
-        if os.geteuid() != 0:
-            return {}
-        return {"user": OS_USER, "group": OS_USER, "extra_groups": []}
+        return as_postgres()
 
     def _chown(self, path: Path) -> None:
-        if os.geteuid() == 0:
-            os.chown(path, pwd.getpwnam(OS_USER).pw_uid, grp.getgrnam(OS_USER).gr_gid)
+        chown(path)
 
     def _run(self, tool: str, *args: str) -> None:
         done = subprocess.run(
@@ -281,3 +278,16 @@ class PostgresPair:
         )
         if done.returncode != 0:
             raise RuntimeError(f"{tool} failed ({done.returncode}): {done.stderr[-2000:]}")
+
+
+def as_postgres() -> dict[str, object]:
+    """Popen's arguments that run a child as the postgres user (when run as root)."""
+    if os.geteuid() != 0:
+        return {}
+    return {"user": OS_USER, "group": OS_USER, "extra_groups": []}
+
+
+def chown(path: Path) -> None:
+    """Give `path` to the postgres user (when run as root)."""
+    if os.geteuid() == 0:
+        os.chown(path, pwd.getpwnam(OS_USER).pw_uid, grp.getgrnam(OS_USER).gr_gid)

@@ -35,7 +35,16 @@ from tests.fault.history import (
     Write,
     load,
 )
-from tests.fault.nemesis import NEMESIS_KINDS, Nemesis, NemesisTiming, Targets, restart
+from tests.fault.nemesis import (
+    NEMESIS_KINDS,
+    PATRONI_KINDS,
+    Nemesis,
+    NemesisTiming,
+    Targets,
+    restart,
+)
+from tests.fault.patroni import SETTINGS as PATRONI_SETTINGS
+from tests.fault.patroni import PatroniPair
 from tests.fault.postgres_pair import PostgresPair
 from tests.fault.proxy import FAULT_KINDS, FaultProxy, ProxyFaults
 from tests.fault.workers import (
@@ -85,6 +94,10 @@ class Profile:
     replication: str | None = None
     # The standby's replication link delays every byte this long each way (another zone).
     link_delay_ms: int = 0
+    # With the `patroni-*` and `etcd-restart` nemeses: a primary and a synchronous standby that
+    # Patroni keeps, with etcd (`tests.fault.patroni`), in place of a database on the shared
+    # server.
+    patroni: bool = False
 
     def door_of(self, producer: str) -> str:
         """The door of producer `producer` ("p3"), or of a second instance of its id."""
@@ -123,6 +136,16 @@ PROFILES = {
         min_committed=60,
         replication="sync",
     ),
+    "patroni": Profile(
+        name="patroni",
+        minutes=2.0,
+        # Patroni, not the harness, notices each failure and promotes.
+        nemesis=PATRONI_KINDS,
+        proxy=_PROXY_FAULTS,
+        timing=NemesisTiming(gap=(2.0, 5.0)),
+        min_committed=60,
+        patroni=True,
+    ),
     "long": Profile(
         name="long",
         minutes=10.0,
@@ -154,6 +177,7 @@ class RunResult:
                 if self.profile.replication
                 else {}
             ),
+            **({"patroni": PATRONI_SETTINGS} if self.profile.patroni else {}),
             "history": str(self.out),
             **self.report.summary(),
         }
@@ -192,6 +216,7 @@ class _Run:
         self.database: str | None = None
         self.url: str | None = None  # the store's, whichever kind
         self.pair: PostgresPair | None = None
+        self.patroni: PatroniPair | None = None
         self.services: list[ServiceProcess] = []
         self.proxy: FaultProxy | None = None
         self.nemesis: Nemesis | None = None
@@ -242,6 +267,7 @@ class _Run:
                 txn_timeout_s=p.txn_timeout_ms / 1000,
                 sweep_interval_s=SWEEP_INTERVAL_MS / 1000,
                 pair=self.pair,
+                patroni=self.patroni,
             ),
             Recorder(self.history / "nemesis.jsonl", "nemesis", origin=self.t0),
             random.Random(self.rng.getrandbits(32)),
@@ -254,7 +280,11 @@ class _Run:
         return self.verdict()
 
     def start_services(self) -> None:
-        if self.profile.replication is not None:
+        if self.profile.patroni:
+            self.patroni = PatroniPair().start()
+            url = self.patroni.url
+            self.say(f"Patroni pair ({self.patroni.settings}): {url}")
+        elif self.profile.replication is not None:
             self.pair = PostgresPair(
                 synchronous=self.profile.replication == "sync",
                 link_delay_ms=self.profile.link_delay_ms,
@@ -554,6 +584,9 @@ class _Run:
             if self.pair is not None:
                 self.pair.stop()
                 self.pair = None
+            if self.patroni is not None:
+                self.patroni.stop()
+                self.patroni = None
 
 
 _OPEN_STATES = {"Ongoing", "Prepared"}
