@@ -7,6 +7,7 @@ carries Kafka's -1 timestamps."""
 from __future__ import annotations
 
 import datetime
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -104,31 +105,38 @@ async def create_delegation_token(client: Client, request: Request) -> Any:
 
 async def renew_delegation_token(client: Client, request: Request) -> Any:
     body = request.body
-    try:
-        expiry = await delegation.renew(
+    return await _expiry_answer(
+        request,
+        lambda: delegation.renew(
             client.db,
             _policy(client),
             _requester(client),
             bytes(body.hmac),
             _ms(body.renew_period),
             now_ms(),
-        )
-    except FAILURES as failure:
-        return request.reply.body(error_code=error_code(failure), expiry_timestamp=NO_TIME)
-    return request.reply.body(error_code=ErrorCode.none, expiry_timestamp=_time(expiry))
+        ),
+    )
 
 
 async def expire_delegation_token(client: Client, request: Request) -> Any:
     body = request.body
-    try:
-        expiry = await delegation.expire(
+    return await _expiry_answer(
+        request,
+        lambda: delegation.expire(
             client.db,
             _policy(client),
             _requester(client),
             bytes(body.hmac),
             _ms(body.expiry_time_period),
             now_ms(),
-        )
+        ),
+    )
+
+
+async def _expiry_answer(request: Request, change: Callable[[], Awaitable[int]]) -> Any:
+    """Renew's and Expire's answer: the token's new expiry, or the refusal with Kafka's -1."""
+    try:
+        expiry = await change()
     except FAILURES as failure:
         return request.reply.body(error_code=error_code(failure), expiry_timestamp=NO_TIME)
     return request.reply.body(error_code=ErrorCode.none, expiry_timestamp=_time(expiry))

@@ -5,7 +5,7 @@ client-metrics subscriptions' configs (kafka-client-metrics.sh) onto `coordinato
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -237,9 +237,12 @@ def _config_type(name: str) -> int:
 ChangeOf = Callable[[Client, Any], Awaitable[log_topics.ConfigChange]]
 
 
-async def _alter_each(client: Client, request: Request, change_of: ChangeOf) -> Any:
-    """AlterConfigs and IncrementalAlterConfigs: each topic resource's change, applied (or,
-    with validate_only, checked), answered on its own."""
+async def _alter_each(
+    client: Client, request: Request, change_of: ChangeOf, *, incremental: bool
+) -> Any:
+    """AlterConfigs and IncrementalAlterConfigs: each topic resource's change (and, when
+    incremental, each client-metrics subscription's), applied (or, with validate_only,
+    checked), answered on its own."""
     reply, body = request.reply, request.body
     assert client.access is not None
     results = []
@@ -247,7 +250,7 @@ async def _alter_each(client: Client, request: Request, change_of: ChangeOf) -> 
         answer = outcome()
         try:
             client.access.cluster()
-            if resource.resource_type == CLIENT_METRICS and change_of is _incremental:
+            if resource.resource_type == CLIENT_METRICS and incremental:
                 await _alter_subscription(client, resource, body.validate_only)
                 results.append(_altered(reply, resource, outcome()))
                 continue
@@ -281,29 +284,24 @@ def _altered(reply: Any, resource: Any, answer: dict[str, Any]) -> Any:
 
 
 async def _alter_subscription(client: Client, resource: Any, validate_only: bool) -> None:
-    """IncrementalAlterConfigs on a client-metrics subscription (kafka-client-metrics.sh)."""
-    to_set: dict[str, str] = {}
-    to_delete: list[str] = []
-    for config in resource.configs:
-        if config.config_operation == SET:
-            to_set[config.name] = config.value or ""
-        elif config.config_operation == DELETE:
-            to_delete.append(config.name)
-        elif config.config_operation in (APPEND, SUBTRACT):
-            # Kafka's controller knows no list types for client-metrics configs.
-            verb = "APPEND" if config.config_operation == APPEND else "SUBTRACT"
-            raise Refused(
-                ErrorCode.invalid_config,
-                f"Can't {verb} to key {config.name} because its type is not LIST.",
-            )
-        else:
-            raise Refused(
-                ErrorCode.invalid_request,
-                f"{config.name}: unknown operation {config.config_operation}",
-            )
+    """IncrementalAlterConfigs on a client-metrics subscription (kafka-client-metrics.sh):
+    Kafka's controller knows no list type for its configs, so no APPEND or SUBTRACT."""
+
+    def not_a_list(name: str, verb: str) -> str:
+        return f"Can't {verb} to key {name} because its type is not LIST."
+
+    to_set, to_delete = await _edited(resource, (), _no_current, not_a_list)
     await subscriptions.alter(
-        client.db, resource.resource_name, to_set, to_delete, validate_only=validate_only
+        client.db,
+        resource.resource_name,
+        {name: value or "" for name, value in to_set.items()},  # a null value sets ""
+        to_delete,
+        validate_only=validate_only,
     )
+
+
+async def _no_current() -> Mapping[str, str]:
+    raise AssertionError("no list config to edit")  # `_edited` asks only for a list's value
 
 
 async def _replacing(client: Client, resource: Any) -> log_topics.ConfigChange:
@@ -314,28 +312,49 @@ async def _replacing(client: Client, resource: Any) -> log_topics.ConfigChange:
 
 
 async def _incremental(client: Client, resource: Any) -> log_topics.ConfigChange:
-    """IncrementalAlterConfigs: SET, DELETE, and APPEND / SUBTRACT on list configs."""
+    """IncrementalAlterConfigs on a topic: SET, DELETE, and APPEND / SUBTRACT on list
+    configs."""
+
+    async def current() -> Mapping[str, str]:
+        listed = await log_topics.describe_configs(
+            client.db, client.settings, resource.resource_name
+        )
+        return {c.name: c.value for c in listed.configs}
+
+    def not_a_list(name: str, verb: str) -> str:
+        return (
+            f"{name}: APPEND and SUBTRACT are for list configs ({', '.join(sorted(configs.LISTS))})"
+        )
+
+    to_set, to_delete = await _edited(resource, configs.LISTS, current, not_a_list)
+    return log_topics.ConfigChange(to_set, to_delete)
+
+
+async def _edited(
+    resource: Any,
+    lists: Collection[str],
+    current: Callable[[], Awaitable[Mapping[str, str]]],
+    not_a_list: Callable[[str, str], str],
+) -> tuple[dict[str, Any], list[str]]:
+    """One resource's IncrementalAlterConfigs operations, in their order: the values to set
+    (SET, and APPEND / SUBTRACT on the `lists`, from the values `current` reads, once) and the
+    names to delete. APPEND or SUBTRACT on another config is INVALID_CONFIG (`not_a_list`
+    says why); an unknown operation INVALID_REQUEST."""
     to_set: dict[str, Any] = {}
     to_delete: list[str] = []
-    current: dict[str, str] | None = None
+    found: Mapping[str, str] | None = None
     for config in resource.configs:
         if config.config_operation == SET:
             to_set[config.name] = config.value
         elif config.config_operation == DELETE:
             to_delete.append(config.name)
         elif config.config_operation in (APPEND, SUBTRACT):
-            if config.name not in configs.LISTS:
-                raise Refused(
-                    ErrorCode.invalid_config,
-                    f"{config.name}: APPEND and SUBTRACT are for list configs "
-                    f"({', '.join(sorted(configs.LISTS))})",
-                )
-            if current is None:
-                listed = await log_topics.describe_configs(
-                    client.db, client.settings, resource.resource_name
-                )
-                current = {c.name: c.value for c in listed.configs}
-            before = to_set.get(config.name, current[config.name])
+            if config.name not in lists:
+                verb = "APPEND" if config.config_operation == APPEND else "SUBTRACT"
+                raise Refused(ErrorCode.invalid_config, not_a_list(config.name, verb))
+            if found is None:
+                found = await current()
+            before = to_set.get(config.name, found[config.name])
             to_set[config.name] = configs.edit_list(
                 before, config.value or "", config.config_operation == APPEND
             )
@@ -344,12 +363,12 @@ async def _incremental(client: Client, resource: Any) -> log_topics.ConfigChange
                 ErrorCode.invalid_request,
                 f"{config.name}: unknown operation {config.config_operation}",
             )
-    return log_topics.ConfigChange(to_set, to_delete)
+    return to_set, to_delete
 
 
 async def alter_configs(client: Client, request: Request) -> Any:
-    return await _alter_each(client, request, _replacing)
+    return await _alter_each(client, request, _replacing, incremental=False)
 
 
 async def incremental_alter_configs(client: Client, request: Request) -> Any:
-    return await _alter_each(client, request, _incremental)
+    return await _alter_each(client, request, _incremental, incremental=True)
