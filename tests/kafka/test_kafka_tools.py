@@ -4,8 +4,7 @@ on Postgres: kafka-topics (create with a replication factor of 3, describe, alte
 kafka-configs (a topic's configs, a user's SCRAM credential and mutation rate),
 kafka-consumer-groups (list, describe, reset offsets with execute, delete), kafka-transactions
 (list, describe, describe-producers, find-hanging, abort), kafka-client-metrics (a subscription
-altered, listed, described) and kafka-producer-perf-test with a transactional id, whose producer
-pushes its metrics as the subscription asks (KIP-714) and `GET /metrics` shows them;
+altered, listed, described) and kafka-producer-perf-test with a transactional id;
 kafka-log-dirs, kafka-get-offsets (latest and earliest), kafka-delete-records,
 kafka-leader-election, kafka-features (describe; an upgrade is refused, as the finalized
 features are fixed) and kafka-cluster (cluster-id; unregister is refused: one broker, no
@@ -288,9 +287,10 @@ def test_kafka_producer_perf_test_writes_transactionally(ran: Any) -> None:
     assert "200 records sent" in _ok(ran, "producer_perf_test")
 
 
-def test_kafka_client_metrics_subscribes_and_the_producer_s_metrics_are_scraped(
-    broker: Broker, ran: Any
-) -> None:
+def test_kafka_client_metrics_alters_lists_and_describes_a_subscription(ran: Any) -> None:
+    # Whether the perf test's producer pushed before it closed depends on its timing (its push
+    # at close is best effort, as Kafka's client makes it); the Java client's telemetry
+    # scenario waits for a push while its producer is open.
     names = ran[0]
     assert f"Altered client metrics config for {names.subscription}." in _ok(
         ran, "client_metrics_alter"
@@ -298,26 +298,6 @@ def test_kafka_client_metrics_subscribes_and_the_producer_s_metrics_are_scraped(
     assert names.subscription in _ok(ran, "client_metrics_list").split()
     described = _ok(ran, "client_metrics_describe")
     assert "interval.ms=100" in described and "client_id=" in described
-    # The perf test's producer asked what to push and pushed it. What it counted by its last
-    # push depends on when that was (its push at close is best effort, as Kafka's client makes
-    # it); the Java client's telemetry scenario waits for an exact count.
-    scraped = broker.http.get("/metrics").text
-    samples = [
-        line
-        for line in scraped.splitlines()
-        if line.startswith("org_apache_kafka_producer_record_send_total{")
-        and f'client_id="{names.perf}-client"' in line
-    ]
-    assert len(samples) == 1, scraped[-3000:]
-    assert 'client_software_name="apache-kafka-java"' in samples[0]
-    assert 0 <= float(samples[0].rsplit(" ", 1)[1]) <= 200
-    assert f'org_apache_kafka_producer_buffer_available_bytes{{client_id="{names.perf}-client"' in (
-        scraped
-    )
-    # Only what was subscribed: not the producer's per-topic or per-node metrics.
-    mine = [line for line in scraped.splitlines() if f'client_id="{names.perf}-client"' in line]
-    assert not [line for line in mine if line.startswith("org_apache_kafka_producer_topic_")]
-    assert not [line for line in mine if line.startswith("org_apache_kafka_producer_node_")]
 
 
 def _rows(text: str) -> list[list[str]]:

@@ -578,6 +578,10 @@ public final class Scenarios {
             String last = "";
             while (System.nanoTime() < deadline) {
                 for (String line : http.send(scrape, HttpResponse.BodyHandlers.ofString()).body().split("\n")) {
+                    if (line.contains(wanted)) {
+                        // Only what the subscription asked for.
+                        check(line.startsWith("org_apache_kafka_producer_record_"), "not subscribed: " + line);
+                    }
                     if (line.startsWith("org_apache_kafka_producer_record_send_total{") && line.contains(wanted)) {
                         last = line;
                     }
