@@ -16,7 +16,7 @@ import coordinator
 from coordinator.admin.dashboard import router as dashboard_router
 from coordinator.admin.metrics import router as metrics_router
 from coordinator.admin.routes import router as admin_router
-from coordinator.core import memory
+from coordinator.core import acls, memory
 from coordinator.core.auth import Authenticator
 from coordinator.core.errors import install_error_handlers
 from coordinator.core.health import router as health_router
@@ -88,6 +88,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if db.replicas is not None:
             background.append(
                 asyncio.create_task(watch_replicas(db, settings), name="replica-watch")
+            )
+        authenticator: Authenticator | None = app.state.authenticator
+        if authenticator is not None:
+            # The ACLs are checked from memory: loaded before the first request is served.
+            await acls.refresh(db, authenticator.acls)
+            background.append(
+                asyncio.create_task(
+                    acls.keep_fresh(db, authenticator.acls, settings.acl_refresh_ms / 1000),
+                    name="acl-refresh",
+                )
             )
         listener = None
         if settings.kafka_listener is not None:

@@ -9,6 +9,7 @@ from fastapi import APIRouter
 from sqlalchemy import delete, select
 from starlette.responses import Response
 
+from coordinator.core.acls import Operation
 from coordinator.core.auth import AccessDep
 from coordinator.core.clock import now_ms
 from coordinator.core.dependencies import DB
@@ -79,5 +80,5 @@ router = APIRouter(prefix="/v1/topics", tags=["topics and records"])
 @router.delete("/{topic}", response_model=DeletedTopic, name="delete_topic")
 async def delete_topic_route(topic: TopicPath, db: DB, access: AccessDep) -> Response:
     """Delete the topic, aborting (and fencing) open transactions that include it."""
-    access.cluster()
+    access.topic(topic, Operation.DELETE)
     return json_response(await delete_topic(db, topic))

@@ -1,5 +1,6 @@
 """Every table, imported in one place so `Base.metadata` is complete (for Alembic and tests)."""
 
+from coordinator.core.acls import AclRow
 from coordinator.core.delegation import DelegationTokenRow
 from coordinator.core.quotas import ClientQuota
 from coordinator.core.scram import ScramCredential
@@ -23,6 +24,7 @@ from coordinator.transactions.models import (
 )
 
 __all__ = [
+    "AclRow",
     "Base",
     "Batch",
     "ClientMetricsConfig",

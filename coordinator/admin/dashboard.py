@@ -17,7 +17,7 @@ from urllib.parse import parse_qs
 from fastapi import APIRouter, Path, Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from coordinator.core.auth import SESSION_COOKIE, Access, Authenticator, authenticate
+from coordinator.core.auth import SESSION_COOKIE, Authenticator, authenticate
 from coordinator.core.dependencies import AppSettings
 from coordinator.core.errors import ClusterAuthorizationFailed, NotFound, Unauthenticated
 
@@ -99,7 +99,7 @@ async def login(request: Request) -> Response:
     if principal is None:
         return _sign_in("That token is not known." if token else "Enter a token.")
     try:
-        Access(principal).cluster()
+        authenticator.access(principal, request.client.host if request.client else "").cluster()
     except ClusterAuthorizationFailed as error:
         return _forbidden(error.detail)
     response = RedirectResponse("/dashboard", status_code=303)

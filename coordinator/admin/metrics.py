@@ -19,6 +19,7 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import Response
 
+from coordinator.core.acls import Operation
 from coordinator.core.auth import AccessDep
 from coordinator.core.clock import now_ms
 from coordinator.core.dependencies import DB
@@ -35,7 +36,7 @@ router = APIRouter(tags=["metrics"])
 
 @router.get("/metrics", response_class=Response)
 async def scrape(db: DB, access: AccessDep) -> Response:
-    access.cluster()
+    access.cluster(Operation.DESCRIBE)
     async with db.read() as session:
         body = await render(session)
     return Response(body, media_type=CONTENT_TYPE_LATEST)

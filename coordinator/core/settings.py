@@ -152,6 +152,9 @@ class Settings(BaseSettings):
     # Partitions one principal may create or delete per second, per process (Kafka's
     # controller_mutation_rate quota, KIP-599); past it THROTTLING_QUOTA_EXCEEDED (HTTP 429).
     controller_mutation_rate: float = Field(default=1000.0, gt=0)
+    # How soon a process applies ACLs that another process changed (kafka-acls.sh, CreateAcls):
+    # each process reloads the store's ACLs this often; the process that changes them, at once.
+    acl_refresh_ms: int = Field(default=1000, ge=10)
     # Delegation tokens (Kafka's delegation.token.* settings, KIP-48): off without a secret key;
     # every process of one store needs the same key.
     delegation_token_secret_key: SecretStr | None = None

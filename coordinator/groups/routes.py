@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
+from coordinator.core.acls import Operation
 from coordinator.core.auth import AccessDep
 from coordinator.core.dependencies import DB, AppSettings
 from coordinator.core.names import TOPIC_PATTERN
@@ -90,7 +91,7 @@ async def heartbeat(
 
 @router.get("/{group_id:path}", response_model=GroupDescription)
 async def describe(group_id: IdPath, db: DB, access: AccessDep) -> Response:
-    access.group(group_id, "consumer")
+    access.group(group_id, Operation.DESCRIBE)
     return json_response(await service.describe(db, group_id))
 
 

@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.responses import Response
 
+from coordinator.core.acls import Operation
 from coordinator.core.auth import Access, AccessDep
 from coordinator.core.dependencies import DB, AppSettings, Quota
 from coordinator.core.errors import InvalidRequest
@@ -56,7 +57,7 @@ PartitionPath = Annotated[int, Digits, Path(ge=0, le=INT32_MAX, description="par
 
 @router.post("", status_code=201, response_model=TopicSummary)
 async def create_topic(body: CreateTopic, db: DB, access: AccessDep, quota: Quota) -> Response:
-    access.cluster()
+    access.topic_or_cluster(body.name, Operation.CREATE)
     await quota.admit(db, access.name, body.partitions)
     spec = log_topics.TopicSpec(body.name, body.partitions, body.configs)
     return json_response(await log_topics.create_topic(db, spec), 201)
@@ -82,7 +83,7 @@ async def delete_records(
 ) -> Response:
     """Move partitions' log start offsets up (Kafka's DeleteRecords; offset -1: the high
     watermark)."""
-    access.cluster()
+    access.topic(topic, Operation.DELETE)
     wanted = [(p.partition, p.offset) for p in body.partitions]
     return json_response(await log_topics.delete_records(db, topic, wanted))
 
@@ -91,7 +92,7 @@ async def delete_records(
 async def describe_configs(
     topic: TopicPath, db: DB, settings: AppSettings, access: AccessDep
 ) -> Response:
-    access.describe_topic(topic)
+    access.topic(topic, Operation.DESCRIBE_CONFIGS)
     return json_response(await log_topics.describe_configs(db, settings, topic))
 
 
@@ -99,7 +100,7 @@ async def describe_configs(
 async def alter_configs(
     topic: TopicPath, body: AlterConfigs, db: DB, settings: AppSettings, access: AccessDep
 ) -> Response:
-    access.cluster()
+    access.topic(topic, Operation.ALTER_CONFIGS)
     change = log_topics.ConfigChange(body.set, body.delete)
     return json_response(await log_topics.alter_configs(db, settings, topic, change))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from coordinator.kafka.connection import Handler
 from coordinator.kafka.handlers import (
+    acls,
     cluster,
     consumer_groups,
     delegation,
@@ -43,9 +44,9 @@ HANDLERS: dict[int, Handler] = {
     26: transactions.end_txn,
     27: transactions.write_txn_markers,
     28: transactions.txn_offset_commit,
-    29: cluster.describe_acls,
-    30: cluster.create_acls,
-    31: cluster.delete_acls,
+    29: acls.describe_acls,
+    30: acls.create_acls,
+    31: acls.delete_acls,
     32: topics.describe_configs,
     33: topics.alter_configs,
     35: replicas.describe_log_dirs,

@@ -8,7 +8,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.core.errors import ClusterAuthorizationFailed, StoreUnavailable
+from coordinator.core.acls import Operation
+from coordinator.core.errors import StoreUnavailable
 from coordinator.kafka.connection import Client
 from coordinator.kafka.errors import FAILURES, error_code
 from coordinator.kafka.wire import SUPPORTED, Reply, Request
@@ -78,7 +79,8 @@ def unsupported_api_versions() -> Any:
 async def _auto_create(client: Client, request: Request, name: str) -> tuple[ErrorCode, int]:
     """Kafka's auto.create.topics.enable for a topic a Metadata request names: created with
     num.partitions partitions when the setting is on, the request allows it (version 4 on asks;
-    before, it always did) and the principal may create topics; else UNKNOWN_TOPIC_OR_PARTITION."""
+    before, it always did) and the principal may CREATE it (on the cluster or the topic: else
+    TOPIC_AUTHORIZATION_FAILED, as Kafka answers); else UNKNOWN_TOPIC_OR_PARTITION."""
     settings = client.settings
     allowed = getattr(request.body, "allow_auto_topic_creation", True)
     assert client.access is not None
@@ -90,13 +92,11 @@ async def _auto_create(client: Client, request: Request, name: str) -> tuple[Err
     if not (settings.auto_create_topics_enable and allowed):
         return ErrorCode.unknown_topic_or_partition, 0
     try:
-        client.access.cluster()
+        client.access.topic_or_cluster(name, Operation.CREATE)
         await client.quota.admit(client.db, client.access.name, spec.partitions)
         await log_topics.create_topic(client.db, spec)
     except TopicAlreadyExists:
         pass  # another client's request created it meanwhile
-    except ClusterAuthorizationFailed:
-        return ErrorCode.unknown_topic_or_partition, 0
     except FAILURES as failure:
         return error_code(failure), 0
     described = await log_topics.describe_topic(client.db, name)
@@ -252,51 +252,6 @@ async def describe_cluster(client: Client, request: Request) -> Any:
             ),
         ),
         cluster_authorized_operations=NOT_ASKED,
-    )
-
-
-# ACLs: the rights here are the tokens file's roles and prefixes, which Kafka's ACLs cannot
-# express one to one (a role spans operations on several resource types; a prefix is a
-# principal's, not a resource's). The ACL calls are answered as Kafka's broker without an
-# authorizer answers them: SECURITY_DISABLED, with where the rights are instead.
-_NO_ACLS = (
-    "ACLs are not kept: rights are the tokens file's roles and prefixes "
-    "(COORDINATOR_AUTH_TOKENS_FILE)"
-)
-
-
-async def describe_acls(client: Client, request: Request) -> Any:
-    return request.reply.body(
-        error_code=ErrorCode.security_disabled, error_message=_NO_ACLS, resources=()
-    )
-
-
-async def create_acls(client: Client, request: Request) -> Any:
-    reply = request.reply
-    return reply.body(
-        results=tuple(
-            reply(
-                "AclCreationResult",
-                error_code=ErrorCode.security_disabled,
-                error_message=_NO_ACLS,
-            )
-            for _ in request.body.creations
-        )
-    )
-
-
-async def delete_acls(client: Client, request: Request) -> Any:
-    reply = request.reply
-    return reply.body(
-        filter_results=tuple(
-            reply(
-                "DeleteAclsFilterResult",
-                error_code=ErrorCode.security_disabled,
-                error_message=_NO_ACLS,
-                matching_acls=(),
-            )
-            for _ in request.body.filters
-        )
     )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from coordinator.core.acls import Operation
 from coordinator.groups import consumer
 from coordinator.groups import service as groups_service
 from coordinator.groups.inputs import LEAVE_EPOCH, Beat
@@ -54,7 +55,7 @@ async def consumer_group_heartbeat(client: Client, request: Request) -> Any:
     # A refusal carries Kafka's defaults: no member id, epoch 0, no heartbeat interval.
     failed = {"member_id": None, "member_epoch": 0, "heartbeat_interval": 0}
     try:
-        client.access.group(body.group_id, "consumer")
+        client.access.group(body.group_id, Operation.READ)
         names, by_id = await _topic_ids(client)
         topics = body.subscribed_topic_names
         regex = getattr(body, "subscribed_topic_regex", None)
@@ -156,7 +157,7 @@ async def consumer_group_describe(client: Client, request: Request) -> Any:
     described = []
     for group_id in body.group_ids:
         try:
-            client.access.group(group_id, "consumer")
+            client.access.group(group_id, Operation.DESCRIBE)
             d = await groups_service.describe(client.db, group_id)
             if d.classic_state is not None:
                 raise Refused(ErrorCode.group_id_not_found, f"{group_id!r} is a classic group")

@@ -15,6 +15,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from coordinator.core.acls import Operation
 from coordinator.groups import classic, classic_rules, consumer_protocol
 from coordinator.groups import service as groups_service
 from coordinator.groups.consumer_protocol import encode_assignment, encode_subscription
@@ -44,7 +45,7 @@ async def join_group(client: Client, request: Request) -> Any:
     reply, body = request.reply, request.body
     assert client.access is not None
     try:
-        client.access.group(body.group_id, "consumer")
+        client.access.group(body.group_id, Operation.READ)
         if not body.protocol_type or not body.protocols:
             return reply.body(
                 error_code=ErrorCode.inconsistent_group_protocol,
@@ -103,7 +104,7 @@ async def sync_group(client: Client, request: Request) -> Any:
     assert client.access is not None
     failed = {"protocol_type": None, "protocol_name": None, "assignment": b""}  # Kafka's
     try:
-        client.access.group(body.group_id, "consumer")
+        client.access.group(body.group_id, Operation.READ)
         synced = await classic.sync(
             client.db,
             client.settings,
@@ -129,7 +130,7 @@ async def heartbeat(client: Client, request: Request) -> Any:
     body = request.body
     assert client.access is not None
     try:
-        client.access.group(body.group_id, "consumer")
+        client.access.group(body.group_id, Operation.READ)
         await classic.heartbeat(
             client.db,
             client.settings,
@@ -155,7 +156,7 @@ async def leave_group(client: Client, request: Request) -> Any:
         else [(body.member_id, None)]
     )
     try:
-        client.access.group(body.group_id, "consumer")
+        client.access.group(body.group_id, Operation.READ)
         refusals = await classic.leave(
             client.db,
             client.settings,
@@ -233,7 +234,7 @@ async def offset_fetch(client: Client, request: Request) -> Any:
     reply, body = request.reply, request.body
     assert client.access is not None
     try:
-        client.access.group(body.group_id, "consumer")
+        client.access.group(body.group_id, Operation.DESCRIBE)
         stored = await groups_service.fetch(
             client.db, body.group_id, None, bool(getattr(body, "require_stable", False))
         )
@@ -340,7 +341,7 @@ async def describe_groups(client: Client, request: Request) -> Any:
     described = []
     for group_id in body.groups:
         try:
-            client.access.group(group_id, "consumer")
+            client.access.group(group_id, Operation.DESCRIBE)
             d = await groups_service.describe(client.db, group_id)
         except FAILURES as failure:
             code = error_code(failure)

@@ -12,6 +12,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from coordinator.core import quotas
+from coordinator.core.acls import Operation
 from coordinator.kafka.connection import Client
 from coordinator.kafka.errors import FAILURES, error_code, message, outcome
 from coordinator.kafka.wire import Request
@@ -21,7 +22,7 @@ async def describe_client_quotas(client: Client, request: Request) -> Any:
     reply, body = request.reply, request.body
     assert client.access is not None
     try:
-        client.access.cluster()
+        client.access.cluster(Operation.DESCRIBE_CONFIGS)
         found = await quotas.describe_quotas(
             client.db,
             float(client.settings.controller_mutation_rate),
@@ -50,7 +51,7 @@ async def alter_client_quotas(client: Client, request: Request) -> Any:
     answers = []
     for entry in body.entries:
         try:
-            client.access.cluster()
+            client.access.cluster(Operation.ALTER_CONFIGS)
             user = quotas.user_of([(e.entity_type, e.entity_name) for e in entry.entity])
             ops = [(op.key, None if op.remove else op.value) for op in entry.ops]
             await quotas.alter_quotas(client.db, user, ops, validate_only=body.validate_only)

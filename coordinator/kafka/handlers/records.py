@@ -10,6 +10,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from coordinator.core.acls import Operation
 from coordinator.kafka.connection import Client
 from coordinator.kafka.errors import FAILURES, Refused, error_code, outcome
 from coordinator.kafka.wire import Request, Spliced, WithRecords, milliseconds
@@ -317,7 +318,7 @@ async def delete_records(client: Client, request: Request) -> Any:
         results: dict[int, Any] = {}
         for p in topic.partitions:
             try:
-                client.access.cluster()
+                client.access.topic(topic.name, Operation.DELETE)
                 deleted = await log_topics.delete_records(
                     client.db, topic.name, [(p.partition_index, p.offset)]
                 )

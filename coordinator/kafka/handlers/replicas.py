@@ -10,6 +10,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from coordinator.core.acls import Operation
 from coordinator.kafka.connection import Client
 from coordinator.kafka.errors import FAILURES, error_code
 from coordinator.kafka.wire import Request
@@ -66,7 +67,7 @@ async def list_partition_reassignments(client: Client, request: Request) -> Any:
     reply = request.reply
     assert client.access is not None
     try:
-        client.access.cluster()
+        client.access.cluster(Operation.DESCRIBE)
     except FAILURES as failure:
         return reply.body(error_code=error_code(failure), error_message=str(failure), topics=())
     return reply.body(error_code=ErrorCode.none, error_message=None, topics=())
@@ -77,7 +78,7 @@ async def describe_log_dirs(client: Client, request: Request) -> Any:
     assert client.access is not None
     top = {"error_code": ErrorCode.none} if request.version >= 3 else {}
     try:
-        client.access.cluster()
+        client.access.cluster(Operation.DESCRIBE)
         counts = {t.name: t.partitions for t in (await log_topics.list_topics(client.db)).topics}
         sizes = await log_topics.partition_sizes(client.db)
     except FAILURES as failure:

@@ -14,6 +14,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from coordinator.core import delegation, scram
+from coordinator.core.acls import Operation
 from coordinator.core.auth import Access
 from coordinator.core.clock import now_ms
 from coordinator.kafka.connection import Client
@@ -71,10 +72,9 @@ def _grant(client: Client, name: str) -> None:
     if client.authenticator is None:
         client.access = Access(None)
         return
-    principal = client.authenticator.named(name)
-    if principal is None:
-        raise _Failed("unknown principal or credentials")
-    client.access = Access(principal)
+    client.access = client.authenticator.access(
+        client.authenticator.named(name), client.client_host
+    )
 
 
 def _plain(client: Client, auth_bytes: bytes) -> None:
@@ -89,7 +89,7 @@ def _plain(client: Client, auth_bytes: bytes) -> None:
     principal = client.authenticator.principal(password) if password else None
     if principal is None or principal.name != user:
         raise _Failed("unknown principal or token")
-    client.access = Access(principal)
+    client.access = client.authenticator.access(principal, client.client_host)
     client.sasl_principal = user
 
 
@@ -161,7 +161,7 @@ async def describe_user_scram_credentials(client: Client, request: Request) -> A
     reply, body = request.reply, request.body
     assert client.access is not None
     try:
-        client.access.cluster()
+        client.access.cluster(Operation.DESCRIBE)
         listed = await scram.list_credentials(client.db)
     except FAILURES as failure:
         code = error_code(failure)

@@ -9,6 +9,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from coordinator.core.acls import Operation
 from coordinator.kafka.connection import Client
 from coordinator.kafka.errors import FAILURES, error_code
 from coordinator.kafka.handlers.cluster import NODE_ID
@@ -93,7 +94,7 @@ async def list_config_resources(client: Client, request: Request) -> Any:
     if request.version == 0:
         asked = {CLIENT_METRICS}
     try:
-        client.access.cluster()
+        client.access.cluster(Operation.DESCRIBE_CONFIGS)
         found: list[tuple[str, int]] = []
         if not asked or TOPIC in asked:
             listed = await log_topics.list_topics(client.db)

@@ -11,6 +11,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from coordinator import deletion
+from coordinator.core.acls import Operation
 from coordinator.core.quotas import ThrottlingQuotaExceeded
 from coordinator.kafka.connection import Client
 from coordinator.kafka.errors import FAILURES, Refused, outcome
@@ -45,7 +46,7 @@ async def create_topics(client: Client, request: Request) -> Any:
         factor = 1
         described: list[dict[str, str]] = []
         try:
-            client.access.cluster()
+            client.access.topic_or_cluster(topic.name, Operation.CREATE)
             strict = client.settings.strict_replication_factor
             factor = log_topics.replication_factor(topic.replication_factor, strict=strict)
             if topic.assignments:
@@ -104,7 +105,7 @@ async def create_partitions(client: Client, request: Request) -> Any:
     for topic in body.topics:
         answer = outcome()
         try:
-            client.access.cluster()
+            client.access.topic(topic.name, Operation.ALTER)
             # The assignments are the new partitions', in order; they carry no partition index.
             log_topics.on_one_broker(
                 {i: list(a.broker_ids) for i, a in enumerate(topic.assignments or ())}, NODE_ID
@@ -141,13 +142,13 @@ async def delete_topics(client: Client, request: Request) -> Any:
     for name, topic_id in asked:
         answer = outcome()
         try:
-            client.access.cluster()
             if name is None:
                 if topic_id not in by_id:
                     raise Refused(ErrorCode.unknown_topic_id, f"no topic has id {topic_id}")
                 name = by_id[topic_id]
             elif topic_id is None or topic_id == _NO_TOPIC_ID:
                 topic_id = id_of.get(name)
+            client.access.topic(name, Operation.DELETE)
             await deletion.delete_topic(client.db, name)
         except FAILURES as failure:
             answer = outcome(failure)
@@ -171,7 +172,7 @@ async def describe_configs(client: Client, request: Request) -> Any:
         answer = outcome()
         try:
             if resource.resource_type == TOPIC:
-                client.access.describe_topic(resource.resource_name)
+                client.access.topic(resource.resource_name, Operation.DESCRIBE_CONFIGS)
                 listed = await log_topics.describe_configs(
                     client.db, client.settings, resource.resource_name
                 )
@@ -193,7 +194,7 @@ async def describe_configs(client: Client, request: Request) -> Any:
                     if not keys or c.name in keys
                 ]
             elif resource.resource_type == CLIENT_METRICS:
-                client.access.cluster()
+                client.access.cluster(Operation.DESCRIBE_CONFIGS)
                 keys = set(resource.configuration_keys or ())
                 entries = [
                     reply(
@@ -249,8 +250,8 @@ async def _alter_each(
     for resource in body.resources:
         answer = outcome()
         try:
-            client.access.cluster()
             if resource.resource_type == CLIENT_METRICS and incremental:
+                client.access.cluster(Operation.ALTER_CONFIGS)
                 await _alter_subscription(client, resource, body.validate_only)
                 results.append(_altered(reply, resource, outcome()))
                 continue
@@ -260,6 +261,7 @@ async def _alter_each(
                     "only topic configs and, incrementally, client-metrics subscriptions can "
                     "be altered",
                 )
+            client.access.topic(resource.resource_name, Operation.ALTER_CONFIGS)
             change = await change_of(client, resource)
             await log_topics.alter_configs(
                 client.db,

@@ -13,6 +13,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from coordinator.core.acls import Operation
 from coordinator.kafka.connection import Client
 from coordinator.kafka.errors import FAILURES, error_code
 from coordinator.kafka.handlers.groups import committed_offsets, member_identity
@@ -215,7 +216,7 @@ async def describe_producers(client: Client, request: Request) -> Any:
         for p in topic.partition_indexes:
             answer: dict[str, Any] = {"error_code": ErrorCode.none, "active_producers": ()}
             try:
-                client.access.cluster()
+                client.access.topic(topic.name, Operation.READ)
                 producers_ = await describe_producer_states(client.db, topic.name, p)
                 answer["active_producers"] = tuple(
                     reply(
@@ -291,7 +292,7 @@ async def list_transactions(client: Client, request: Request) -> Any:
     reply, body = request.reply, request.body
     assert client.access is not None
     try:
-        client.access.cluster()
+        client.access.cluster(Operation.DESCRIBE)
     except FAILURES as failure:
         return reply.body(
             error_code=error_code(failure), unknown_state_filters=(), transaction_states=()
@@ -337,7 +338,7 @@ async def write_txn_markers(client: Client, request: Request) -> Any:
         keys = [(t, p) for t, p in asked if 0 <= p < counts.get(t, 0)]
         code = ErrorCode.none
         try:
-            client.access.cluster()
+            client.access.cluster(Operation.CLUSTER_ACTION)
             if marker.transaction_result:
                 code = ErrorCode.invalid_txn_state  # only the coordinator writes commit markers
             elif keys:
