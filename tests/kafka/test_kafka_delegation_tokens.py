@@ -2,7 +2,7 @@
 principal logged in with SASL creates a token, another connection logs in with it (SCRAM with
 `tokenauth=true`) as that principal and may not ask for tokens itself; renewal and expiry by the
 owner and renewers only; the tokens another process sees; Kafka's refusals. Kafka's own tool
-and Java client are tried in tests/kafka/test_delegation_tools.py; the rules without I/O in
+and Java client are tried in tests/kafka/test_security_tools.py; the rules without I/O in
 tests/service/test_delegation_rules.py."""
 
 from __future__ import annotations

@@ -35,7 +35,8 @@ public final class Tools {
         Map.entry("kafka-delete-records", "org.apache.kafka.tools.DeleteRecordsCommand"),
         Map.entry("kafka-leader-election", "org.apache.kafka.tools.LeaderElectionCommand"),
         Map.entry("kafka-features", "org.apache.kafka.tools.FeatureCommand"),
-        Map.entry("kafka-cluster", "org.apache.kafka.tools.ClusterTool"));
+        Map.entry("kafka-cluster", "org.apache.kafka.tools.ClusterTool"),
+        Map.entry("kafka-acls", "org.apache.kafka.tools.AclCommand"));
 
     private static final class Exited extends RuntimeException {
         final int code;

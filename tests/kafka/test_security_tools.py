@@ -1,9 +1,17 @@
-"""Delegation tokens (KIP-48) as Kafka's own tool and Java client use them, on `coordinator serve`
-over SQLite and over Postgres: a SCRAM user creates a token with kafka-delegation-tokens.sh
-(naming a renewer), kafka-topics.sh logs in with the token (SCRAM, `tokenauth=true`) as that
-user, a token's login may not ask for tokens, the user describes and renews the token, and once
-expired it logs nobody in. The listener's answers byte by byte are in
-tests/kafka/test_kafka_delegation_tokens.py."""
+"""Kafka's own security tools on `coordinator serve` over SQLite and over Postgres, in one JVM
+per run of commands (`Tools.java`).
+
+Delegation tokens: a SCRAM user creates a token with kafka-delegation-tokens.sh (naming a
+renewer), kafka-topics.sh logs in with the token (SCRAM, `tokenauth=true`) as that user, a
+token's login may not ask for tokens, the user describes and renews the token, and once expired
+it logs nobody in. The listener's answers byte by byte are in
+tests/kafka/test_kafka_delegation_tokens.py.
+
+ACLs: an operator creates a SCRAM user with kafka-configs.sh and gives it ACLs with
+kafka-acls.sh (prefixed and literal, ALLOW and DENY); the user's own tools can do exactly that;
+the ACLs survive a restart; removed, they allow nothing; the credential deleted, the user is
+locked out. The listener's answers byte by byte are in tests/kafka/test_kafka_acls.py.
+"""
 
 from __future__ import annotations
 
@@ -210,3 +218,129 @@ def test_a_token_made_with_kafka_s_tool_logs_kafka_s_clients_in(served: Served) 
     # Expired: the token logs nobody in.
     assert refused["code"] != 0
     assert "authentication failed" in (refused["out"] + refused["err"]).lower()
+
+
+def _plain(path: Path, user: str, token: str) -> str:
+    path.write_text(
+        "security.protocol=SASL_PLAINTEXT\n"
+        "sasl.mechanism=PLAIN\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+        f'username="{user}" password="{token}";\n'
+    )
+    return str(path)
+
+
+def _perf(bootstrap: str, topic: str, config: str) -> list[str]:
+    return [
+        "kafka-producer-perf-test",
+        "--topic",
+        topic,
+        "--num-records",
+        "5",
+        "--record-size",
+        "10",
+        "--throughput",
+        "-1",
+        "--command-property",
+        f"bootstrap.servers={bootstrap}",
+        "delivery.timeout.ms=5000",
+        "request.timeout.ms=4000",
+        "--command-config",
+        config,
+    ]
+
+
+def test_a_user_made_with_kafka_s_tools_does_what_kafka_acls_allows(served: Served) -> None:
+    b = ["--bootstrap-server", served.bootstrap]
+    tag = uuid.uuid4().hex[:6]
+    user, password = f"bob{tag}", "bob-scram-secret"
+    ops = _plain(served.root / f"ops-{tag}.properties", "ops", str(ADMIN["token"]))
+    bob = _properties(served.root / f"{user}.properties", user, password)
+    mine, secret, theirs = f"{user}-data", f"{user}-secret", f"other-{tag}"
+    with served.service.client(headers={"Authorization": f"Bearer {ADMIN['token']}"}) as http:
+        for name in (mine, secret, theirs):
+            assert http.post("/v1/topics", json={"name": name}).status_code == 201
+    acls = ["kafka-acls", *b, "--command-config", ops]
+    made, allowed, denied, listed, topics, wrote, refused = _tools(
+        [
+            "kafka-configs",
+            *b,
+            "--command-config",
+            ops,
+            "--alter",
+            "--add-config",
+            f"SCRAM-SHA-256=[password={password}]",
+            "--entity-type",
+            "users",
+            "--entity-name",
+            user,
+        ],
+        [
+            *acls,
+            "--add",
+            "--allow-principal",
+            f"User:{user}",
+            "--operation",
+            "Write",
+            "--topic",
+            f"{user}-",
+            "--resource-pattern-type",
+            "prefixed",
+        ],
+        [
+            *acls,
+            "--add",
+            "--deny-principal",
+            f"User:{user}",
+            "--operation",
+            "All",
+            "--topic",
+            secret,
+        ],
+        [*acls, "--list", "--principal", f"User:{user}"],
+        ["kafka-topics", *b, "--list", "--command-config", bob],
+        _perf(served.bootstrap, mine, bob),
+        _perf(served.bootstrap, theirs, bob),
+    )
+    _ok(made)
+    _ok(allowed)
+    _ok(denied)
+    shown = _ok(listed)
+    assert f"name={user}-, patternType=PREFIXED" in shown
+    assert f"principal=User:{user}, host=*, operation=WRITE, permissionType=ALLOW" in shown
+    assert f"name={secret}, patternType=LITERAL" in shown
+    assert "operation=ALL, permissionType=DENY" in shown
+    # WRITE implies DESCRIBE, and the DENY of ALL takes the secret topic back.
+    assert set(_ok(topics).split()) == {mine}
+    assert "5 records sent" in _ok(wrote)
+    assert "TopicAuthorizationException" in refused["out"] + refused["err"]
+
+    # The ACLs are in the store: a restart keeps them.
+    served.service.stop()
+    served.service.start()
+    after, removed, nothing, deleted, locked = _tools(
+        [*acls, "--list", "--principal", f"User:{user}"],
+        # MATCH: every ACL that applies to the secret topic, the prefixed one too.
+        [*acls, "--remove", "--force", "--topic", secret, "--resource-pattern-type", "match"],
+        ["kafka-topics", *b, "--list", "--command-config", bob],
+        [
+            "kafka-configs",
+            *b,
+            "--command-config",
+            ops,
+            "--alter",
+            "--delete-config",
+            "SCRAM-SHA-256",
+            "--entity-type",
+            "users",
+            "--entity-name",
+            user,
+        ],
+        ["kafka-topics", *b, "--list", "--command-config", bob],
+    )
+    assert _ok(after) == shown
+    _ok(removed)
+    assert _ok(nothing).split() == []
+    _ok(deleted)
+    assert locked["code"] != 0
+    assert "authentication failed" in (locked["out"] + locked["err"]).lower()
