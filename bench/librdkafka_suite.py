@@ -11,7 +11,8 @@ build`), starts `coordinator serve --kafka-listener` on
 a fresh SQLite store with a short initial rebalance delay, points `tests/test.conf` at it (and
 KAFKA_PATH at Kafka's own `kafka-topics` tool, from the jars the README's test command resolved),
 and runs each broker test (the ones librdkafka marks local run against its own mock cluster and
-are left out) alone, with `TEST_KAFKA_VERSION=4.0.0`, under a timeout, in full mode as a user
+are left out) alone (those in `AUTH_TESTS`, which manage ACLs, with auth on and the test's client
+logged in with SASL/PLAIN as the tokens file's admin), with `TEST_KAFKA_VERSION=4.0.0`, under a timeout, in full mode as a user
 runs it (`--quick` passes -Q, which skips every sub-test not marked quick, so a test can pass
 there having run nothing). It writes a findings table: test, verdict, cause. A cause comes from
 `CAUSES` below (what a failure was traced to, or why a test is outside this project's scope); a
@@ -22,6 +23,7 @@ never hides one.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -40,16 +42,23 @@ OUT_OF_SCOPE = "outside scope"
 CAUSES: dict[str, str] = {
     "0009_mock_cluster": f"{OUT_OF_SCOPE}: librdkafka's mock cluster",
     "0049_consume_conn_close": f"{OUT_OF_SCOPE}: sockem (needs librdkafka built with it)",
-    "0081_admin": "CreateAcls must succeed; ACLs are not kept here (SECURITY_DISABLED, "
-    "docs/pages/kafka.md)",
     "0101_fetch_from_follower": f"{OUT_OF_SCOPE}: needs replicas and racks (one broker)",
-    "0109_auto_create_topics": f"{OUT_OF_SCOPE}: denies a topic with kafka-acls.sh (ACLs are not "
-    "kept: SECURITY_DISABLED)",
-    "0115_producer_auth": f"{OUT_OF_SCOPE}: needs Kafka ACLs (ACL APIs answer SECURITY_DISABLED)",
-    "0119_consumer_auth": f"{OUT_OF_SCOPE}: needs Kafka ACLs (ACL APIs answer SECURITY_DISABLED)",
+    # These deny User:* on a cluster without authentication (an authorizer that lets the
+    # anonymous user do what no ACL speaks to); here ACLs are kept with auth on only.
+    "0109_auto_create_topics": f"{OUT_OF_SCOPE}: denies User:* with kafka-acls.sh on a cluster "
+    "without authentication; ACLs need auth on here",
+    "0115_producer_auth": f"{OUT_OF_SCOPE}: denies User:* with kafka-acls.sh on a cluster without "
+    "authentication; ACLs need auth on here",
+    "0119_consumer_auth": f"{OUT_OF_SCOPE}: denies User:* with kafka-acls.sh on a cluster without "
+    "authentication; ACLs need auth on here",
     "0126_oauthbearer_oidc": f"{OUT_OF_SCOPE}: SASL/OAUTHBEARER with an OIDC server",
     "0142_reauthentication": f"{OUT_OF_SCOPE}: SASL re-authentication (KIP-368) is not served",
 }
+
+# Tests run with auth on (a tokens file; the test's client logs in with SASL/PLAIN as its admin):
+# 0081 creates, lists and deletes ACLs, which only a listener with auth on keeps.
+AUTH_TESTS = {"0081_admin"}
+ADMIN_USER, ADMIN_TOKEN = "ops", "librdkafka-suite-admin"
 
 _TEST_DECL = re.compile(r"_TEST\((\d{4}_\w+),(.*?)\)\s*,\s*(?=_TEST\(|\{)", re.S)
 
@@ -111,8 +120,23 @@ def build(source: Path) -> None:
 class Listener(Launched):
     """`coordinator serve` with the Kafka listener on a fresh SQLite store."""
 
-    def __init__(self, workdir: Path, group_delay_ms: int, no_auto_create: bool) -> None:
+    def __init__(
+        self, workdir: Path, group_delay_ms: int, no_auto_create: bool, auth: bool = False
+    ) -> None:
         self.kafka_port = free_port()
+        extra = {}
+        if auth:
+            tokens = workdir / "tokens.json"
+            tokens.write_text(
+                json.dumps(
+                    {
+                        "tokens": [
+                            {"token": ADMIN_TOKEN, "principal": ADMIN_USER, "roles": ["admin"]}
+                        ]
+                    }
+                )
+            )
+            extra["COORDINATOR_AUTH_TOKENS_FILE"] = str(tokens)
         super().__init__(
             workdir,
             database_url=f"sqlite:///{workdir / 'store.db'}",
@@ -129,6 +153,7 @@ class Listener(Launched):
                 # records with 1970's timestamps, which a 7-day retention would take at once.
                 "COORDINATOR_LOG_RETENTION_CHECK_INTERVAL_MS": "1000",
                 "COORDINATOR_LOG_RETENTION_MS": "-1",
+                **extra,
             },
             log=workdir / "serve.log",
         )
@@ -299,10 +324,17 @@ def main() -> None:
         store = workdir / name
         store.mkdir()
         # The "noautocreate" scenario is a cluster without auto.create.topics.enable.
-        listener = Listener(store, args.group_delay_ms, test.scenario == "noautocreate")
+        auth = name in AUTH_TESTS
+        listener = Listener(store, args.group_delay_ms, test.scenario == "noautocreate", auth)
         try:
             (source / "tests" / "test.conf").write_text(
                 f"metadata.broker.list=127.0.0.1:{listener.kafka_port}\ntest.timeout.multiplier=2\n"
+                + (
+                    "security.protocol=SASL_PLAINTEXT\nsasl.mechanisms=PLAIN\n"
+                    f"sasl.username={ADMIN_USER}\nsasl.password={ADMIN_TOKEN}\n"
+                    if auth
+                    else ""
+                )
             )
             bootstrap = f"127.0.0.1:{listener.kafka_port}"
             verdict, detail, seconds = run_test(
