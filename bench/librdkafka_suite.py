@@ -7,17 +7,16 @@ part of the test suite (it needs librdkafka's source, which CI cannot fetch).
 
 It builds the tests from the source directory when asked (`./configure` with OpenSSL where
 libssl-dev is installed and without the other optional dependencies, `make libs`, `make -C tests
-build`), starts `coordinator serve --kafka-listener` on
-a fresh SQLite store with a short initial rebalance delay, points `tests/test.conf` at it (and
-KAFKA_PATH at Kafka's own `kafka-topics` tool, from the jars the README's test command resolved),
-and runs each broker test (the ones librdkafka marks local run against its own mock cluster and
-are left out) alone (those in `AUTH_TESTS`, which manage ACLs, with auth on and the test's client
-logged in with SASL/PLAIN as the tokens file's admin), with `TEST_KAFKA_VERSION=4.0.0`, under a
-timeout, in full mode as a user runs it (`--quick` passes -Q, which skips every sub-test not marked quick, so a test can pass
-there having run nothing). It writes a findings table: test, verdict, cause. A cause comes from
-`CAUSES` below (what a failure was traced to, or why a test is outside this project's scope); a
-failing test that has none is listed as "unexplained" with its last error line, so the table
-never hides one.
+build`), starts `coordinator serve --kafka-listener` on a fresh SQLite store with a short initial
+rebalance delay, points `tests/test.conf` at it (and KAFKA_PATH at Kafka's own `kafka-topics` tool,
+from the jars the README's test command resolved), and runs each broker test (the ones librdkafka
+marks local run against its own mock cluster and are left out) alone (those in `AUTH_TESTS`, which
+manage ACLs, with auth on and the test's client logged in with SASL/PLAIN as the tokens file's
+admin), with `TEST_KAFKA_VERSION=4.0.0`, under a timeout, in full mode as a user runs it (`--quick`
+passes -Q, which skips every sub-test not marked quick, so a test can pass there having run
+nothing). It writes a findings table: test, verdict, cause. A cause comes from `CAUSES` below (what
+a failure was traced to, or why a test is outside this project's scope); a failing test that has
+none is listed as "unexplained" with its last error line, so the table never hides one.
 """
 
 from __future__ import annotations
