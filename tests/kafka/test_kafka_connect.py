@@ -1,0 +1,308 @@
+"""Kafka Connect 4.3.1, distributed mode, unchanged, against `coordinator serve` over SQLite and
+over Postgres: the worker keeps its config, offset and status topics on the listener and joins
+its group with the `connect` protocol type (incremental cooperative rebalancing, Connect's
+default `sessioned` protocol), and is driven through its REST API as an operator drives it.
+
+- A FileStreamSource -> topic -> FileStreamSink round trip: the sink's file is the source's.
+- Exactly-once source support (KIP-618, `exactly.once.source.support=enabled`): the source task
+  writes each poll's records and its file position in one transaction of the worker's
+  transactional producer, which the worker fences (InitProducerId on the task's transactional
+  id) when the task starts again. The worker is SIGKILLed while the task writes, and started
+  again: a read_committed reader then finds every line of the file once, in order. (The worker
+  started again waits for the killed task's open transaction to time out, as on Kafka: it reads
+  the offsets topic to its end, open transactions included; see `producer.transaction.timeout.ms`
+  below.)
+
+Connect runs at 4.3.1 (tests/clients/connect/pom.xml says why).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from tests.support.services import ServiceProcess, free_port, serve_on_fresh_store
+
+pytestmark = pytest.mark.slow
+
+CONNECT = Path(__file__).resolve().parents[1] / "clients" / "connect" / "target" / "lib"
+# How long one step may take before the test gives up (a worker start, a rebalance, a copy).
+STEP_S = 60.0
+
+
+@dataclass
+class Served:
+    service: ServiceProcess
+    bootstrap: str
+    root: Path
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def served(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Served]:
+    root = tmp_path_factory.mktemp("connect")
+    port = free_port()
+    yield from (
+        Served(service, f"127.0.0.1:{port}", root)
+        for service in serve_on_fresh_store(
+            request.param,
+            root,
+            "connect",
+            COORDINATOR_KAFKA_LISTENER=f"127.0.0.1:{port}",
+            # A killed worker's member leaves the group after its 3 s session; a new group
+            # forms at once.
+            COORDINATOR_GROUP_MIN_SESSION_TIMEOUT_MS="1000",
+            COORDINATOR_GROUP_INITIAL_REBALANCE_DELAY_MS="0",
+            COORDINATOR_TIMEOUT_CHECK_INTERVAL_MS="500",
+        )
+    )
+
+
+class Worker:
+    """One `ConnectDistributed` process of a Connect cluster (its group id and topics)."""
+
+    def __init__(self, served: Served, cluster: str) -> None:
+        java = shutil.which("java")
+        if java is None or not list(CONNECT.glob("connect-runtime-*.jar")):
+            pytest.fail(
+                "Kafka Connect is not resolved: run the README's test command "
+                "(mvn -f tests/clients/pom.xml package)"
+            )
+        self.rest = f"http://127.0.0.1:{free_port()}"
+        self.properties = served.root / f"{cluster}.properties"
+        self.properties.write_text(
+            "\n".join(
+                [
+                    f"bootstrap.servers={served.bootstrap}",
+                    f"group.id={cluster}",
+                    "key.converter=org.apache.kafka.connect.storage.StringConverter",
+                    "value.converter=org.apache.kafka.connect.storage.StringConverter",
+                    f"config.storage.topic={cluster}-configs",
+                    f"offset.storage.topic={cluster}-offsets",
+                    f"status.storage.topic={cluster}-status",
+                    "config.storage.replication.factor=1",
+                    "offset.storage.replication.factor=1",
+                    "status.storage.replication.factor=1",
+                    "offset.storage.partitions=1",
+                    "status.storage.partitions=1",
+                    f"listeners={self.rest}",
+                    "exactly.once.source.support=enabled",
+                    "offset.flush.interval.ms=500",
+                    # A lost worker's tasks go to the others at once, not after 5 minutes.
+                    "scheduled.rebalance.max.delay.ms=0",
+                    "session.timeout.ms=3000",
+                    "heartbeat.interval.ms=1000",
+                    "task.shutdown.graceful.timeout.ms=2000",
+                    "plugin.discovery=only_scan",
+                    # A worker starting reads the offsets topic to its end, open transactions
+                    # included (Connect's KafkaBasedLog, by design): after a kill, until the
+                    # killed task's transaction times out and is aborted, as on Kafka. Connect's
+                    # own default makes that a minute; here five seconds.
+                    "producer.transaction.timeout.ms=5000",
+                    "",
+                ]
+            )
+        )
+        self.log = served.root / f"{cluster}.log"
+        self.command = [
+            java,
+            "-Xmx512m",
+            "-cp",
+            f"{CONNECT}/*",
+            "org.apache.kafka.connect.cli.ConnectDistributed",
+            str(self.properties),
+        ]
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Worker:
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT)
+        self.wait(lambda: self.get("/").status_code == 200, "the worker's REST API")
+        return self
+
+    def kill(self) -> None:
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def get(self, path: str) -> httpx.Response:
+        try:
+            return httpx.get(self.rest + path, timeout=10)
+        except httpx.TransportError:
+            return httpx.Response(599)
+
+    def put_connector(self, name: str, config: dict[str, str]) -> None:
+        answer = httpx.put(f"{self.rest}/connectors/{name}/config", json=config, timeout=30)
+        assert answer.status_code in (200, 201), answer.text
+
+    def running(self, name: str) -> bool:
+        status = self.get(f"/connectors/{name}/status")
+        if status.status_code != 200:
+            return False
+        body = status.json()
+        tasks = body.get("tasks", [])
+        return (
+            body["connector"]["state"] == "RUNNING"
+            and bool(tasks)
+            and all(t["state"] == "RUNNING" for t in tasks)
+        )
+
+    def wait(self, done: Any, what: str) -> None:
+        """Until `done()`: Connect's own progress, which it does not announce (its REST API
+        and its topics are all an operator has)."""
+        deadline = time.monotonic() + STEP_S
+        while not done():
+            assert self.process is not None
+            if self.process.poll() is not None:
+                pytest.fail(f"the worker exited waiting for {what}:\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"no {what} after {STEP_S:.0f} s:\n{self.log_tail()}")
+            time.sleep(0.2)
+
+    def log_tail(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
+
+
+def committed(bootstrap: str, topic: str) -> list[str]:
+    """The values a read_committed reader finds on the topic's one partition, up to its last
+    stable offset (where a read_committed reader meets the partition's end)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{uuid.uuid4().hex[:8]}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "topic.metadata.refresh.interval.ms": 500,
+            "log_level": 3,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        values: list[str] = []
+        deadline = time.monotonic() + STEP_S
+        while time.monotonic() < deadline:
+            message = consumer.poll(1)
+            if message is None:
+                continue
+            error = message.error()
+            if error is None:
+                values.append(message.value().decode())
+            elif error.code() == KafkaError._PARTITION_EOF:
+                return values
+            elif error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
+                return values  # no record written yet: the first makes the topic
+            else:
+                raise KafkaException(error)
+        pytest.fail(f"{topic}: no end reached in {STEP_S:.0f} s (an open transaction?)")
+    finally:
+        consumer.close()
+
+
+def test_a_file_goes_round_through_source_topic_and_sink(served: Served) -> None:
+    tag = uuid.uuid4().hex[:8]
+    source, sink = served.root / f"in-{tag}.txt", served.root / f"out-{tag}.txt"
+    lines = [f"{tag} line {i:06d}" for i in range(200)]
+    source.write_text("".join(f"{line}\n" for line in lines))
+    worker = Worker(served, f"connect-rt-{tag}").start()
+    try:
+        worker.put_connector(
+            f"source-{tag}",
+            {
+                "connector.class": "org.apache.kafka.connect.file.FileStreamSourceConnector",
+                "file": str(source),
+                "topic": f"rt-{tag}",
+                "tasks.max": "1",
+            },
+        )
+        worker.put_connector(
+            f"sink-{tag}",
+            {
+                "connector.class": "org.apache.kafka.connect.file.FileStreamSinkConnector",
+                "file": str(sink),
+                "topics": f"rt-{tag}",
+                "tasks.max": "1",
+            },
+        )
+        worker.wait(
+            lambda: sink.exists() and len(sink.read_text().splitlines()) >= len(lines),
+            "sink file with every line",
+        )
+        assert sink.read_text().splitlines() == lines
+        assert worker.running(f"source-{tag}") and worker.running(f"sink-{tag}")
+        # The worker's group is a `connect` group of the classic protocol, on the listener.
+        group = worker.get("/")  # the worker answers; its group is the coordinator's to show
+        assert group.json()["kafka_cluster_id"] == "txn-coordinator"
+    finally:
+        worker.stop()
+
+
+def test_an_exactly_once_source_writes_each_line_once_across_a_kill(served: Served) -> None:
+    tag = uuid.uuid4().hex[:8]
+    source, topic = served.root / f"eos-{tag}.txt", f"eos-{tag}"
+    lines = [f"{tag} line {i:06d}" for i in range(3000)]
+    source.touch()
+    cluster = f"connect-eos-{tag}"
+    worker = Worker(served, cluster).start()
+    # The file grows while the task reads it (FileStreamSource follows it, as `tail -f`), so
+    # the task is busy when the worker is killed.
+    appending = threading.Thread(target=_append, args=(source, lines), daemon=True)
+    try:
+        worker.put_connector(
+            f"eos-source-{tag}",
+            {
+                "connector.class": "org.apache.kafka.connect.file.FileStreamSourceConnector",
+                "file": str(source),
+                "topic": topic,
+                "tasks.max": "1",
+                "batch.size": "50",
+                "exactly.once.support": "required",
+                # A transaction a second: the kill comes while one is open, almost surely.
+                "transaction.boundary": "interval",
+                "transaction.boundary.interval.ms": "1000",
+            },
+        )
+        worker.wait(lambda: worker.running(f"eos-source-{tag}"), "the source task running")
+        appending.start()
+        worker.wait(lambda: len(committed(served.bootstrap, topic)) > 0, "a committed poll")
+        worker.kill()
+        appending.join()
+        # The same cluster started again: the task goes on from the position committed with
+        # its last transaction (having fenced the killed task's transactional producer).
+        worker = Worker(served, cluster).start()
+        worker.wait(
+            lambda: len(committed(served.bootstrap, topic)) >= len(lines), "every line committed"
+        )
+        assert committed(served.bootstrap, topic) == lines
+    finally:
+        worker.stop()
+
+
+def _append(path: Path, lines: list[str]) -> None:
+    with path.open("a") as out:
+        for start in range(0, len(lines), 30):
+            out.write("".join(f"{line}\n" for line in lines[start : start + 30]))
+            out.flush()
+            time.sleep(0.02)  # the pace of a log being written, not a wait for anything
