@@ -18,6 +18,7 @@ Connect runs at 4.3.1 (tests/clients/connect/pom.xml says why).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -34,6 +35,7 @@ import httpx
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from tests.support.kafka_wire import Connection
 from tests.support.services import ServiceProcess, free_port, serve_on_fresh_store
 
 pytestmark = pytest.mark.slow
@@ -221,6 +223,16 @@ def committed(bootstrap: str, topic: str) -> list[str]:
         consumer.close()
 
 
+async def _describe_group(bootstrap: str, group: str) -> Any:
+    host, port = bootstrap.split(":")
+    connection = Connection(*await asyncio.open_connection(host, int(port)))
+    try:
+        answer = await connection.call(15, 5, groups=(group,), include_authorized_operations=False)
+        return answer.groups[0]
+    finally:
+        connection.writer.close()
+
+
 def test_a_file_goes_round_through_source_topic_and_sink(served: Served) -> None:
     tag = uuid.uuid4().hex[:8]
     source, sink = served.root / f"in-{tag}.txt", served.root / f"out-{tag}.txt"
@@ -252,9 +264,11 @@ def test_a_file_goes_round_through_source_topic_and_sink(served: Served) -> None
         )
         assert sink.read_text().splitlines() == lines
         assert worker.running(f"source-{tag}") and worker.running(f"sink-{tag}")
-        # The worker's group is a `connect` group of the classic protocol, on the listener.
-        group = worker.get("/")  # the worker answers; its group is the coordinator's to show
-        assert group.json()["kafka_cluster_id"] == "txn-coordinator"
+        # The worker's group, as Kafka's DescribeGroups shows it: a classic group of the
+        # `connect` type, on Connect's incremental cooperative protocol.
+        described = asyncio.run(_describe_group(served.bootstrap, f"connect-rt-{tag}"))
+        assert (described.protocol_type, described.protocol_data) == ("connect", "sessioned")
+        assert described.group_state == "Stable" and len(described.members) == 1
     finally:
         worker.stop()
 
