@@ -19,10 +19,6 @@ Connect runs at 4.3.1 (tests/clients/connect/pom.xml says why).
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import signal
-import subprocess
 import threading
 import time
 import uuid
@@ -33,16 +29,12 @@ from typing import Any
 
 import httpx
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from tests.support.connect import JvmProcess, committed
 from tests.support.kafka_wire import Connection
 from tests.support.services import ServiceProcess, free_port, serve_on_fresh_store
 
 pytestmark = pytest.mark.slow
-
-CONNECT = Path(__file__).resolve().parents[1] / "clients" / "connect" / "target" / "lib"
-# How long one step may take before the test gives up (a worker start, a rebalance, a copy).
-STEP_S = 60.0
 
 
 @dataclass
@@ -74,19 +66,13 @@ def served(
     )
 
 
-class Worker:
+class Worker(JvmProcess):
     """One `ConnectDistributed` process of a Connect cluster (its group id and topics)."""
 
     def __init__(self, served: Served, cluster: str) -> None:
-        java = shutil.which("java")
-        if java is None or not list(CONNECT.glob("connect-runtime-*.jar")):
-            pytest.fail(
-                "Kafka Connect is not resolved: run the README's test command "
-                "(mvn -f tests/clients/pom.xml package)"
-            )
         self.rest = f"http://127.0.0.1:{free_port()}"
-        self.properties = served.root / f"{cluster}.properties"
-        self.properties.write_text(
+        properties = served.root / f"{cluster}.properties"
+        properties.write_text(
             "\n".join(
                 [
                     f"bootstrap.servers={served.bootstrap}",
@@ -119,35 +105,17 @@ class Worker:
                 ]
             )
         )
-        self.log = served.root / f"{cluster}.log"
-        self.command = [
-            java,
-            "-Xmx512m",
-            "-cp",
-            f"{CONNECT}/*",
+        super().__init__(
             "org.apache.kafka.connect.cli.ConnectDistributed",
-            str(self.properties),
-        ]
-        self.process: subprocess.Popen[bytes] | None = None
+            [str(properties)],
+            served.root / f"{cluster}.log",
+            "the worker",
+        )
 
     def start(self) -> Worker:
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT)
+        self.spawn()
         self.wait(lambda: self.get("/").status_code == 200, "the worker's REST API")
         return self
-
-    def kill(self) -> None:
-        assert self.process is not None
-        os.kill(self.process.pid, signal.SIGKILL)
-        self.process.wait(10)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.kill()
 
     def get(self, path: str) -> httpx.Response:
         try:
@@ -171,57 +139,6 @@ class Worker:
             and all(t["state"] == "RUNNING" for t in tasks)
         )
 
-    def wait(self, done: Any, what: str) -> None:
-        """Until `done()`: Connect's own progress, which it does not announce (its REST API
-        and its topics are all an operator has)."""
-        deadline = time.monotonic() + STEP_S
-        while not done():
-            assert self.process is not None
-            if self.process.poll() is not None:
-                pytest.fail(f"the worker exited waiting for {what}:\n{self.log_tail()}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"no {what} after {STEP_S:.0f} s:\n{self.log_tail()}")
-            time.sleep(0.2)
-
-    def log_tail(self) -> str:
-        return self.log.read_text(errors="replace")[-4000:]
-
-
-def committed(bootstrap: str, topic: str) -> list[str]:
-    """The values a read_committed reader finds on the topic's one partition, up to its last
-    stable offset (where a read_committed reader meets the partition's end)."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"reader-{uuid.uuid4().hex[:8]}",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "topic.metadata.refresh.interval.ms": 500,
-            "log_level": 3,
-        }
-    )
-    try:
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        values: list[str] = []
-        deadline = time.monotonic() + STEP_S
-        while time.monotonic() < deadline:
-            message = consumer.poll(1)
-            if message is None:
-                continue
-            error = message.error()
-            if error is None:
-                values.append(message.value().decode())
-            elif error.code() == KafkaError._PARTITION_EOF:
-                return values
-            elif error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
-                return values  # no record written yet: the first makes the topic
-            else:
-                raise KafkaException(error)
-        pytest.fail(f"{topic}: no end reached in {STEP_S:.0f} s (an open transaction?)")
-    finally:
-        consumer.close()
-
 
 async def _describe_group(bootstrap: str, group: str) -> Any:
     host, port = bootstrap.split(":")
@@ -233,85 +150,97 @@ async def _describe_group(bootstrap: str, group: str) -> Any:
         connection.writer.close()
 
 
-def test_a_file_goes_round_through_source_topic_and_sink(served: Served) -> None:
-    tag = uuid.uuid4().hex[:8]
+@dataclass
+class Cluster:
+    """A Connect cluster of one worker, which a test may kill and start again."""
+
+    served: Served
+    name: str
+    worker: Worker
+
+
+@pytest.fixture(scope="module")
+def cluster(served: Served) -> Iterator[Cluster]:
+    name = f"connect-{uuid.uuid4().hex[:8]}"
+    running = Cluster(served, name, Worker(served, name).start())
+    try:
+        yield running
+    finally:
+        running.worker.stop()
+
+
+def test_a_file_goes_round_through_source_topic_and_sink(cluster: Cluster) -> None:
+    served, worker, tag = cluster.served, cluster.worker, uuid.uuid4().hex[:8]
     source, sink = served.root / f"in-{tag}.txt", served.root / f"out-{tag}.txt"
     lines = [f"{tag} line {i:06d}" for i in range(200)]
     source.write_text("".join(f"{line}\n" for line in lines))
-    worker = Worker(served, f"connect-rt-{tag}").start()
-    try:
-        worker.put_connector(
-            f"source-{tag}",
-            {
-                "connector.class": "org.apache.kafka.connect.file.FileStreamSourceConnector",
-                "file": str(source),
-                "topic": f"rt-{tag}",
-                "tasks.max": "1",
-            },
-        )
-        worker.put_connector(
-            f"sink-{tag}",
-            {
-                "connector.class": "org.apache.kafka.connect.file.FileStreamSinkConnector",
-                "file": str(sink),
-                "topics": f"rt-{tag}",
-                "tasks.max": "1",
-            },
-        )
-        worker.wait(
-            lambda: sink.exists() and len(sink.read_text().splitlines()) >= len(lines),
-            "sink file with every line",
-        )
-        assert sink.read_text().splitlines() == lines
-        assert worker.running(f"source-{tag}") and worker.running(f"sink-{tag}")
-        # The worker's group, as Kafka's DescribeGroups shows it: a classic group of the
-        # `connect` type, on Connect's incremental cooperative protocol.
-        described = asyncio.run(_describe_group(served.bootstrap, f"connect-rt-{tag}"))
-        assert (described.protocol_type, described.protocol_data) == ("connect", "sessioned")
-        assert described.group_state == "Stable" and len(described.members) == 1
-    finally:
-        worker.stop()
+    worker.put_connector(
+        f"source-{tag}",
+        {
+            "connector.class": "org.apache.kafka.connect.file.FileStreamSourceConnector",
+            "file": str(source),
+            "topic": f"rt-{tag}",
+            "tasks.max": "1",
+        },
+    )
+    worker.put_connector(
+        f"sink-{tag}",
+        {
+            "connector.class": "org.apache.kafka.connect.file.FileStreamSinkConnector",
+            "file": str(sink),
+            "topics": f"rt-{tag}",
+            "tasks.max": "1",
+        },
+    )
+    worker.wait(
+        lambda: sink.exists() and len(sink.read_text().splitlines()) >= len(lines),
+        "sink file with every line",
+    )
+    assert sink.read_text().splitlines() == lines
+    assert worker.running(f"source-{tag}") and worker.running(f"sink-{tag}")
+    # The worker's group, as Kafka's DescribeGroups shows it: a classic group of the `connect`
+    # type, on Connect's incremental cooperative protocol.
+    described = asyncio.run(_describe_group(served.bootstrap, cluster.name))
+    assert (described.protocol_type, described.protocol_data) == ("connect", "sessioned")
+    assert described.group_state == "Stable" and len(described.members) == 1
 
 
-def test_an_exactly_once_source_writes_each_line_once_across_a_kill(served: Served) -> None:
-    tag = uuid.uuid4().hex[:8]
+def test_an_exactly_once_source_writes_each_line_once_across_a_kill(cluster: Cluster) -> None:
+    served, tag = cluster.served, uuid.uuid4().hex[:8]
     source, topic = served.root / f"eos-{tag}.txt", f"eos-{tag}"
     lines = [f"{tag} line {i:06d}" for i in range(3000)]
     source.touch()
-    cluster = f"connect-eos-{tag}"
-    worker = Worker(served, cluster).start()
     # The file grows while the task reads it (FileStreamSource follows it, as `tail -f`), so
     # the task is busy when the worker is killed.
     appending = threading.Thread(target=_append, args=(source, lines), daemon=True)
-    try:
-        worker.put_connector(
-            f"eos-source-{tag}",
-            {
-                "connector.class": "org.apache.kafka.connect.file.FileStreamSourceConnector",
-                "file": str(source),
-                "topic": topic,
-                "tasks.max": "1",
-                "batch.size": "50",
-                "exactly.once.support": "required",
-                # A transaction a second: the kill comes while one is open, almost surely.
-                "transaction.boundary": "interval",
-                "transaction.boundary.interval.ms": "1000",
-            },
-        )
-        worker.wait(lambda: worker.running(f"eos-source-{tag}"), "the source task running")
-        appending.start()
-        worker.wait(lambda: len(committed(served.bootstrap, topic)) > 0, "a committed poll")
-        worker.kill()
-        appending.join()
-        # The same cluster started again: the task goes on from the position committed with
-        # its last transaction (having fenced the killed task's transactional producer).
-        worker = Worker(served, cluster).start()
-        worker.wait(
-            lambda: len(committed(served.bootstrap, topic)) >= len(lines), "every line committed"
-        )
-        assert committed(served.bootstrap, topic) == lines
-    finally:
-        worker.stop()
+    cluster.worker.put_connector(
+        f"eos-source-{tag}",
+        {
+            "connector.class": "org.apache.kafka.connect.file.FileStreamSourceConnector",
+            "file": str(source),
+            "topic": topic,
+            "tasks.max": "1",
+            "batch.size": "50",
+            "exactly.once.support": "required",
+            # A transaction a second: the kill comes while one is open, almost surely.
+            "transaction.boundary": "interval",
+            "transaction.boundary.interval.ms": "1000",
+        },
+    )
+    cluster.worker.wait(
+        lambda: cluster.worker.running(f"eos-source-{tag}"), "the source task running"
+    )
+    appending.start()
+    cluster.worker.wait(lambda: len(committed(served.bootstrap, topic)) > 0, "a committed poll")
+    cluster.worker.kill()
+    appending.join()
+    # The same cluster started again: the task goes on from the position committed with its
+    # last transaction (having fenced the killed task's transactional producer).
+    cluster.worker = Worker(served, cluster.name).start()
+    cluster.worker.wait(
+        lambda: len(committed(served.bootstrap, topic)) >= len(lines), "every line committed"
+    )
+    assert committed(served.bootstrap, topic) == lines
 
 
 def _append(path: Path, lines: list[str]) -> None:
