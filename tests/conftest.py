@@ -67,6 +67,8 @@ FIRST = (
     "tests/spark/",
     "tests/jobs/",
     "tests/service/transactions/test_transactions_model.py",
+    "tests/kafka/test_kafka_mirror.py",
+    "tests/kafka/test_kafka_connect.py",
     "tests/kafka/test_java_client.py",
     "tests/kafka/test_kafka_streams.py",
     "tests/service/test_schema.py",

@@ -99,8 +99,8 @@ class Worker(JvmProcess):
                     # A worker starting reads the offsets topic to its end, open transactions
                     # included (Connect's KafkaBasedLog, by design): after a kill, until the
                     # killed task's transaction times out and is aborted, as on Kafka. Connect's
-                    # own default makes that a minute; here five seconds.
-                    "producer.transaction.timeout.ms=5000",
+                    # own default makes that a minute; here two seconds.
+                    "producer.transaction.timeout.ms=2000",
                     "",
                 ]
             )

@@ -112,7 +112,7 @@ class MirrorMaker(JvmProcess):
                     # After a kill, the node started again waits for the killed task's open
                     # transaction to time out (Connect reads its offsets topic to the end, open
                     # transactions included): seconds, not Connect's minute.
-                    "dst.producer.transaction.timeout.ms = 5000",
+                    "dst.producer.transaction.timeout.ms = 2000",
                     "replication.factor = 1",
                     "checkpoints.topic.replication.factor = 1",
                     "heartbeats.topic.replication.factor = 1",

@@ -48,9 +48,9 @@ FAR_FUTURE_MS = 10**14
 PAGE_SIZE = 3
 
 MODEL_SETTINGS = settings(
-    # 28 runs of up to 30 steps on each store, about 50 s each on the suite's machine: the
+    # 24 runs of up to 30 steps on each store, about 35 s each on the suite's machine: the
     # suite's budget; each run of the suite draws new ones, and a failure is replayed first.
-    max_examples=28,
+    max_examples=24,
     stateful_step_count=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
