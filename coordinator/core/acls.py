@@ -29,6 +29,7 @@ import enum
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from sqlalchemy import Integer, Text, UniqueConstraint, delete, select
 from sqlalchemy.orm import Mapped, mapped_column
@@ -113,11 +114,26 @@ class InvalidAcl(CoordinatorError):
     title = "Invalid ACL"
 
 
-def _code(enum_type: type[enum.IntEnum], value: int) -> enum.IntEnum:
+_E = TypeVar("_E", bound=enum.IntEnum)
+
+
+def _code(enum_type: type[_E], value: int) -> _E:
     try:
         return enum_type(value)
     except ValueError:
         return enum_type(0)  # UNKNOWN, as Kafka reads a code it does not know
+
+
+def _codes(
+    resource_type: int, pattern_type: int, operation: int, permission: int
+) -> tuple[ResourceType, PatternType, Operation, Permission]:
+    """A binding's or a filter's four codes, as Kafka reads them."""
+    return (
+        _code(ResourceType, resource_type),
+        _code(PatternType, pattern_type),
+        _code(Operation, operation),
+        _code(Permission, permission),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,15 +159,8 @@ class Acl:
         operation: int,
         permission: int,
     ) -> Acl:
-        return cls(
-            ResourceType(_code(ResourceType, resource_type)),
-            resource_name,
-            PatternType(_code(PatternType, pattern_type)),
-            principal,
-            host,
-            Operation(_code(Operation, operation)),
-            Permission(_code(Permission, permission)),
-        )
+        kind, pattern, op, permitted = _codes(resource_type, pattern_type, operation, permission)
+        return cls(kind, resource_name, pattern, principal, host, op, permitted)
 
     def covers(self, resource_type: ResourceType, name: str) -> bool:
         """Whether the pattern takes in the resource of that type and (literal) name."""
@@ -213,15 +222,8 @@ class AclFilter:
         operation: int,
         permission: int,
     ) -> AclFilter:
-        return cls(
-            ResourceType(_code(ResourceType, resource_type)),
-            resource_name,
-            PatternType(_code(PatternType, pattern_type)),
-            principal,
-            host,
-            Operation(_code(Operation, operation)),
-            Permission(_code(Permission, permission)),
-        )
+        kind, pattern, op, permitted = _codes(resource_type, pattern_type, operation, permission)
+        return cls(kind, resource_name, pattern, principal, host, op, permitted)
 
     def check(self) -> None:
         """Kafka's validateFilter: a filter with an unknown code matches nothing it could
@@ -478,9 +480,12 @@ async def delete_matching(db: Store, filters: Sequence[AclFilter]) -> list[list[
     """Removes every ACL some filter matches, in one transaction; for each filter, the ACLs it
     matched."""
     async with db.write() as session:
-        rows = list((await session.execute(select(AclRow).with_for_update())).scalars())
-        matched = [[_acl(r) for r in rows if f.matches(_acl(r))] for f in filters]
-        gone = [r.id for r in rows if any(f.matches(_acl(r)) for f in filters)]
+        rows = [
+            (row.id, _acl(row))
+            for row in (await session.execute(select(AclRow).with_for_update())).scalars()
+        ]
+        matched = [[acl for _, acl in rows if f.matches(acl)] for f in filters]
+        gone = [key for key, acl in rows if any(f.matches(acl) for f in filters)]
         if gone:
             await session.execute(delete(AclRow).where(AclRow.id.in_(gone)))
     return [sorted(m, key=_order) for m in matched]
