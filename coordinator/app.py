@@ -37,6 +37,7 @@ from coordinator.log.cleaner import run_cleaner
 from coordinator.log.hot_routes import hot_routes
 from coordinator.log.purgatory import PURGATORY
 from coordinator.log.routes import router as log_router
+from coordinator.shares.tasks import run_share_sweeper
 from coordinator.store.engines import open_store
 from coordinator.store.postgres.replicas import watch_replicas
 from coordinator.transactions.joining import GroupJoins
@@ -78,6 +79,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         background = [
             asyncio.create_task(run_sweeper(db, settings), name="coordinator-sweeper"),
             asyncio.create_task(run_group_sweeper(db, settings), name="group-sweeper"),
+            asyncio.create_task(run_share_sweeper(db, settings), name="share-sweeper"),
             asyncio.create_task(run_expiry(db, settings), name="coordinator-effect-expiry"),
             asyncio.create_task(run_cleaner(db, settings), name="coordinator-log-cleaner"),
         ]

@@ -1,7 +1,7 @@
 """Deleting a topic: its partitions, records and producer state (the log's), the open
 transactions that include its partitions, aborted and their producers fenced (the
-transactions'), and the groups' offsets on it, in one unit of work. Above the domains, since it
-spans them; both doors call it, and its HTTP route is here."""
+transactions'), and the groups' offsets and share partitions on it, in one unit of work. Above
+the domains, since it spans them; both doors call it, and its HTTP route is here."""
 
 from __future__ import annotations
 
@@ -20,12 +20,13 @@ from coordinator.log.markers import lock_partitions
 from coordinator.log.models import Batch, Partition, ProducerState, Topic
 from coordinator.log.routes import TopicPath
 from coordinator.log.schemas import DeletedTopic
+from coordinator.shares.models import SharePartitionRow
 from coordinator.store import Store
 from coordinator.transactions.aborts import abort_and_fence
 from coordinator.transactions.errors import ConcurrentTransactions
 from coordinator.transactions.finishing import BY_ADMIN
 from coordinator.transactions.locks import lock_including, partitions_of
-from coordinator.transactions.models import TransactionOffset
+from coordinator.transactions.models import TransactionOffset, TransactionShareAck
 
 # A deletion retries when a transaction joins the topic between its lookup and its locks.
 _DELETE_ATTEMPTS = 5
@@ -61,7 +62,15 @@ async def delete_topic(db: Store, name: str) -> DeletedTopic:
                     raise _TransactionJoined
                 for locked in including:
                     await abort_and_fence(session, locked, BY_ADMIN, now)
-                for model in (GroupOffset, TransactionOffset, Batch, ProducerState, Partition):
+                for model in (
+                    GroupOffset,
+                    TransactionOffset,
+                    SharePartitionRow,
+                    TransactionShareAck,
+                    Batch,
+                    ProducerState,
+                    Partition,
+                ):
                     await session.execute(delete(model).where(model.topic == name))
                 await session.execute(delete(Topic).where(Topic.name == name))
             return DeletedTopic(name=name)

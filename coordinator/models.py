@@ -8,19 +8,23 @@ from coordinator.core.tables import Base
 from coordinator.effects.models import Effect
 from coordinator.groups.models import (
     ConsumerGroup,
+    GroupConfig,
     GroupMember,
     GroupOffset,
     GroupOwnedPartition,
     GroupTargetPartition,
+    ShareMember,
 )
 from coordinator.log.models import Batch, Partition, ProducerState, Topic
 from coordinator.producers.models import ProducerId
+from coordinator.shares.models import SharePartitionRow
 from coordinator.telemetry.models import ClientMetricsConfig, ClientTelemetry
 from coordinator.transactions.models import (
     TimedOutEpoch,
     Transaction,
     TransactionOffset,
     TransactionPartition,
+    TransactionShareAck,
 )
 
 __all__ = [
@@ -33,6 +37,7 @@ __all__ = [
     "ConsumerGroup",
     "DelegationTokenRow",
     "Effect",
+    "GroupConfig",
     "GroupMember",
     "GroupOffset",
     "GroupOwnedPartition",
@@ -41,9 +46,12 @@ __all__ = [
     "ProducerId",
     "ProducerState",
     "ScramCredential",
+    "ShareMember",
+    "SharePartitionRow",
     "TimedOutEpoch",
     "Topic",
     "Transaction",
     "TransactionOffset",
     "TransactionPartition",
+    "TransactionShareAck",
 ]

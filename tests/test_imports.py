@@ -34,6 +34,7 @@ LAYERS: dict[str, int] = {
     "coordinator.effects": 2,
     "coordinator.telemetry": 2,
     "coordinator.groups": 3,
+    "coordinator.shares": 3,
     "coordinator.transactions": 4,
     "coordinator.deletion": 5,
     "coordinator.models": 5,

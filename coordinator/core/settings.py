@@ -204,6 +204,27 @@ class Settings(BaseSettings):
     group_initial_rebalance_delay_ms: int = Field(default=3_000, ge=0)
     # How often each process looks for members whose session or rebalance timeout passed.
     group_check_interval_ms: int = Field(default=1_000, ge=1)
+    # Share groups (KIP-932), with Kafka's broker settings' defaults and bounds (group.share.*):
+    # each is a group config's default (share.record.lock.duration.ms, ...), and a group config
+    # outside the bounds is INVALID_CONFIG.
+    share_record_lock_duration_ms: int = Field(default=30_000, ge=1)
+    share_min_record_lock_duration_ms: int = Field(default=15_000, ge=1)
+    share_max_record_lock_duration_ms: int = Field(default=60_000, ge=1)
+    share_delivery_count_limit: int = Field(default=5, ge=1)
+    share_min_delivery_count_limit: int = Field(default=2, ge=1)
+    share_max_delivery_count_limit: int = Field(default=10, ge=1)
+    share_session_timeout_ms: int = Field(default=45_000, ge=1)
+    share_min_session_timeout_ms: int = Field(default=45_000, ge=1)
+    share_max_session_timeout_ms: int = Field(default=60_000, ge=1)
+    share_heartbeat_interval_ms: int = Field(default=5_000, ge=1)
+    share_min_heartbeat_interval_ms: int = Field(default=5_000, ge=1)
+    share_max_heartbeat_interval_ms: int = Field(default=15_000, ge=1)
+    share_partition_max_record_locks: int = Field(default=2_000, ge=1)
+    share_max_partition_max_record_locks: int = Field(default=10_000, ge=1)
+    # Members one share group may have (group.share.max.size), and the share sessions (Kafka's
+    # ShareFetch sessions) one process keeps (group.share.max.share.sessions).
+    share_max_size: int = Field(default=200, ge=1)
+    share_max_sessions: int = Field(default=2_000, ge=1)
 
     @field_validator("database_url")
     @classmethod

@@ -46,7 +46,7 @@ from coordinator.groups.membership import (
     remove,
     write,
 )
-from coordinator.groups.models import CLASSIC, CONSUMER, ConsumerGroup, GroupMember
+from coordinator.groups.models import CLASSIC, CONSUMER, SHARE, ConsumerGroup, GroupMember
 from coordinator.groups.schemas import HeartbeatResponse, TopicPartitionOut
 from coordinator.store import Store
 
@@ -212,6 +212,10 @@ async def heartbeat(
         group = await lock_group(session, group_id, create=body.member_epoch == JOIN_EPOCH)
         if group is None:
             raise UnknownMemberId(f"group {group_id!r} has no member {body.member_id!r}")
+        if group.protocol_type == SHARE:
+            raise GroupIdNotFound(
+                f"Group {group_id} is not a consumer group (it is a share group)."
+            )
         state = await load(session, group)
         if group.protocol_type == CLASSIC and any(
             not is_gone(m, now) for m in state.members.values()

@@ -37,12 +37,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from coordinator.core.clock import now_ms
 from coordinator.groups.errors import (
     FencedMemberEpoch,
+    GroupIdNotFound,
     IllegalGeneration,
     RebalanceInProgress,
     UnknownMemberId,
 )
 from coordinator.groups.membership import Deadlines, is_gone, lock_group
-from coordinator.groups.models import CLASSIC, GroupMember, GroupOwnedPartition
+from coordinator.groups.models import CLASSIC, SHARE, GroupMember, GroupOwnedPartition
 from coordinator.store.sql import pairs_in
 
 
@@ -60,6 +61,10 @@ async def check_offset_commit(
     transactional id and before any partition's."""
     now = now_ms()
     group = await lock_group(session, group_id, create=member_id is None, share=True)
+    if group is not None and group.protocol_type == SHARE:
+        raise GroupIdNotFound(
+            f"Group {group_id} is a share group: its records are acknowledged, not committed."
+        )
     if member_id is None or member_epoch is None:
         assert group is not None
         if transactional:

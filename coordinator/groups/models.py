@@ -32,6 +32,8 @@ from coordinator.core.tables import Base, FreeText
 # protocol, where a leader among the members assigns (`coordinator.groups.classic`).
 CONSUMER = "consumer"
 CLASSIC = "classic"
+# A share group (KIP-932): its members and share partitions are `coordinator.shares`'.
+SHARE = "share"
 # Kafka's consumer protocol's type: the classic protocol type whose metadata the coordinator reads.
 CONSUMER_PROTOCOL = "consumer"
 
@@ -189,3 +191,43 @@ class GroupOwnedPartition(Base):
         ),
         Index("ix_group_owned_partitions_group_id_member_id", "group_id", "member_id"),
     )
+
+
+class ShareMember(Base):
+    """A member of a share group (KIP-932): `coordinator.shares.membership` runs them."""
+
+    __tablename__ = "share_group_members"
+
+    group_id: Mapped[str] = mapped_column(
+        String(255),
+        ForeignKey("consumer_groups.group_id", ondelete="CASCADE"),
+        primary_key=True,
+    )
+    member_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    # The group's assignment epoch when the member was last given its assignment.
+    member_epoch: Mapped[int] = mapped_column(Integer)
+    rack_id: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    client_id: Mapped[str] = mapped_column(String(255))
+    client_host: Mapped[str] = mapped_column(String(255))
+    subscribed_topics: Mapped[list[str]] = mapped_column(JSON)
+    # What it was assigned: [[topic, partition], ...], sorted. Several members may share one.
+    assigned: Mapped[list[list[Any]]] = mapped_column(JSON)
+    session_timeout_ms: Mapped[int] = mapped_column(Integer)
+    joined_ms: Mapped[int] = mapped_column(BigInteger)
+    last_heartbeat_ms: Mapped[int] = mapped_column(BigInteger)
+    # Past it the member is gone (and what it acquired is released).
+    session_deadline_ms: Mapped[int] = mapped_column(BigInteger)
+
+    __table_args__ = (Index("ix_share_group_members_session_deadline_ms", "session_deadline_ms"),)
+
+
+class GroupConfig(Base):
+    """The group configs set on a group id (Kafka's GROUP config resource: kafka-configs.sh
+    --entity-type groups), kept whether or not the group exists, as Kafka keeps them."""
+
+    __tablename__ = "group_configs"
+
+    group_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    # {name: value} of the configs set; the others take their defaults (`groups.configs`).
+    configs: Mapped[dict[str, Any]] = mapped_column(JSON)
+    updated_ms: Mapped[int] = mapped_column(BigInteger)

@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from coordinator.core.clock import now_ms, rfc3339
@@ -26,11 +26,13 @@ from coordinator.groups.inputs import CommittedOffset, check_member, check_offse
 from coordinator.groups.membership import GroupState, group_state, is_gone, load, lock_group
 from coordinator.groups.models import (
     CLASSIC,
+    SHARE,
     ConsumerGroup,
     GroupMember,
     GroupOffset,
     GroupOwnedPartition,
     GroupTargetPartition,
+    ShareMember,
 )
 from coordinator.groups.offsets import commit_offsets
 from coordinator.groups.schemas import (
@@ -237,6 +239,8 @@ async def describe(db: Store, group_id: str) -> GroupDescription:
         group = await session.get(ConsumerGroup, group_id)
         if group is None:
             raise GroupIdNotFound(f"group {group_id!r} does not exist")
+        if group.protocol_type == SHARE:
+            raise GroupIdNotFound(f"{group_id!r} is a share group (/v1/share-groups/{group_id})")
         return await _describe(session, await load(session, group), now_ms())
 
 
@@ -250,7 +254,7 @@ async def describe_all(db: Store, visible: Callable[[str], bool]) -> list[GroupD
         return [
             await _describe(session, await load(session, g), now)
             for g in groups
-            if visible(g.group_id)
+            if visible(g.group_id) and g.protocol_type != SHARE
         ]
 
 
@@ -283,10 +287,22 @@ async def list_groups(db: Store, visible: Callable[[str], bool]) -> GroupList:
             )
         ):
             owned[gid][(t, p)] = (mid, epoch)
-    now = now_ms()
+        now = now_ms()
+        sharing = await _live_share_members(session, now)
     summaries = []
     for group in groups:
         if not visible(group.group_id):
+            continue
+        if group.protocol_type == SHARE:
+            count = sharing.get(group.group_id, 0)
+            summaries.append(
+                GroupSummary(
+                    group_id=group.group_id,
+                    state="Stable" if count else "Empty",
+                    type=SHARE,
+                    members=count,
+                )
+            )
             continue
         state = GroupState(
             group, members[group.group_id], targets[group.group_id], owned[group.group_id]
@@ -304,15 +320,30 @@ async def list_groups(db: Store, visible: Callable[[str], bool]) -> GroupList:
     return GroupList(groups=summaries)
 
 
+async def _live_share_members(session: AsyncSession, now: int) -> dict[str, int]:
+    """Each share group's members whose session has not run out."""
+    rows = await session.execute(
+        select(ShareMember.group_id, func.count())
+        .where(ShareMember.session_deadline_ms >= now)
+        .group_by(ShareMember.group_id)
+    )
+    return {group_id: count for group_id, count in rows}
+
+
 async def _live_members_of_locked(
     session: AsyncSession, group_id: str
-) -> tuple[ConsumerGroup, list[GroupMember]]:
+) -> tuple[ConsumerGroup, Sequence[GroupMember | ShareMember]]:
     """The group, its row locked, and its members whose timeouts have not passed;
     GROUP_ID_NOT_FOUND without one."""
     group = await lock_group(session, group_id, create=False)
     if group is None:
         raise GroupIdNotFound(f"group {group_id!r} does not exist")
     now = now_ms()
+    if group.protocol_type == SHARE:
+        shared = (
+            await session.scalars(select(ShareMember).where(ShareMember.group_id == group_id))
+        ).all()
+        return group, [m for m in shared if m.session_deadline_ms >= now]
     members = (
         await session.scalars(select(GroupMember).where(GroupMember.group_id == group_id))
     ).all()

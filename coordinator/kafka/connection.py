@@ -12,6 +12,7 @@ from typing import Any
 from coordinator.core.auth import Access, Authenticator
 from coordinator.core.quotas import MutationQuota
 from coordinator.core.settings import Settings
+from coordinator.kafka.share_sessions import ShareSessions
 from coordinator.kafka.wire import Request
 from coordinator.store import Store
 from coordinator.telemetry.instances import Instances
@@ -47,6 +48,8 @@ class Client:
     quota: MutationQuota = field(default_factory=lambda: MutationQuota(1e9))
     # The process's client-telemetry instances (KIP-714), shared by its connections.
     telemetry: Instances = field(default_factory=Instances)
+    # The process's share sessions (KIP-932's ShareFetch sessions), shared by its connections.
+    share_sessions: ShareSessions = field(default_factory=ShareSessions)
     # Called by a Produce handler once its batches are queued for appending: what the listener
     # reads of the connection next can no longer overtake them (see KafkaListener).
     queued: Callable[[], None] = lambda: None

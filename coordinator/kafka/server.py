@@ -33,6 +33,7 @@ from coordinator.kafka.connection import Client
 from coordinator.kafka.handlers import HANDLERS
 from coordinator.kafka.handlers.cluster import unsupported_api_versions
 from coordinator.kafka.handlers.sasl import authenticate_raw
+from coordinator.kafka.share_sessions import ShareSessions
 from coordinator.kafka.wire import SUPPORTED, BadRequest
 from coordinator.store import Store
 from coordinator.telemetry.instances import Instances
@@ -62,6 +63,7 @@ class KafkaListener:
         self.authenticator = authenticator
         self.quota = quota or MutationQuota(settings.controller_mutation_rate)
         self.telemetry = Instances()
+        self.share_sessions = ShareSessions(settings.share_max_sessions)
         host, _, port = settings.kafka_listener.rpartition(":")
         self.host = host.strip("[]") or "127.0.0.1"
         self.port = int(port)
@@ -124,6 +126,7 @@ class KafkaListener:
             closing=self._closing,
             quota=self.quota,
             telemetry=self.telemetry,
+            share_sessions=self.share_sessions,
         )
         self._per_address[client.client_host] += 1
         idle_s = self.settings.connections_max_idle_ms / 1000

@@ -87,6 +87,13 @@ SUPPORTED: Mapping[int, tuple[int, int]] = {
     72: (0, 0),  # PushTelemetry (KIP-714)
     74: (0, 1),  # ListConfigResources (0: ListClientMetricsResources)
     75: (0, 0),  # DescribeTopicPartitions (KIP-966)
+    76: (1, 1),  # ShareGroupHeartbeat (KIP-932)
+    77: (1, 1),  # ShareGroupDescribe (KIP-932)
+    78: (1, 2),  # ShareFetch (KIP-932; 2: the acquire mode and renewals, KIP-1206, KIP-1222)
+    79: (1, 2),  # ShareAcknowledge (KIP-932)
+    90: (0, 1),  # DescribeShareGroupOffsets (KIP-932; 1: the lag)
+    91: (0, 0),  # AlterShareGroupOffsets (KIP-932)
+    92: (0, 0),  # DeleteShareGroupOffsets (KIP-932)
 }
 
 PRODUCE = 0

@@ -448,6 +448,77 @@ async def fetch_json(
     }
 
 
+# -- batches by offset range (share groups' acquisitions) -----------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBatch:
+    """A stored batch, whole, with what a share partition's acquisition asks of it."""
+
+    base_offset: int
+    last_offset: int
+    control: bool
+    aborted: bool
+    payload: bytes
+
+
+_STORED = (
+    _batches.c.base_offset,
+    _batches.c.last_offset,
+    _batches.c.control,
+    _batches.c.aborted,
+    _batches.c.payload,
+)
+_FROM = (
+    select(*_STORED)
+    .where(
+        _batches.c.topic == bindparam("topic"),
+        _batches.c.partition == bindparam("partition"),
+        _batches.c.base_offset >= func.coalesce(_CONTAINING, bindparam("offset")),
+        _batches.c.last_offset >= bindparam("offset"),
+        _batches.c.base_offset < bindparam("upper"),
+    )
+    .order_by(_batches.c.base_offset)
+    .limit(bindparam("limit"))
+)
+_COVERING = (
+    select(*_STORED)
+    .where(
+        _batches.c.topic == bindparam("topic"),
+        _batches.c.partition == bindparam("partition"),
+        _batches.c.base_offset >= func.coalesce(_CONTAINING, bindparam("offset")),
+        _batches.c.last_offset >= bindparam("offset"),
+        _batches.c.base_offset <= bindparam("last"),
+        _batches.c.control.is_(None),
+    )
+    .order_by(_batches.c.base_offset)
+)
+
+
+def _stored(rows: Any) -> list[StoredBatch]:
+    return [
+        StoredBatch(base, last, control is not None, bool(aborted), bytes(payload))
+        for base, last, control, aborted, payload in rows
+    ]
+
+
+async def batches_from(
+    connection: AsyncConnection, topic: str, partition: int, offset: int, upper: int, limit: int
+) -> list[StoredBatch]:
+    """At most `limit` batches holding offsets from `offset` up to `upper`, markers and aborted
+    batches included, in offset order."""
+    params = {"topic": topic, "partition": partition, "offset": offset, "upper": upper}
+    return _stored(await connection.execute(_FROM, {**params, "limit": limit}))
+
+
+async def batches_covering(
+    connection: AsyncConnection, topic: str, partition: int, first: int, last: int
+) -> list[StoredBatch]:
+    """The record batches (no markers) holding any offset of [first, last], in offset order."""
+    params = {"topic": topic, "partition": partition, "offset": first, "last": last}
+    return _stored(await connection.execute(_COVERING, params))
+
+
 # -- offsets by time ----------------------------------------------------------------------------
 
 LATEST = -1
@@ -469,28 +540,35 @@ async def list_offset(
     old. The store indexes timestamps per batch: the batch is found by its newest timestamp,
     then its records are read for the exact one, as Kafka answers. -1 when there is none."""
     async with db.read() as session:
-        connection = await session.connection()
-        bounds = await partition_bounds(connection, topic, partition)
-        if bounds is None:
-            raise UnknownTopicOrPartition(f"{topic}-{partition} does not exist")
-        if timestamp == LATEST:
-            return bounds.last_stable_offset if read_committed else bounds.high_watermark, -1
-        if timestamp == EARLIEST:
-            return bounds.log_start_offset, -1
-        if timestamp < MAX_TIMESTAMP:
-            raise InvalidRequest(f"timestamp {timestamp}: -3, -2, -1 or a time in ms")
-        query = select(Batch.payload, Batch.max_timestamp).where(
-            Batch.topic == topic, Batch.partition == partition, Batch.control.is_(None)
-        )
-        if timestamp == MAX_TIMESTAMP:
-            query = query.order_by(Batch.max_timestamp.desc(), Batch.base_offset)
-        else:
-            query = query.where(Batch.max_timestamp >= timestamp).order_by(Batch.base_offset)
-        # Usually the first batch found holds the answer; a batch the log start cuts through
-        # may not (its records at that time were deleted), and the next one is asked.
-        for payload, newest in await session.execute(query.limit(_LIST_OFFSET_BATCHES)):
-            wanted = newest if timestamp == MAX_TIMESTAMP else timestamp
-            for record in recordbatch.records(payload):
-                if record.offset >= bounds.log_start_offset and record.timestamp >= wanted:
-                    return record.offset, record.timestamp
-        return -1, -1
+        return await list_offset_in(session, topic, partition, timestamp, read_committed)
+
+
+async def list_offset_in(
+    session: AsyncSession, topic: str, partition: int, timestamp: int, read_committed: bool
+) -> tuple[int, int]:
+    """`list_offset` in a unit of work."""
+    connection = await session.connection()
+    bounds = await partition_bounds(connection, topic, partition)
+    if bounds is None:
+        raise UnknownTopicOrPartition(f"{topic}-{partition} does not exist")
+    if timestamp == LATEST:
+        return bounds.last_stable_offset if read_committed else bounds.high_watermark, -1
+    if timestamp == EARLIEST:
+        return bounds.log_start_offset, -1
+    if timestamp < MAX_TIMESTAMP:
+        raise InvalidRequest(f"timestamp {timestamp}: -3, -2, -1 or a time in ms")
+    query = select(Batch.payload, Batch.max_timestamp).where(
+        Batch.topic == topic, Batch.partition == partition, Batch.control.is_(None)
+    )
+    if timestamp == MAX_TIMESTAMP:
+        query = query.order_by(Batch.max_timestamp.desc(), Batch.base_offset)
+    else:
+        query = query.where(Batch.max_timestamp >= timestamp).order_by(Batch.base_offset)
+    # Usually the first batch found holds the answer; a batch the log start cuts through
+    # may not (its records at that time were deleted), and the next one is asked.
+    for payload, newest in await session.execute(query.limit(_LIST_OFFSET_BATCHES)):
+        wanted = newest if timestamp == MAX_TIMESTAMP else timestamp
+        for record in recordbatch.records(payload):
+            if record.offset >= bounds.log_start_offset and record.timestamp >= wanted:
+                return record.offset, record.timestamp
+    return -1, -1

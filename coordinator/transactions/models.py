@@ -92,3 +92,19 @@ class TransactionOffset(Base):
     leader_epoch: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
     __table_args__ = (Index("ix_transaction_offsets_group", "group_id", "topic", "partition"),)
+
+
+class TransactionShareAck(Base):
+    """A share partition where the open transaction holds acknowledgements (of records a share
+    group member acquired): its end settles them there (`coordinator.shares.service`)."""
+
+    __tablename__ = "transaction_share_acks"
+
+    transactional_id: Mapped[str] = mapped_column(
+        String(255),
+        ForeignKey("transactions.transactional_id", ondelete="CASCADE"),
+        primary_key=True,
+    )
+    group_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    topic: Mapped[str] = mapped_column(String(249), primary_key=True)
+    partition: Mapped[int] = mapped_column(Integer, primary_key=True)

@@ -1491,6 +1491,243 @@ async def write_txn_markers(r: Run) -> None:
         )
 
 
+# -- share groups (KIP-932) ------------------------------------------------------------------------
+
+_SHARE_CONFIGS = [
+    "share.auto.offset.reset",
+    "share.delivery.count.limit",
+    "share.isolation.level",
+    "share.record.lock.duration.ms",
+    "share.session.timeout.ms",
+]
+
+
+def _share_acks(topic_id: Any, batches: list[tuple[int, int, list[int]]]) -> list[Any]:
+    return [
+        {
+            "topic_id": topic_id,
+            "partitions": [
+                {
+                    "partition_index": 0,
+                    "acknowledgement_batches": [
+                        {"first_offset": a, "last_offset": b, "acknowledge_types": t}
+                        for a, b, t in batches
+                    ],
+                }
+            ],
+        }
+    ]
+
+
+@scenario
+async def share_group(r: Run) -> None:
+    """A share group's life at every version of its calls: its configs, a member that joins
+    and is assigned, share sessions that acquire, acknowledge (accept, release, reject) and
+    close, each session error, the group described and listed, its offsets described, reset
+    and deleted, and the group deleted."""
+    topic = r.topic("t")
+    await r.topics(topic, partitions=2)
+    topic_id = (await r.quiet(3, 12, topics=[{"name": topic}])).topics[0].topic_id
+    groups = [r.topic(f"g{v}") for v in r.versions(78)]
+    await r.coordinators(*((0, g) for g in groups))
+    group_resource = {"resource_type": 32, "resource_name": groups[0]}
+    await r.call(
+        "group configs, defaults",
+        32,
+        4,
+        resources=[{**group_resource, "configuration_keys": _SHARE_CONFIGS}],
+    )
+    for name, value in [("share.nope", "1"), ("share.record.lock.duration.ms", "1000")]:
+        await r.call(
+            f"group config {name}={value}",
+            44,
+            1,
+            resources=[
+                {
+                    **group_resource,
+                    "configs": [{"name": name, "config_operation": 0, "value": value}],
+                }
+            ],
+        )
+    for group in groups:
+        await r.quiet(
+            44,
+            1,
+            resources=[
+                {
+                    "resource_type": 32,
+                    "resource_name": group,
+                    "configs": [
+                        {
+                            "name": "share.auto.offset.reset",
+                            "config_operation": 0,
+                            "value": "earliest",
+                        }
+                    ],
+                }
+            ],
+        )
+    await r.call(
+        "group configs, set",
+        32,
+        4,
+        resources=[{**group_resource, "configuration_keys": _SHARE_CONFIGS}],
+    )
+    await r.produce(topic, [b"a", b"b", b"c", b"d", b"e"])
+    joining = {"member_epoch": 0, "subscribed_topic_names": [topic]}
+    for v, group in zip(r.versions(78), groups, strict=True):
+        member = f"s{v}-aaaaaaaaaaaaaaaaaaaaa"[:22]
+        await r.call("join, no member id", 76, 1, group_id=group, member_id="", **joining)
+        await r.call("join, no topics", 76, 1, group_id=group, member_id=member, member_epoch=0)
+        # Kafka assigns once it has initialized the share partitions: wait for it (not compared).
+        epoch = 0
+        for _ in range(200):
+            beat = await r.quiet(
+                76, 1, group_id=group, member_id=member, member_epoch=epoch,
+                subscribed_topic_names=[topic],
+            )  # fmt: skip
+            epoch = beat.member_epoch
+            if beat.assignment is not None and beat.assignment.topic_partitions:
+                break
+            await asyncio.sleep(0.1)
+        await r.call("heartbeat", 76, 1, group_id=group, member_id=member, member_epoch=epoch)
+        await r.call(
+            "heartbeat, fenced epoch",
+            76,
+            1,
+            group_id=group,
+            member_id=member,
+            member_epoch=epoch + 5,
+        )
+        await r.call(
+            "heartbeat, unknown member",
+            76,
+            1,
+            group_id=group,
+            member_id="stranger-stranger-stra",
+            member_epoch=1,
+        )
+        await r.call(
+            "describe", 77, 1, group_ids=[group, r.topic("nobody")],
+            include_authorized_operations=False,
+        )  # fmt: skip
+        fetching = {"group_id": group, "member_id": member, "max_wait": 5000, "min_bytes": 1}
+        fetching |= {"max_bytes": 1 << 20, "max_records": 500, "batch_size": 500}
+        both = [
+            {"topic_id": topic_id, "partitions": [{"partition_index": 0}, {"partition_index": 1}]}
+        ]
+        await r.call(
+            "fetch, open with acknowledgements",
+            78,
+            v,
+            share_session_epoch=0,
+            topics=_share_acks(topic_id, [(0, 0, [1])]),
+            **fetching,
+        )
+        await r.call("fetch, open", 78, v, share_session_epoch=0, topics=both, **fetching)
+        await r.call(
+            "fetch, accept 0-1, release 2, reject 3-4",
+            78,
+            v,
+            share_session_epoch=1,
+            topics=_share_acks(topic_id, [(0, 1, [1]), (2, 2, [2]), (3, 4, [3])]),
+            **fetching,
+        )
+        acknowledging = {"group_id": group, "member_id": member}
+        await r.call(
+            "acknowledge 2",
+            79,
+            v,
+            share_session_epoch=2,
+            topics=_share_acks(topic_id, [(2, 2, [1])]),
+            **acknowledging,
+        )
+        await r.call(
+            "acknowledge 2 again",
+            79,
+            v,
+            share_session_epoch=3,
+            topics=_share_acks(topic_id, [(2, 2, [1])]),
+            **acknowledging,
+        )
+        await r.call("acknowledge, open", 79, v, share_session_epoch=0, topics=[], **acknowledging)
+        await r.call("fetch, wrong epoch", 78, v, share_session_epoch=9, topics=[], **fetching)
+        await r.call(
+            "fetch, no session",
+            78,
+            v,
+            share_session_epoch=1,
+            topics=[],
+            **{**fetching, "member_id": "stranger-stranger-stra"},
+        )
+        for d in r.versions(90):
+            await r.call(
+                "offsets, described",
+                90,
+                d,
+                groups=[
+                    {"group_id": group, "topics": [{"topic_name": topic, "partitions": [0, 1]}]}
+                ],
+            )
+        await r.call(
+            "offsets, reset while a member is in",
+            91,
+            0,
+            group_id=group,
+            topics=[
+                {"topic_name": topic, "partitions": [{"partition_index": 0, "start_offset": 1}]}
+            ],
+        )
+        await r.call(
+            "fetch, close", 78, v, share_session_epoch=-1, topics=[], **{**fetching, "max_wait": 0}
+        )
+        await r.call("leave", 76, 1, group_id=group, member_id=member, member_epoch=-1)
+    for v in r.versions(16):
+        await r.call(
+            "listed",
+            16,
+            v,
+            keep=lambda a: {
+                **a,
+                "groups": sorted(
+                    (g for g in a["groups"] if g["group_id"] in groups),
+                    key=lambda g: g["group_id"],  # a broker lists groups in no set order
+                ),
+            },
+            states_filter=[],
+            types_filter=["share"],
+        )
+    group = groups[0]
+    await r.call(
+        "offsets, reset",
+        91,
+        0,
+        group_id=group,
+        topics=[{"topic_name": topic, "partitions": [{"partition_index": 0, "start_offset": 1}]}],
+    )
+    await r.call(
+        "offsets, described after the reset",
+        90,
+        1,
+        groups=[{"group_id": group, "topics": [{"topic_name": topic, "partitions": [0]}]}],
+    )
+    await r.call("offsets, deleted", 92, 0, group_id=group, topics=[{"topic_name": topic}])
+    await r.call(
+        "offsets, deleted, unknown topic",
+        92,
+        0,
+        group_id=group,
+        topics=[{"topic_name": r.topic("missing")}],
+    )
+    await r.call(
+        "offsets, described after the deletion",
+        90,
+        1,
+        groups=[{"group_id": group, "topics": [{"topic_name": topic, "partitions": [0]}]}],
+    )
+    await r.call("group deleted", 42, 2, groups_names=[group])
+
+
 @scenario
 async def unsupported_versions(r: Run) -> None:
     # Below the versions served: Kafka 4 serves Produce from 3 and Fetch from 4.
@@ -1509,7 +1746,15 @@ _FIRST_ASSIGNMENT = (
     "Kafka computes a new member's assignment beside its first heartbeat and gives it in that "
     "answer or in a later one, as the race goes; the listener assigns in the first answer."
 )
+_SHARE_START = (
+    "The listener answers a share partition's start offset as its store holds it, moved on by "
+    "every acknowledgement; Kafka answers the one its share coordinator last persisted, which "
+    "trails it (here the start after the first acknowledgements), and -1 for a partition whose "
+    "share state holds nothing yet, where the listener has its initial offset. The lag agrees."
+)
 KNOWN: list[tuple[str, str]] = [
+    ("share-group/offsets, described/v*/groups/0/topics/0/partitions/*/start_offset", _SHARE_START),
+    ("share-group/offsets, described/v1/groups/0/topics/0/partitions/1/lag", _SHARE_START),
     (
         "client-telemetry/subscribed/v0/delta_temporality",
         "Clients are asked for cumulative values, which `GET /metrics` serves to Prometheus as "
@@ -1529,10 +1774,10 @@ KNOWN: list[tuple[str, str]] = [
     ),
     (
         "api-versions/supported/v3/*_features",
-        "The listener advertises the features it implements, group.version 1 (KIP-848) and "
-        "transaction.version 2 (KIP-890), finalized at Kafka 4's levels; metadata.version, "
-        "streams.version, share.version and eligible.leader.replicas.version are KRaft's and "
-        "groups' the listener does not serve.",
+        "The listener advertises the features it implements, group.version 1 (KIP-848), "
+        "share.version 1 (KIP-932) and transaction.version 2 (KIP-890), finalized at Kafka 4's "
+        "levels; metadata.version, streams.version and eligible.leader.replicas.version are "
+        "KRaft's and groups' the listener does not serve.",
     ),
     (
         "api-versions/unknown version/v127/api_keys/0/max_version",

@@ -45,6 +45,11 @@ def broker(
         COORDINATOR_GROUP_HEARTBEAT_INTERVAL_MS="1000",
         # A transaction that outlives its timeout is aborted within 0.2 s of it, not 10 s.
         COORDINATOR_TIMEOUT_CHECK_INTERVAL_MS="200",
+        # Share groups: members learn of assignments within 1 s, and a group may lock its
+        # records for as little as 1 s (Kafka's bounds: 5 s and 15 s).
+        COORDINATOR_SHARE_HEARTBEAT_INTERVAL_MS="1000",
+        COORDINATOR_SHARE_MIN_HEARTBEAT_INTERVAL_MS="500",
+        COORDINATOR_SHARE_MIN_RECORD_LOCK_DURATION_MS="1000",
     ):
         broker = Broker(service, f"127.0.0.1:{port}")
         yield broker

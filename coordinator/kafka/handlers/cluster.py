@@ -36,8 +36,9 @@ def _api_keys(reply: Reply) -> tuple[Any, ...]:
 # Finalized at these levels, as a Kafka 4 cluster's. transaction.version 2 (KIP-890 part 2): a
 # client that sees it adds partitions by producing (Produce 12), commits offsets without
 # AddOffsetsToTxn (TxnOffsetCommit 5) and takes the epoch each EndTxn (5) raises; each request is
-# answered by the version it comes with, so a client of version 1 goes on as before.
-FEATURES = {"group.version": 1, "transaction.version": 2}
+# answered by the version it comes with, so a client of version 1 goes on as before. share.version
+# 1 is KIP-932's share groups (ShareGroupHeartbeat, ShareFetch).
+FEATURES = {"group.version": 1, "share.version": 1, "transaction.version": 2}
 
 
 async def api_versions(client: Client, request: Request) -> Any:

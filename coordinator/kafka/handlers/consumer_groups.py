@@ -32,7 +32,9 @@ _STATIC_LEAVE_EPOCH = -2
 _MAX_REGEX = 256
 
 
-async def _topic_ids(client: Client) -> tuple[dict[str, uuid.UUID], dict[uuid.UUID, str]]:
+async def topic_ids(client: Client) -> tuple[dict[str, uuid.UUID], dict[uuid.UUID, str]]:
+    """Every topic's id by name, and its name by id (KIP-516's ids, as the group calls carry
+    them)."""
     listed = await log_topics.list_topics(client.db)
     ids = {t.name: t.topic_id for t in listed.topics if t.topic_id is not None}
     return ids, {topic_id: name for name, topic_id in ids.items()}
@@ -56,7 +58,7 @@ async def consumer_group_heartbeat(client: Client, request: Request) -> Any:
     failed = {"member_id": None, "member_epoch": 0, "heartbeat_interval": 0}
     try:
         client.access.group(body.group_id, Operation.READ)
-        names, by_id = await _topic_ids(client)
+        names, by_id = await topic_ids(client)
         topics = body.subscribed_topic_names
         regex = getattr(body, "subscribed_topic_regex", None)
         if regex:
@@ -135,7 +137,7 @@ async def consumer_group_heartbeat(client: Client, request: Request) -> Any:
 async def consumer_group_describe(client: Client, request: Request) -> Any:
     reply, body = request.reply, request.body
     assert client.access is not None
-    names, _ = await _topic_ids(client)
+    names, _ = await topic_ids(client)
 
     def assignment(partitions: Any) -> Any:
         by_topic: dict[str, list[int]] = {}

@@ -21,7 +21,7 @@ from coordinator.groups import service as groups_service
 from coordinator.groups.consumer_protocol import encode_assignment, encode_subscription
 from coordinator.groups.errors import MemberIdRequired
 from coordinator.groups.inputs import CommittedOffset
-from coordinator.groups.models import CONSUMER_PROTOCOL
+from coordinator.groups.models import CONSUMER_PROTOCOL, SHARE
 from coordinator.kafka.connection import Client, kafka_host
 from coordinator.kafka.errors import FAILURES, error_code
 from coordinator.kafka.handlers.cluster import NOT_ASKED
@@ -299,12 +299,14 @@ async def list_groups(client: Client, request: Request) -> Any:
     assert client.access is not None
     listed = await groups_service.list_groups(client.db, client.access.visible_group)
     wanted = set(getattr(body, "states_filter", ()) or ())
-    # Version 5's type filter (KIP-848): classic groups run Kafka's classic protocol, the others
-    # (REST and KIP-848 members, or only offsets) are consumer groups.
+    # Version 5's type filter (KIP-848): classic groups run Kafka's classic protocol, share groups
+    # KIP-932's, the others (REST and KIP-848 members, or only offsets) are consumer groups.
     types = {t.lower() for t in getattr(body, "types_filter", ()) or ()}
     answered = []
     for g in listed.groups:
         kind = "classic" if g.classic_state is not None else "consumer"
+        if g.type == SHARE:
+            kind = SHARE
         state = g.classic_state or g.state
         if (types and kind not in types) or (wanted and state not in wanted):
             continue
@@ -312,7 +314,9 @@ async def list_groups(client: Client, request: Request) -> Any:
             reply(
                 "ListedGroup",
                 group_id=g.group_id,
-                protocol_type=g.classic_protocol_type or CONSUMER_PROTOCOL,
+                protocol_type=SHARE
+                if kind == SHARE
+                else g.classic_protocol_type or CONSUMER_PROTOCOL,
                 group_state=state,
                 group_type=kind,
             )

@@ -10,6 +10,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from coordinator.core.acls import Operation
+from coordinator.groups import configs as group_configs
 from coordinator.kafka.connection import Client
 from coordinator.kafka.errors import FAILURES, error_code
 from coordinator.kafka.handlers.cluster import NODE_ID
@@ -18,7 +19,7 @@ from coordinator.log import topics as log_topics
 from coordinator.telemetry import service, subscriptions
 
 # ConfigResource types (Kafka's ConfigResource.Type ids).
-TOPIC, BROKER, CLIENT_METRICS = 2, 4, 16
+TOPIC, BROKER, CLIENT_METRICS, GROUP = 2, 4, 16, 32
 
 
 def _metadata(client: Client) -> dict[str, str]:
@@ -87,7 +88,8 @@ async def push_telemetry(client: Client, request: Request) -> Any:
 
 async def list_config_resources(client: Client, request: Request) -> Any:
     """Version 0 (ListClientMetricsResources) lists the client-metrics subscriptions; version 1
-    the resources of the types asked (none: every type kept here)."""
+    the resources of the types asked (none: every type kept here), groups among them: those
+    that exist and those with configs set (KIP-1142)."""
     reply = request.reply
     assert client.access is not None
     asked = set(getattr(request.body, "resource_types", ()) or ())
@@ -103,6 +105,8 @@ async def list_config_resources(client: Client, request: Request) -> Any:
             found.append((str(NODE_ID), BROKER))
         if not asked or CLIENT_METRICS in asked:
             found += [(n, CLIENT_METRICS) for n in await subscriptions.list_names(client.db)]
+        if request.version >= 1 and (not asked or GROUP in asked):
+            found += [(n, GROUP) for n in await group_configs.list_names(client.db)]
     except FAILURES as failure:
         return reply.body(error_code=error_code(failure), config_resources=())
     return reply.body(

@@ -1,6 +1,7 @@
 """CreateTopics, DeleteTopics, DescribeConfigs and IncrementalAlterConfigs: kafka-topics.sh's and
-kafka-configs.sh's calls (and AdminClient's), onto the log's topic services, and the
-client-metrics subscriptions' configs (kafka-client-metrics.sh) onto `coordinator.telemetry`."""
+kafka-configs.sh's calls (and AdminClient's), onto the log's topic services, the client-metrics
+subscriptions' configs (kafka-client-metrics.sh) onto `coordinator.telemetry`, and groups'
+configs (kafka-configs.sh --entity-type groups) onto `coordinator.groups.configs`."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from kio.schema.errors import ErrorCode
 from coordinator import deletion
 from coordinator.core.acls import Operation
 from coordinator.core.quotas import ThrottlingQuotaExceeded
+from coordinator.groups import configs as group_configs
 from coordinator.kafka.connection import Client
 from coordinator.kafka.errors import FAILURES, Refused, outcome
 from coordinator.kafka.handlers.cluster import NODE_ID
@@ -24,10 +26,12 @@ from coordinator.telemetry import subscriptions
 TOPIC = 2
 BROKER = 4
 CLIENT_METRICS = 16
+GROUP = 32
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 # ConfigSource: DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG; a subscription's CLIENT_METRICS_CONFIG.
 _SOURCES = {"TOPIC": 1, "DEFAULT": 5}
 _CLIENT_METRICS_SOURCE = 7
+_GROUP_SOURCE = 8  # GROUP_CONFIG
 # Kafka's ConfigType numbers for the log's config types (DescribeConfigs v3+, KIP-569); a name
 # the log does not know is UNKNOWN (0).
 _CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "LONG": 5, "DOUBLE": 6, "LIST": 7}
@@ -212,6 +216,27 @@ async def describe_configs(client: Client, request: Request) -> Any:
                     for c in await subscriptions.describe(client.db, resource.resource_name)
                     if not keys or c.name in keys
                 ]
+            elif resource.resource_type == GROUP:
+                client.access.group(resource.resource_name, Operation.DESCRIBE_CONFIGS)
+                keys = set(resource.configuration_keys or ())
+                entries = [
+                    reply(
+                        "DescribeConfigsResourceResult",
+                        name=c.name,
+                        value=c.value,
+                        read_only=False,
+                        is_default=not c.is_set,
+                        config_source=_GROUP_SOURCE if c.is_set else _SOURCES["DEFAULT"],
+                        is_sensitive=False,
+                        synonyms=(),
+                        config_type=_CONFIG_TYPES[c.type],
+                        documentation=None,
+                    )
+                    for c in await group_configs.describe(
+                        client.db, client.settings, resource.resource_name
+                    )
+                    if not keys or c.name in keys
+                ]
             elif resource.resource_type != BROKER:
                 # The one broker has no configs of its own to show (an empty list, as asked).
                 raise Refused(ErrorCode.invalid_request, f"resource type {resource.resource_type}")
@@ -255,11 +280,16 @@ async def _alter_each(
                 await _alter_subscription(client, resource, body.validate_only)
                 results.append(_altered(reply, resource, outcome()))
                 continue
+            if resource.resource_type == GROUP and incremental:
+                client.access.group(resource.resource_name, Operation.ALTER_CONFIGS)
+                await _alter_group(client, resource, body.validate_only)
+                results.append(_altered(reply, resource, outcome()))
+                continue
             if resource.resource_type != TOPIC:
                 raise Refused(
                     ErrorCode.invalid_request,
-                    "only topic configs and, incrementally, client-metrics subscriptions can "
-                    "be altered",
+                    "only topic configs and, incrementally, client-metrics subscriptions and "
+                    "group configs can be altered",
                 )
             client.access.topic(resource.resource_name, Operation.ALTER_CONFIGS)
             change = await change_of(client, resource)
@@ -297,6 +327,24 @@ async def _alter_subscription(client: Client, resource: Any, validate_only: bool
         client.db,
         resource.resource_name,
         {name: value or "" for name, value in to_set.items()},  # a null value sets ""
+        to_delete,
+        validate_only=validate_only,
+    )
+
+
+async def _alter_group(client: Client, resource: Any, validate_only: bool) -> None:
+    """IncrementalAlterConfigs on a group's configs (kafka-configs.sh --entity-type groups):
+    none of them is a list, so no APPEND or SUBTRACT."""
+
+    def not_a_list(name: str, verb: str) -> str:
+        return f"Can't {verb} to key {name} because its type is not LIST."
+
+    to_set, to_delete = await _edited(resource, (), _no_current, not_a_list)
+    await group_configs.alter(
+        client.db,
+        client.settings,
+        resource.resource_name,
+        to_set,
         to_delete,
         validate_only=validate_only,
     )

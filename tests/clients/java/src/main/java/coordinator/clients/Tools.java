@@ -14,7 +14,7 @@ import org.apache.kafka.common.utils.internals.Exit;
 /**
  * Kafka's command-line tools, unchanged, in one JVM: each line of standard input is a command,
  * its words separated by tabs, the first one the tool's name (kafka-topics, kafka-configs,
- * kafka-consumer-groups, kafka-transactions, kafka-producer-perf-test and the others MAIN_CLASSES names).
+ * kafka-consumer-groups, kafka-share-groups, kafka-transactions, kafka-producer-perf-test and the others MAIN_CLASSES names).
  * Each runs as its script
  * would run it (the tool's main class) with Kafka's Exit kept from ending the JVM: a zero exit
  * is noted and the tool goes on (the tools exit 0 last, in a finally), another code ends the
@@ -26,6 +26,7 @@ public final class Tools {
         Map.entry("kafka-topics", "org.apache.kafka.tools.TopicCommand"),
         Map.entry("kafka-configs", "org.apache.kafka.tools.ConfigCommand"),
         Map.entry("kafka-consumer-groups", "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"),
+        Map.entry("kafka-share-groups", "org.apache.kafka.tools.consumer.group.ShareGroupCommand"),
         Map.entry("kafka-transactions", "org.apache.kafka.tools.TransactionsCommand"),
         Map.entry("kafka-producer-perf-test", "org.apache.kafka.tools.ProducerPerformance"),
         Map.entry("kafka-client-metrics", "org.apache.kafka.tools.ClientMetricsCommand"),
