@@ -37,6 +37,8 @@ from coordinator.log.cleaner import run_cleaner
 from coordinator.log.hot_routes import hot_routes
 from coordinator.log.purgatory import PURGATORY
 from coordinator.log.routes import router as log_router
+from coordinator.shares.routes import configs_router as group_configs_router
+from coordinator.shares.routes import router as shares_router
 from coordinator.shares.tasks import run_share_sweeper
 from coordinator.store.engines import open_store
 from coordinator.store.postgres.replicas import watch_replicas
@@ -146,7 +148,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         deletion_router,
         producers_router,
         transactions_router,
+        # A group's configs before the groups' own routes, whose describe takes any path.
+        group_configs_router,
         groups_router,
+        shares_router,
         effects_router,
         admin_router,
         dashboard_router,

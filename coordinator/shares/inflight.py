@@ -350,16 +350,14 @@ class ShareState:
             )
         for span in self._overlapping(first, last):
             if span.state != ACQUIRED or not mine(span):
-                name = STATE_NAMES[span.state]
-                whose = (
-                    ""
-                    if span.state != ACQUIRED
-                    else (f" by a transaction ({span.txn!r})" if span.txn else " by another member")
-                )
-                raise InvalidRecordState(
-                    f"offsets {max(first, span.first)} to {min(last, span.last)} are "
-                    f"{name}{whose}, not acquired by member {member!r}"
-                )
+                where = f"offsets {max(first, span.first)} to {min(last, span.last)}"
+                if span.txn is not None:
+                    now = f"held by transaction {span.txn!r}, its acknowledgement pending there"
+                elif span.state == ACQUIRED:
+                    now = "acquired by another member"
+                else:
+                    now = STATE_NAMES[span.state]
+                raise InvalidRecordState(f"{where} are {now}, not acquired by member {member!r}")
 
     def _index(self, offset: int) -> int:
         """The index of the span holding `offset` (which is in flight)."""

@@ -319,14 +319,13 @@ async def describe(db: Store, group_id: str) -> ShareGroupView:
         )
 
 
-async def live_member_counts(session: AsyncSession, now: int) -> dict[str, int]:
-    """Each share group's members whose session has not run out (ListGroups)."""
-    rows = await session.execute(
-        select(ShareMember.group_id, func.count())
-        .where(ShareMember.session_deadline_ms >= now)
-        .group_by(ShareMember.group_id)
-    )
-    return {group_id: count for group_id, count in rows}
+async def assignment_of(db: Store, group_id: str, member_id: str) -> list[TP]:
+    """What the member was last assigned; UNKNOWN_MEMBER_ID if it is not in the group."""
+    async with db.read() as session:
+        member = await session.get(ShareMember, (group_id, member_id))
+        if member is None or member.session_deadline_ms < now_ms():
+            raise UnknownMemberId(f"share group {group_id!r} has no member {member_id!r}")
+        return [(t, p) for t, p in member.assigned]
 
 
 async def expire_members(

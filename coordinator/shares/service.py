@@ -13,9 +13,12 @@ assigns it).
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -35,7 +38,7 @@ from coordinator.groups.models import SHARE, ConsumerGroup
 from coordinator.log.bounds import Bounds, partition_bounds
 from coordinator.log.errors import UnknownTopicOrPartition
 from coordinator.log.fetch import StoredBatch, batches_covering, batches_from, list_offset_in
-from coordinator.log.purgatory import moved
+from coordinator.log.purgatory import PURGATORY, moved
 from coordinator.shares.errors import InvalidRecordState
 from coordinator.shares.inflight import RELEASE, Acquired, Limits, LogBatch, ShareState
 from coordinator.shares.models import SharePartitionRow
@@ -326,6 +329,7 @@ async def fetch(
     max_records: int,
     max_bytes: int,
     whole_batches: bool = True,
+    atomic: bool = False,
 ) -> tuple[list[PartitionResult], int]:
     """ShareFetch: each partition's acknowledgements applied (all of a partition's, or none and
     its error), then records acquired for `member_id` on `partitions`, at most `max_records`
@@ -348,12 +352,16 @@ async def fetch(
             try:
                 loaded = await load(session, group_id, tp, rules, now)
             except CoordinatorError as refused:
+                if atomic:
+                    raise
                 result.error = refused
                 if result.acknowledged:
                     result.ack_error = refused
                 continue
             if tp in acks:
                 _apply_acks(loaded, result, member_id, acks[tp], now, rules.limits, released)
+                if atomic and result.ack_error is not None:
+                    raise InvalidRecordState(f"{tp[0]}-{tp[1]}: {result.ack_error.detail}")
             if tp in partitions and budget > 0:
                 await _acquire(
                     connection, loaded, result, member_id, rules, max_records, budget,
@@ -365,16 +373,82 @@ async def fetch(
     return results, rules.limits.lock_ms
 
 
+async def acquire_waiting(
+    db: Store,
+    settings: Settings,
+    group_id: str,
+    member_id: str,
+    partitions: Sequence[TP],
+    acks: Mapping[TP, Sequence[AckBatch]],
+    *,
+    max_records: int,
+    max_bytes: int,
+    wait_ms: int,
+    whole_batches: bool = True,
+    stop: asyncio.Event | None = None,
+) -> tuple[dict[TP, PartitionResult], int]:
+    """`fetch` as a long poll: its acknowledgements applied once, then, while it acquired
+    nothing, it waits in the purgatory on `partitions` (woken by appends and by records
+    released elsewhere) and acquires again, until `wait_ms` passed or `stop` is set."""
+    deadline = time.monotonic() + wait_ms / 1000
+    results: dict[TP, PartitionResult] = {}
+    first = True
+    while True:
+        # Registered before the attempt: a move between it and the sleep is not lost.
+        with PURGATORY.waiting(partitions) as moved:
+            answers, lock_ms = await fetch(
+                db,
+                settings,
+                group_id,
+                member_id,
+                partitions,
+                acks if first else {},
+                max_records=max_records,
+                max_bytes=max_bytes,
+                whole_batches=whole_batches,
+            )
+            for answer in answers:
+                kept = results.get((answer.topic, answer.partition))
+                if kept is not None and kept.acknowledged:
+                    answer.acknowledged, answer.ack_error = True, kept.ack_error
+                results[(answer.topic, answer.partition)] = answer
+            first = False
+            remaining = deadline - time.monotonic()
+            stopped = stop is not None and stop.is_set()
+            if any(a.acquired for a in answers) or not partitions or remaining <= 0 or stopped:
+                return results, lock_ms
+            await _sleep(moved, stop, remaining)
+
+
+async def _sleep(moved: asyncio.Future[None], stop: asyncio.Event | None, seconds: float) -> None:
+    """Until a partition moves, `stop` is set, or `seconds` pass."""
+    waits: list[asyncio.Future[Any]] = [moved]
+    stopped = None if stop is None else asyncio.ensure_future(stop.wait())
+    if stopped is not None:
+        waits.append(stopped)
+    try:
+        await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if stopped is not None:
+            stopped.cancel()
+
+
 async def acknowledge(
     db: Store,
     settings: Settings,
     group_id: str,
     member_id: str,
     acks: Mapping[TP, Sequence[AckBatch]],
+    *,
+    atomic: bool = False,
 ) -> tuple[list[PartitionResult], int]:
     """ShareAcknowledge: each partition's acknowledgements, all or none of a partition's; with
-    the group's lock duration."""
-    return await fetch(db, settings, group_id, member_id, (), acks, max_records=1, max_bytes=0)
+    the group's lock duration. `atomic` (the HTTP door's): all or none of them, the first
+    refusal raised."""
+    results, lock_ms = await fetch(
+        db, settings, group_id, member_id, (), acks, max_records=1, max_bytes=0, atomic=atomic
+    )
+    return results, lock_ms
 
 
 async def release(
@@ -506,13 +580,14 @@ async def hold_in(
 
 async def settle_in(
     session: AsyncSession,
-    settings: Settings,
     txn: str,
     partitions: Sequence[tuple[str, str, int]],
     commit: bool,
 ) -> None:
     """Transaction `txn` ended: on each (group, topic, partition) it held records of, a commit
-    applies its acknowledgements, an abort releases the records. In the ending unit of work."""
+    applies its acknowledgements, an abort releases the records. In the ending unit of work,
+    after the transaction's and its partitions' locks."""
+    settings = store_of(session).settings
     now = now_ms()
     released: set[TP] = set()
     for group_id in sorted({g for g, _, _ in partitions}):

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     import uuid
 
     from coordinator.core.errors import CoordinatorError
+    from coordinator.core.settings import Settings
     from coordinator.groups.committing import CommitRule, MemberCommit
     from coordinator.groups.consumer import Renewal, SteadyRule
     from coordinator.log.appends import ConditionalAppends, ProducerView, WrittenIfUnchanged
@@ -92,6 +93,9 @@ class Store:
     writers: int
     # Hot standbys that may serve fetches (Postgres only).
     replicas: Replicas | None = None
+    # The settings the store was opened with: what a rule deep in a unit of work reads of them
+    # (a share group's defaults, when a transaction's end settles its acknowledgements).
+    settings: Settings
 
     def __init__(self, url: str, engine: AsyncEngine, read_engine: AsyncEngine) -> None:
         self.url = url

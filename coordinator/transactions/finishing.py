@@ -1,6 +1,7 @@
 """Ending a transaction: its markers on every partition, its group offsets applied (commit) or
-dropped (abort), who ended it recorded and, from transaction version 2 on, its producer's epoch
-raised, all in the caller's unit of work (`transactions.ending` holds the statements it shares
+dropped (abort), its share-group acknowledgements applied (commit) or their records released
+(abort), who ended it recorded and, from transaction version 2 on, its producer's epoch raised,
+all in the caller's unit of work (`transactions.ending` holds the statements it shares
 with EndTxn's one-statement path). And what a retry of an end is answered with."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -21,6 +23,7 @@ from coordinator.producers.repository import (
     issue_producer_id,
     set_epoch,
 )
+from coordinator.shares.service import settle_in
 from coordinator.transactions.ending import ENDED, end_writes
 from coordinator.transactions.locks import (
     Locked,
@@ -29,6 +32,7 @@ from coordinator.transactions.locks import (
 from coordinator.transactions.models import (
     TimedOutEpoch,
     Transaction,
+    TransactionShareAck,
 )
 from coordinator.transactions.states import Op, State, transition
 
@@ -139,6 +143,18 @@ async def finish(
         await raise_producer_epoch(session, locked)
     if commit:
         await commit_offsets(session, pending, now)
+    if txn.share_acks:
+        acks = TransactionShareAck
+        held: list[tuple[str, str, int]] = [
+            (row.group_id, row.topic, row.partition)
+            for row in await session.execute(
+                delete(acks)
+                .where(acks.transactional_id == tid)
+                .returning(acks.group_id, acks.topic, acks.partition)
+            )
+        ]
+        await settle_in(session, tid, held, commit)
+        txn.share_acks = False
     if reason == TIMED_OUT:
         timed_out = TimedOutEpoch(
             transactional_id=tid,

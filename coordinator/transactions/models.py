@@ -3,7 +3,7 @@ offsets of its open transaction. The producer's epoch lives on its `producer_ids
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String
+from sqlalchemy import BigInteger, Boolean, ForeignKey, Index, Integer, String, false
 from sqlalchemy.orm import Mapped, mapped_column
 
 from coordinator.core.tables import Base, FreeText
@@ -35,6 +35,9 @@ class Transaction(Base):
     # from, so its retry gets the same answer; cleared by every other raise.
     recovered_producer_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     recovered_producer_epoch: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # The open transaction holds share-group acknowledgements (`TransactionShareAck`): its end
+    # settles them, so it takes the locking path (EndTxn's one statement leaves it alone).
+    share_acks: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
     __table_args__ = (
         Index("ix_transactions_state_deadline", "state", "deadline_ms"),

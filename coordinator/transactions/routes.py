@@ -11,6 +11,8 @@ from coordinator.core.responses import json_response
 from coordinator.core.schemas import IdPath
 from coordinator.groups.inputs import CommittedOffset
 from coordinator.producers.schemas import InitPidRequest, InitPidResponse
+from coordinator.shares.routes import acknowledgements
+from coordinator.shares.schemas import TxnShareAcksRequest
 from coordinator.transactions import commit_group as committing
 from coordinator.transactions import producer_ids, service
 from coordinator.transactions.inputs import AddOffsets, Caller, Committing, InitPid
@@ -26,6 +28,7 @@ from coordinator.transactions.schemas import (
     TransactionDescription,
 )
 from coordinator.transactions.schemas import Caller as CallerBody
+from coordinator.transactions.share_acks import ShareAcks, add_share_acks
 
 router = APIRouter(prefix="/v1/transactions", tags=["transactions"])
 # InitPid keeps its own tag in the OpenAPI schema (the HTTP API's "Producer ids").
@@ -68,6 +71,20 @@ async def add_offsets(
     ]
     adding = AddOffsets(_caller(body), body.group_id, offsets, body.member_id, body.member_epoch)
     return json_response(await service.add_offsets(db, transactional_id, adding))
+
+
+@router.post("/{transactional_id:path}/share-acknowledgements", response_model=StateResponse)
+async def add_share_acknowledgements(
+    transactional_id: IdPath, body: TxnShareAcksRequest, db: DB, access: AccessDep
+) -> Response:
+    """A share group member's acknowledgements join the transaction: they apply if it
+    commits, and an abort releases their records (docs/pages/http-api.md, Share groups)."""
+    acks = acknowledgements(body.acknowledgements)
+    access.transaction_offsets(transactional_id, body.group_id, {t for t, _ in acks})
+    adding = ShareAcks(
+        Caller(body.producer_id, body.producer_epoch), body.group_id, body.member_id, acks
+    )
+    return json_response(await add_share_acks(db, transactional_id, adding))
 
 
 @router.post("/{transactional_id:path}/prepare", response_model=StateResponse)

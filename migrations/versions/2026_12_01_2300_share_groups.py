@@ -1,5 +1,5 @@
-"""Share groups (KIP-932): members, share partitions, acknowledgements held by transactions, and
-group configs
+"""Share groups (KIP-932): members, share partitions, acknowledgements held by transactions (and
+the transactions' flag that they hold some), and group configs
 
 Revision ID: 8d2f4b6a1c37
 Revises: 5c1e9a7d3b20
@@ -18,6 +18,10 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
+    with op.batch_alter_table("transactions") as batch:
+        batch.add_column(
+            sa.Column("share_acks", sa.Boolean(), nullable=False, server_default=sa.false())
+        )
     op.create_table(
         "group_configs",
         sa.Column("group_id", sa.String(255), primary_key=True),
@@ -102,3 +106,5 @@ def downgrade() -> None:
     op.drop_index("ix_share_group_members_session_deadline_ms", table_name="share_group_members")
     op.drop_table("share_group_members")
     op.drop_table("group_configs")
+    with op.batch_alter_table("transactions") as batch:
+        batch.drop_column("share_acks")

@@ -2,15 +2,11 @@
 thin over `coordinator.shares`; the share sessions are this door's
 (`coordinator.kafka.share_sessions`). KafkaShareConsumer fetches and acknowledges with them.
 
-A ShareFetch is a long poll: its acknowledgements are applied once, then it acquires, and if it
-acquired nothing it waits in the purgatory on its session's partitions (woken by appends and by
-records released elsewhere) until `max_wait`, acquiring again each time it is woken.
+A ShareFetch is a long poll (`shares.service.acquire_waiting`) on its session's partitions.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -25,7 +21,6 @@ from coordinator.kafka.handlers.consumer_groups import topic_ids
 from coordinator.kafka.share_sessions import CLOSE, OPEN, ShareSession, ShareSessions
 from coordinator.kafka.wire import Request, Spliced, WithRecords, milliseconds
 from coordinator.log.epochs import LEADER_EPOCH
-from coordinator.log.purgatory import PURGATORY
 from coordinator.shares import service as shares
 from coordinator.shares.inflight import Acquired
 from coordinator.shares.service import AckBatch, PartitionResult
@@ -92,14 +87,6 @@ async def _authorized(client: Client, partitions: Iterable[TP]) -> dict[TP, Base
     return refused
 
 
-async def _sleep(moved: asyncio.Future[None], closing: asyncio.Event, seconds: float) -> None:
-    closed = asyncio.ensure_future(closing.wait())
-    try:
-        await asyncio.wait((moved, closed), timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        closed.cancel()
-
-
 def _top_error(reply: Any, failure: BaseException, lock_ms: int = 0) -> Any:
     return reply.body(
         error_code=error_code(failure),
@@ -160,41 +147,23 @@ async def share_fetch(client: Client, request: Request) -> Any:
         [] if epoch == CLOSE else sorted(tp for tp in session.partitions if tp not in refused)
     )
     allowed_acks = {tp: b for tp, b in acks.items() if tp not in refused}
-    deadline = time.monotonic() + milliseconds(body.max_wait) / 1000
     whole = getattr(body, "share_acquire_mode", 0) != _RECORD_LIMIT
     max_records = max(1, body.max_records) if body.max_records > 0 else 500
-    results: dict[TP, PartitionResult] = {}
     lock_ms = 0
     try:
-        first = True
-        while True:
-            with PURGATORY.waiting(fetching) as moved:
-                answers, lock_ms = await shares.fetch(
-                    client.db,
-                    client.settings,
-                    group_id,
-                    member_id,
-                    fetching,
-                    allowed_acks if first else {},
-                    max_records=max_records,
-                    max_bytes=body.max_bytes,
-                    whole_batches=whole,
-                )
-                for r in answers:
-                    kept = results.get((r.topic, r.partition))
-                    if kept is not None and kept.acknowledged:
-                        r.acknowledged, r.ack_error = True, kept.ack_error
-                    results[(r.topic, r.partition)] = r
-                first = False
-                remaining = deadline - time.monotonic()
-                if (
-                    any(r.acquired for r in answers)
-                    or not fetching
-                    or remaining <= 0
-                    or client.closing.is_set()
-                ):
-                    break
-                await _sleep(moved, client.closing, remaining)
+        results, lock_ms = await shares.acquire_waiting(
+            client.db,
+            client.settings,
+            group_id,
+            member_id,
+            fetching,
+            allowed_acks,
+            max_records=max_records,
+            max_bytes=body.max_bytes,
+            wait_ms=milliseconds(body.max_wait),
+            whole_batches=whole,
+            stop=client.closing,
+        )
         if epoch == CLOSE:
             await shares.release(
                 client.db, client.settings, group_id, member_id, session.partitions

@@ -42,6 +42,7 @@ class PostgresStore(Store):
             settings.database_url, pool_size=settings.pool_size, max_overflow=settings.pool_size
         )
         super().__init__(settings.database_url, engine, engine)
+        self.settings = settings
         self.writers = settings.append_groups_in_flight
         self._relay = moves.Relay(self)
         self.replicas = (

@@ -123,7 +123,7 @@ async def add_partitions(
 # statement started from.
 _TXN = (
     text(
-        """SELECT t.state, t.producer_id, i.producer_epoch,
+        """SELECT t.state, t.producer_id, i.producer_epoch, t.share_acks,
        t.xmin::text = (SELECT s.xmin::text FROM transactions s
                        WHERE s.transactional_id = :tid) AS unchanged
   FROM transactions t
@@ -135,6 +135,7 @@ _TXN = (
         column("state", String()),
         column("producer_id", BigInteger()),
         column("producer_epoch", Integer()),
+        column("share_acks", Boolean()),
         column("unchanged", Boolean()),
     )
     .cte("txn")
@@ -159,11 +160,13 @@ _LOCKED = (
     )
     .cte("locked")
 )
-# `service.end`'s checks, on the locked rows: the caller's transaction, in a state `op` ends.
+# `service.end`'s checks, on the locked rows: the caller's transaction, in a state `op` ends;
+# one that holds share-group acknowledgements is the locking path's (`finishing.finish` settles
+# them).
 _CHECKED = (
     text(
         f"""SELECT EXISTS (SELECT 1 FROM txn
-               WHERE unchanged AND state = ANY(:states)
+               WHERE unchanged AND NOT share_acks AND state = ANY(:states)
                  AND {in_sql("producer_id", "producer_epoch", ":m_pid", ":m_epoch")})
    AND NOT EXISTS (SELECT 1 FROM locked WHERE NOT unchanged OR producer_id <> :m_pid) AS passes"""
     )

@@ -75,6 +75,7 @@ class SqliteStore(Store):
     def __init__(self, settings: Settings) -> None:
         url = settings.database_url
         super().__init__(url, _engine(url, immediate=True), _engine(url, immediate=False))
+        self.settings = settings
         self.writers = 1
         # SQLite's busy handler retries a locked database by sleeping, which lets one writer
         # starve; writers of this process queue here instead, first come first served. Other

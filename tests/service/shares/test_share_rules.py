@@ -186,7 +186,7 @@ def test_a_transaction_holds_acknowledgements_until_it_ends() -> None:
     # Held: no lock runs out, the member cannot acknowledge them, leaving does not release them.
     assert not state.expire(10**9, LIMITS)
     assert not state.release_member("a", LIMITS)
-    with pytest.raises(InvalidRecordState, match="by a transaction"):
+    with pytest.raises(InvalidRecordState, match="held by transaction 't1'"):
         state.acknowledge("a", 0, 0, [ACCEPT], 0, LIMITS)
     with pytest.raises(InvalidRecordState):
         state.hold("t2", "a", 1, 1, [ACCEPT])
