@@ -70,6 +70,24 @@ class Instance:
             },
         )
 
+    async def share_acks(
+        self, group: str, member: str, *acks: tuple[str, int, int, str]
+    ) -> httpx.Response:
+        """A share group member's acknowledgements (topic, partition, offset, type) into the
+        transaction."""
+        return await self.client.post(
+            f"/v1/transactions/{self.path_id}/share-acknowledgements",
+            json={
+                **self.caller(),
+                "group_id": group,
+                "member_id": member,
+                "acknowledgements": [
+                    {"topic": t, "partition": p, "first_offset": o, "type": kind}
+                    for t, p, o, kind in acks
+                ],
+            },
+        )
+
     async def prepare(self) -> httpx.Response:
         return await self.client.post(
             f"/v1/transactions/{self.path_id}/prepare", json=self.caller()
