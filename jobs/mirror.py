@@ -98,13 +98,33 @@ class Route:
     # Read the source with Spark's own Kafka source (`format("kafka")`, read_committed) from
     # these bootstrap servers, e.g. the coordinator's Kafka listener, instead of `txlog`.
     bootstrap: str | None = None
+    # Read the source as a queue: this share group's records (KIP-932), each batch's
+    # acknowledgements committed with its copy (`txshare`); several mirrors may drain it.
+    share_group: str | None = None
 
     def auth(self) -> dict[str, str]:
         return {"coordinator.token": self.token} if self.token else {}
 
-    def stream_source(self, spark: SparkSession, starting_offsets: str) -> DataFrame:
+    def stream_source(
+        self,
+        spark: SparkSession,
+        starting_offsets: str,
+        reader_options: Mapping[str, str] | None = None,
+    ) -> DataFrame:
         """The source as a stream: `txlog`, or Spark's Kafka source with `bootstrap`. Both read
-        committed records only and give the same columns (headers included)."""
+        committed records only and give the same columns (headers included). With
+        `share_group`, `txshare`: the group's records, as a queue."""
+        if self.share_group is not None:
+            return (
+                spark.readStream.format("txshare")
+                .option("coordinator.url", self.url)
+                .option("shareGroup", self.share_group)
+                .option("subscribe", self.source)
+                .option("jobId", self.job_id)
+                .options(**self.auth())
+                .options(**dict(reader_options or {}))
+                .load()
+            )
         if self.bootstrap is None:
             return (
                 spark.readStream.format("txlog")
@@ -112,6 +132,7 @@ class Route:
                 .option("subscribe", self.source)
                 .option("startingOffsets", starting_offsets)
                 .options(**self.auth())
+                .options(**dict(reader_options or {}))
                 .load()
             )
         return (
@@ -121,6 +142,7 @@ class Route:
             .option("startingOffsets", starting_offsets)
             .option("kafka.isolation.level", "read_committed")
             .option("includeHeaders", "true")
+            .options(**dict(reader_options or {}))
             .load()
         )
 
@@ -177,6 +199,7 @@ def run_stream(
     processing_time: str | None = None,
     run_seconds: int | None = None,
     writer_options: Mapping[str, str] | None = None,
+    reader_options: Mapping[str, str] | None = None,
 ) -> None:
     """Copy as a stream into the txlog streaming sink (each micro-batch one commit, the batch
     id with it, so a batch replayed from the checkpoint after a crash is not written twice).
@@ -185,8 +208,12 @@ def run_stream(
     mirror); after that the checkpoint says where the stream is."""
     from sdk.spark import committed_offsets, offsets_json
 
-    start = committed_offsets(route.url, route.group, [route.source], token=route.token)
-    stream = route.stream_source(spark, offsets_json(start))
+    start = (
+        {}  # a queue has no offsets: its share group hands out the records
+        if route.share_group is not None
+        else committed_offsets(route.url, route.group, [route.source], token=route.token)
+    )
+    stream = route.stream_source(spark, offsets_json(start), reader_options)
     writer = (
         mirrored(stream, transform)
         .writeStream.format("txlog")
@@ -228,6 +255,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--group", help="consumer group of the source (default: the job id)")
     parser.add_argument(
+        "--share-group",
+        help="stream mode: read the source as a queue, this share group's records (KIP-932; "
+        "set its share.auto.offset.reset first), each micro-batch's acknowledgements "
+        "committed with its copy; several mirrors of one share group split the records",
+    )
+    parser.add_argument(
         "--value-expr",
         default="value",
         help="Spark SQL for the new value over key, value (strings), topic, partition, offset, "
@@ -252,6 +285,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.kafka_bootstrap_servers and args.mode != "stream":
         print("--kafka-bootstrap-servers reads a stream: add --mode stream", file=sys.stderr)
         return 2
+    if args.share_group and args.mode != "stream":
+        print("--share-group reads a stream: add --mode stream", file=sys.stderr)
+        return 2
     from jobs.cluster import kafka_connector_package, session
     from sdk.spark import register
 
@@ -265,6 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.group or job_id,
         args.token,
         args.kafka_bootstrap_servers,
+        args.share_group,
     )
     transform = Transform(args.value_expr, args.key_expr, args.where, args.preserve_partitions)
     conf = {}

@@ -48,6 +48,8 @@ if _typing.TYPE_CHECKING:
     from sdk._config import EffectsOptions as EffectsOptions
     from sdk._config import ProducerConfig as ProducerConfig
     from sdk._config import ProducerOptions as ProducerOptions
+    from sdk._config import ShareConsumerConfig as ShareConsumerConfig
+    from sdk._config import ShareConsumerOptions as ShareConsumerOptions
     from sdk._consumer import Consumer as Consumer
     from sdk._effects import Claim as Claim
     from sdk._effects import Effect as Effect
@@ -93,6 +95,10 @@ if _typing.TYPE_CHECKING:
     from sdk._errors import UnknownTopicOrPartition as UnknownTopicOrPartition
     from sdk._errors import UnstableOffsetCommit as UnstableOffsetCommit
     from sdk._producer import Producer as Producer
+    from sdk._share_consumer import AcknowledgeType as AcknowledgeType
+    from sdk._share_consumer import ShareAcknowledgement as ShareAcknowledgement
+    from sdk._share_consumer import ShareConsumer as ShareConsumer
+    from sdk._share_consumer import ShareGroupMetadata as ShareGroupMetadata
     from sdk._types import OFFSET_BEGINNING as OFFSET_BEGINNING
     from sdk._types import OFFSET_END as OFFSET_END
     from sdk._types import OFFSET_INVALID as OFFSET_INVALID
@@ -154,6 +160,8 @@ _EXPORTS = {
         "EffectsOptions",
         "ProducerConfig",
         "ProducerOptions",
+        "ShareConsumerConfig",
+        "ShareConsumerOptions",
     ),
     "sdk._errors": (
         "AuthenticationFailed",
@@ -200,6 +208,12 @@ _EXPORTS = {
     "sdk._effects": ("Claim", "Effect", "EffectsClient"),
     "sdk._consumer": ("Consumer",),
     "sdk._producer": ("Producer",),
+    "sdk._share_consumer": (
+        "AcknowledgeType",
+        "ShareAcknowledgement",
+        "ShareConsumer",
+        "ShareGroupMetadata",
+    ),
 }
 
 __all__ = _public(_EXPORTS)

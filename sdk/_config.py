@@ -327,6 +327,21 @@ class ConsumerConfig(ClientConfig):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ShareConsumerConfig(ClientConfig):
+    group_id: str = _setting(doc="The share group (KIP-932) whose records `poll()` acquires.")
+    share_acknowledgement_mode: str = _setting(
+        "implicit",
+        kind="choice",
+        choices={"implicit": "implicit", "explicit": "explicit"},
+        doc="`implicit`: what a `poll()` returned is accepted at the next `poll()` or commit; "
+        "`explicit`: only what `acknowledge()` marks.",
+    )
+    max_poll_records: int = _setting(
+        500, minimum=1, maximum=10_000, doc="Most records one `poll()` acquires per partition."
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
 class AdminConfig(ClientConfig):
     pass
 
@@ -388,6 +403,14 @@ class ConsumerOptions(ClientOptions, total=False):
     max_poll_interval_ms: int
     enable_auto_offset_store: bool
     on_commit: CommitCallback | None
+
+
+class ShareConsumerOptions(ClientOptions, total=False):
+    """Typed keyword arguments of `ShareConsumer(...)`: the fields of `ShareConsumerConfig`."""
+
+    group_id: str
+    share_acknowledgement_mode: str
+    max_poll_records: int
 
 
 class AdminOptions(ClientOptions, total=False):

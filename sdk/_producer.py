@@ -43,6 +43,7 @@ from sdk._lifecycle import Closeable
 from sdk._partitioner import PartitionCounts, partition_for_key
 from sdk._records import record_of
 from sdk._sender import SENDER_POOL_SIZE, Sender
+from sdk._share_consumer import ShareAcknowledgement, ShareGroupMetadata
 from sdk._transaction_manager import Op, TransactionManager, TxnState
 from sdk._transactions import TransactionCalls
 from sdk._types import ConsumerGroupMetadata, DeliveryCallback, Headers, TopicPartition
@@ -233,6 +234,31 @@ class Producer(Closeable):
         """
         self._require_transactional()
         self._txn.send_offsets(offsets, group_metadata, self._http.deadline(timeout))
+
+    def send_share_acknowledgements_to_transaction(
+        self,
+        acknowledgements: Iterable[ShareAcknowledgement],
+        group_metadata: ShareGroupMetadata,
+        timeout: float | None = None,
+    ) -> None:
+        """Acknowledge a share consumer's records (from `consumer.take_acknowledgements()`,
+        for `consumer.share_group_metadata()`) with this transaction: they apply only if it
+        commits, together with its output, and an abort releases the records for delivery
+        again. Until it ends, the records stay the consumer's, with no lock to run out.
+
+        Raises:
+        - `KafkaTimeoutError` (retriable): not done within `timeout`; call again.
+        - an error with `txn_requires_abort`, such as the coordinator's INVALID_RECORD_STATE
+          (the consumer no longer holds a record: its lock ran out first): call
+          `abort_transaction()`; the records go to whoever holds them now.
+        - `TransactionTimedOut`: call `init_transactions()`, then start over.
+        - a fatal error (`ProducerFenced`...): close the producer.
+        - `IllegalStateError`: no transaction is open.
+        """
+        self._require_transactional()
+        self._txn.send_share_acks(
+            list(acknowledgements), group_metadata, self._http.deadline(timeout)
+        )
 
     def prepare_transaction(self, timeout: float | None = None) -> None:
         """Flush, then prepare the transaction: no more records or offsets may join, and the

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from sdk._accumulator import Accumulator
@@ -20,6 +20,7 @@ from sdk._errors import (
 )
 from sdk._http import HttpClient, api_path
 from sdk._sender import Sender
+from sdk._share_consumer import ShareAcknowledgement, ShareGroupMetadata
 from sdk._transaction_manager import Op, TransactionManager, TxnState
 from sdk._types import ConsumerGroupMetadata, TopicPartition
 
@@ -111,6 +112,22 @@ class TransactionCalls:
             body["member_id"] = group_metadata.member_id
             body["member_epoch"] = group_metadata.member_epoch
         self.call(Op.SEND_OFFSETS, "POST", self.path("offsets"), body, deadline)
+
+    def send_share_acks(
+        self, acks: Sequence[ShareAcknowledgement], metadata: ShareGroupMetadata, deadline: float
+    ) -> None:
+        """`Producer.send_share_acknowledgements_to_transaction()`."""
+        self.await_commit(deadline)
+        with self._cond:
+            self._check(Op.SEND_OFFSETS)
+            if not acks:
+                return
+            self._manager.touched = True
+            pid, epoch = self._manager.producer_id, self._manager.epoch
+        body: dict[str, Any] = {"producer_id": pid, "producer_epoch": epoch}
+        body |= {"group_id": metadata.group_id, "member_id": metadata.member_id}
+        body["acknowledgements"] = [a.body() for a in acks]
+        self.call(Op.SEND_OFFSETS, "POST", self.path("share-acknowledgements"), body, deadline)
 
     def prepare(self, deadline: float) -> None:
         """`Producer.prepare_transaction()`."""

@@ -25,6 +25,7 @@ from coordinator.shares import membership, offsets, service
 from coordinator.shares.inflight import TYPES
 from coordinator.shares.schemas import (
     Acknowledgement,
+    AcquiredOut,
     AlterGroupConfigs,
     GroupConfigEntry,
     GroupConfigList,
@@ -176,12 +177,30 @@ async def fetch(
         max_records=body.max_records,
         max_bytes=settings.fetch_max_bytes,
         wait_ms=body.max_wait_ms,
+        whole_batches=body.acquire_mode == "batch_optimized",
     )
     for result in results.values():
         if result.error is not None:
             raise result.error
-    records = [r for tp in sorted(results) for r in _records(results[tp], body.encoding)]
-    return json_response(ShareFetchResponse(records=records, acquisition_lock_timeout_ms=lock_ms))
+    records = (
+        [r for tp in sorted(results) for r in _records(results[tp], body.encoding)]
+        if body.records
+        else []
+    )
+    acquired = [
+        AcquiredOut(
+            topic=r.topic,
+            partition=r.partition,
+            first_offset=a.first,
+            last_offset=a.last,
+            delivery_count=a.deliveries,
+        )
+        for _, r in sorted(results.items())
+        for a in r.acquired
+    ]
+    return json_response(
+        ShareFetchResponse(records=records, acquired=acquired, acquisition_lock_timeout_ms=lock_ms)
+    )
 
 
 @router.post("/{group_id:path}/acknowledge", response_model=ShareAcknowledgeResponse)

@@ -50,6 +50,12 @@ class ShareFetchRequest(RequestModel):
     max_records: Annotated[int, Field(ge=1, le=10_000)] = 500
     max_wait_ms: Annotated[int, Field(ge=0, le=30_000)] = 0
     encoding: Literal["utf8", "base64"] = "utf8"
+    # False: acquire only, answering the acquired offsets without the records (a Spark driver
+    # plans a micro-batch by them; its tasks read the records from the log).
+    records: bool = True
+    # Kafka's ShareFetch acquire modes (KIP-1206): whole batches, which may pass max_records to
+    # end on a batch's edge, or exactly max_records at most.
+    acquire_mode: Literal["batch_optimized", "record_limit"] = "batch_optimized"
 
 
 class ShareRecordOut(BaseModel):
@@ -63,8 +69,18 @@ class ShareRecordOut(BaseModel):
     delivery_count: int
 
 
+class AcquiredOut(BaseModel):
+    topic: str
+    partition: int
+    first_offset: int
+    last_offset: int
+    delivery_count: int
+
+
 class ShareFetchResponse(BaseModel):
     records: list[ShareRecordOut]
+    # The offsets acquired, as ranges (some may hold no record: compaction's gaps).
+    acquired: list[AcquiredOut]
     acquisition_lock_timeout_ms: int
 
 

@@ -23,6 +23,10 @@ committed with the output; `batchId`: an idempotent commit for `foreachBatch`;
 `testing.delay`, `testing.pauseBeforeCommit`, `testing.pauseAfterCommit` inject faults, for demos
 and tests only (see docs/pages/spark.md).
 
+`txshare` reads a share group (a queue) in micro-batches whose acknowledgements commit with the
+txlog sink's output of the same `jobId`: `coordinator.url`, `shareGroup`, `subscribe`, `jobId`,
+`maxRecordsPerTrigger` (see `sdk.spark._shares`). Several jobs drain one queue exactly once.
+
 `txsql` writes into a SQL table exactly once (see `sdk.spark._sql` for how), with Spark's JDBC
 option names: `url` (any SQLAlchemy URL; a plain postgresql:// gets psycopg), `dbtable`,
 `batchsize` (rows per staging transaction, 100000); `jobId` (required); `offsets.group` +
@@ -51,6 +55,7 @@ if _typing.TYPE_CHECKING:
     from sdk.spark._protocol import CommitResult as CommitResult
     from sdk.spark._protocol import TaskOutcome as TaskOutcome
     from sdk.spark._protocol import TaskWriter as TaskWriter
+    from sdk.spark._shares import TxshareDataSource as TxshareDataSource
     from sdk.spark._source import TxlogDataSource as TxlogDataSource
     from sdk.spark._sql import sql_committed_offsets as sql_committed_offsets
     from sdk.spark._txsql import TxsqlDataSource as TxsqlDataSource
@@ -59,6 +64,7 @@ _EXPORTS = {
     "sdk.spark._job": ("TransactionalJob",),
     "sdk.spark._offsets": ("committed_offsets", "latest_offsets", "offsets_json"),
     "sdk.spark._protocol": ("CommitResult", "TaskOutcome", "TaskWriter"),
+    "sdk.spark._shares": ("TxshareDataSource",),
     "sdk.spark._source": ("TxlogDataSource",),
     "sdk.spark._sql": ("sql_committed_offsets",),
     "sdk.spark._txsql": ("TxsqlDataSource",),
@@ -68,11 +74,14 @@ __all__ = _public(_EXPORTS, "register")
 
 
 def register(spark: object) -> None:
-    """Make `format("txlog")` and `format("txsql")` available in this Spark session."""
+    """Make `format("txlog")`, `format("txshare")` and `format("txsql")` available in this
+    Spark session."""
+    from sdk.spark._shares import TxshareDataSource
     from sdk.spark._source import TxlogDataSource
     from sdk.spark._txsql import TxsqlDataSource
 
     spark.dataSource.register(TxlogDataSource)  # type: ignore[attr-defined]
+    spark.dataSource.register(TxshareDataSource)  # type: ignore[attr-defined]
     spark.dataSource.register(TxsqlDataSource)  # type: ignore[attr-defined]
 
 

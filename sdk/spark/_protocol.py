@@ -329,6 +329,11 @@ def driver_tid(job_id: str) -> str:
     return f"{job_id}/driver"
 
 
+def share_tid(job_id: str) -> str:
+    """The transaction in which a `txshare` source holds its micro-batch's acknowledgements."""
+    return f"{job_id}/share"
+
+
 class Committer:
     """The driver's side: commits a run's winning attempts as one and aborts the rest."""
 
@@ -390,8 +395,23 @@ class Committer:
             self._http.call("POST", f"{self._path}/offsets", body=body)
         self._prepare(producer_id, epoch)
         members = [o for o in outcomes if o is not None and o.transactional_id is not None]
-        result, _ = self._commit_group(members, (producer_id, epoch))
+        result, _ = self._commit_group(members, (producer_id, epoch), self._share_acks())
         return result
+
+    def _share_acks(self) -> Mapping[str, Any] | None:
+        """The job's `txshare` source's acknowledgements of the batch, prepared: committed with
+        the output (`sdk.spark._shares`). None: the job reads no share group now."""
+        try:
+            described = self._http.call("GET", api_path("transactions", share_tid(self.job_id)))
+        except TransactionalIdNotFound:
+            return None
+        if described["state"] != "Prepared":
+            return None
+        return {
+            "transactional_id": described["transactional_id"],
+            "producer_id": described["producer_id"],
+            "producer_epoch": described["producer_epoch"],
+        }
 
     def _init(self) -> tuple[int, int]:
         answer = self._http.call(
@@ -406,7 +426,10 @@ class Committer:
         self._http.call("POST", f"{self._path}/prepare", body=body)
 
     def _commit_group(
-        self, members: Sequence[TaskOutcome], driver: tuple[int, int]
+        self,
+        members: Sequence[TaskOutcome],
+        driver: tuple[int, int],
+        also: Mapping[str, Any] | None = None,
     ) -> tuple[CommitResult, tuple[int, int]]:
         transactions: list[Mapping[str, Any]] = [
             {
@@ -419,14 +442,21 @@ class Committer:
         transactions.append(
             {"transactional_id": self.tid, "producer_id": driver[0], "producer_epoch": driver[1]}
         )
+        if also is not None:
+            transactions.append(also)
         answer = self._http.call(
             "POST",
             api_path("transactions", "commit-group"),
             body={"transactions": transactions, "abort_others_with_prefix": self.prefix},
         )
         after = next(c for c in answer["committed"] if c["transactional_id"] == self.tid)
+        share = None if also is None else also["transactional_id"]
         result = CommitResult(
-            committed=[c["transactional_id"] for c in answer["committed"] if c is not after],
+            committed=[
+                c["transactional_id"]
+                for c in answer["committed"]
+                if c is not after and c["transactional_id"] != share
+            ],
             aborted=list(answer["aborted"]),
         )
         return result, (after["producer_id"], after["producer_epoch"])

@@ -35,6 +35,7 @@ EXPECTED_ALL = [
     "TIMESTAMP_CREATE_TIME",
     "TIMESTAMP_LOG_APPEND_TIME",
     "TIMESTAMP_NOT_AVAILABLE",
+    "AcknowledgeType",
     "AdminClient",
     "AdminConfig",
     "AdminOptions",
@@ -99,6 +100,11 @@ EXPECTED_ALL = [
     "ResourceType",
     "RetriableError",
     "ServiceError",
+    "ShareAcknowledgement",
+    "ShareConsumer",
+    "ShareConsumerConfig",
+    "ShareConsumerOptions",
+    "ShareGroupMetadata",
     "TopicAlreadyExists",
     "TopicDescription",
     "TopicMetadata",
@@ -317,13 +323,14 @@ def test_typed_keyword_options_match_the_config_fields() -> None:
         (sdk.ConsumerConfig, sdk.ConsumerOptions),
         (sdk.AdminConfig, sdk.AdminOptions),
         (sdk.EffectsConfig, sdk.EffectsOptions),
+        (sdk.ShareConsumerConfig, sdk.ShareConsumerOptions),
     ]:
         fields = {f.name for f in dataclasses.fields(config)}
         assert set(options.__annotations__) == fields, config.__name__
 
 
 def test_every_public_method_says_what_to_do_in_its_docstring() -> None:
-    for cls in (Producer, Consumer, sdk.AdminClient, sdk.EffectsClient):
+    for cls in (Producer, Consumer, sdk.AdminClient, sdk.EffectsClient, sdk.ShareConsumer):
         for name, member in inspect.getmembers(cls, inspect.isfunction):
             if name.startswith("_") or name in ("close", "unassign", "assignment"):
                 continue
@@ -349,6 +356,7 @@ def test_the_spark_subpackage_exports_its_own_few_names() -> None:
         "TaskWriter",
         "TransactionalJob",
         "TxlogDataSource",
+        "TxshareDataSource",
         "TxsqlDataSource",
         "committed_offsets",
         "latest_offsets",

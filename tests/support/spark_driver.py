@@ -239,7 +239,7 @@ def run_steps(spark: SparkSession, steps: list[dict[str, Any]]) -> None:
 
 def run_mirror(spark: SparkSession, spec: dict[str, Any]) -> None:
     """`jobs.mirror`'s stream: `route` (Route's fields), `checkpoint`, `processing_time`,
-    `writer_options`; the value upper-cased on the way."""
+    `writer_options`, `reader_options`; the value upper-cased on the way."""
     from jobs.mirror import Route, Transform, run_stream
 
     run_stream(
@@ -249,6 +249,7 @@ def run_mirror(spark: SparkSession, spec: dict[str, Any]) -> None:
         spec["checkpoint"],
         processing_time=spec.get("processing_time"),
         writer_options=spec.get("writer_options"),
+        reader_options=spec.get("reader_options"),
     )
 
 
