@@ -216,3 +216,55 @@ def test_kafka_share_groups_deletes_offsets_and_the_group(share_tools: Any) -> N
     assert _rows(_ok(ran["delete_offsets"])) == [[topic, "Successful"]]
     assert f"Deletion of requested share groups ('{group}') was successful." in _ok(ran["delete"])
     assert group not in _ok(ran["listed_again"]).split()
+
+
+def test_librdkafka_share_consumers_split_a_queue_and_redeliver_a_release(
+    broker: Broker, groups: dict[str, str]
+) -> None:
+    """confluent-kafka's ShareConsumer (librdkafka's, KIP-932): two consumers of one group in
+    explicit mode; each releases the first record it gets, which comes again; in the end every
+    record is accepted exactly once."""
+    from confluent_kafka import AcknowledgeType, ShareConsumer
+
+    topic = create_topic(broker, partitions=2)
+    for partition in (0, 1):
+        http_produce(broker, topic, partition, [f"r{partition}-{i}" for i in range(10)])
+    config = {
+        "bootstrap.servers": broker.bootstrap,
+        "group.id": groups["tools"] + "-rd",
+        "share.acknowledgement.mode": "explicit",
+        "log_level": 3,
+    }
+    configured = broker.http.patch(
+        f"/v1/groups/{config['group.id']}/configs",
+        json={"set": {"share.auto.offset.reset": "earliest"}},
+    )
+    assert configured.status_code == 200, configured.text
+    accepted: dict[str, int] = {}
+    released: set[str] = set()
+    consumers = [ShareConsumer(config), ShareConsumer(config)]
+    try:
+        for consumer in consumers:
+            consumer.subscribe([topic])
+        for _ in range(200):
+            for consumer in consumers:
+                messages = consumer.poll(0.2) or []
+                for m in messages:
+                    assert m.error() is None, m.error()
+                    value = m.value().decode()
+                    if value not in released:
+                        released.add(value)
+                        consumer.acknowledge(m, AcknowledgeType.RELEASE)
+                    else:
+                        accepted[value] = accepted.get(value, 0) + 1
+                        consumer.acknowledge(m, AcknowledgeType.ACCEPT)
+                if messages:
+                    consumer.commit_sync()
+            if len(accepted) == 20:
+                break
+    finally:
+        for consumer in consumers:
+            consumer.close()
+    assert sorted(accepted) == sorted(f"r{p}-{i}" for p in (0, 1) for i in range(10))
+    assert set(accepted.values()) == {1}
+    assert released == set(accepted)
