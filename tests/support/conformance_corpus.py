@@ -1770,7 +1770,7 @@ KNOWN: list[tuple[str, str]] = [
     (
         "api-versions/supported/v*/api_keys",
         "The listener serves a subset of Kafka 4.4's APIs and versions (kafka.md lists the "
-        "unserved ones: inter-broker, KRaft-controller, share and streams groups, and others).",
+        "unserved ones: inter-broker, KRaft-controller, streams groups, and others).",
     ),
     (
         "api-versions/supported/v3/*_features",
