@@ -220,7 +220,7 @@ def store(row: SharePartitionRow, state: ShareState, now: int) -> None:
     row.updated_ms = now
 
 
-def _wake_after_commit(session: AsyncSession, partitions: set[TP]) -> None:
+def wake_after_commit(session: AsyncSession, partitions: set[TP]) -> None:
     """Records were released on these partitions: other members' waiting fetches may take them
     (in this process and, through the store, in the others)."""
     if partitions:
@@ -369,7 +369,7 @@ async def fetch(
                 )  # fmt: skip
                 budget -= sum(len(b) for b in result.batches)
             store(loaded.row, loaded.state, now)
-        _wake_after_commit(session, released)
+        wake_after_commit(session, released)
     return results, rules.limits.lock_ms
 
 
@@ -464,7 +464,7 @@ async def release(
         await release_in(session, group_id, [member_id], rules, partitions)
 
 
-async def _locked_rows(
+async def locked_rows(
     session: AsyncSession, group_id: str, partitions: Iterable[TP] | None
 ) -> list[SharePartitionRow]:
     query = select(SharePartitionRow).where(SharePartitionRow.group_id == group_id)
@@ -493,7 +493,7 @@ async def release_in(
         return
     now = now_ms()
     released: set[TP] = set()
-    for row in await _locked_rows(session, group_id, partitions):
+    for row in await locked_rows(session, group_id, partitions):
         state = ShareState.of(row.start_offset, row.end_offset, row.spans)
         changed = state.expire(now, rules.limits)
         for member in members:
@@ -501,7 +501,7 @@ async def release_in(
         if changed:
             released.add((row.topic, row.partition))
             store(row, state, now)
-    _wake_after_commit(session, released)
+    wake_after_commit(session, released)
 
 
 async def expire_locks(db: Store, settings: Settings, now: int | None = None) -> int:
@@ -545,61 +545,5 @@ async def expire_locks(db: Store, settings: Settings, now: int | None = None) ->
                 released.add((topic, partition))
             store(row, state, now)
             row.next_deadline_ms = state.next_deadline()
-        _wake_after_commit(session, released)
+        wake_after_commit(session, released)
     return len(released)
-
-
-# -- transactions -------------------------------------------------------------------------------
-
-
-async def hold_in(
-    session: AsyncSession,
-    settings: Settings,
-    group_id: str,
-    member_id: str,
-    txn: str,
-    acks: Mapping[TP, Sequence[AckBatch]],
-) -> None:
-    """Take a member's acknowledgements into transaction `txn`, in its unit of work (which
-    holds the transaction's row): all of them, or INVALID_RECORD_STATE (naming the partition)
-    and none."""
-    await share_group(session, group_id)
-    rules = await rules_of(session, settings, group_id)
-    now = now_ms()
-    for tp in sorted(acks):
-        loaded = await load(session, group_id, tp, rules, now)
-        held = copy.deepcopy(loaded.state)
-        try:
-            for batch in acks[tp]:
-                held.hold(txn, member_id, batch.first, batch.last, batch.types)
-        except InvalidRecordState as refused:
-            raise InvalidRecordState(f"{tp[0]}-{tp[1]}: {refused.detail}") from None
-        loaded.state = held
-        store(loaded.row, loaded.state, now)
-
-
-async def settle_in(
-    session: AsyncSession,
-    txn: str,
-    partitions: Sequence[tuple[str, str, int]],
-    commit: bool,
-) -> None:
-    """Transaction `txn` ended: on each (group, topic, partition) it held records of, a commit
-    applies its acknowledgements, an abort releases the records. In the ending unit of work,
-    after the transaction's and its partitions' locks."""
-    settings = store_of(session).settings
-    now = now_ms()
-    released: set[TP] = set()
-    for group_id in sorted({g for g, _, _ in partitions}):
-        group = await session.get(ConsumerGroup, group_id)
-        if group is None:
-            continue  # deleted with its share partitions
-        rules = await rules_of(session, settings, group_id)
-        tps = [(t, p) for g, t, p in partitions if g == group_id]
-        for row in await _locked_rows(session, group_id, tps):
-            state = ShareState.of(row.start_offset, row.end_offset, row.spans)
-            state.expire(now, rules.limits)
-            if state.settle_transaction(txn, commit, rules.limits) and not commit:
-                released.add((row.topic, row.partition))
-            store(row, state, now)
-    _wake_after_commit(session, released)

@@ -23,7 +23,7 @@ from coordinator.producers.repository import (
     issue_producer_id,
     set_epoch,
 )
-from coordinator.shares.service import settle_in
+from coordinator.shares.held import settle_in
 from coordinator.transactions.ending import ENDED, end_writes
 from coordinator.transactions.locks import (
     Locked,

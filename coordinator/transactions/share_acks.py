@@ -22,7 +22,8 @@ from sqlalchemy.orm.attributes import flag_modified
 from coordinator.core.clock import now_ms
 from coordinator.core.errors import InvalidRequest
 from coordinator.groups.inputs import check_id
-from coordinator.shares.service import AckBatch, hold_in
+from coordinator.shares.held import hold_in
+from coordinator.shares.service import AckBatch
 from coordinator.store import Store, store_of
 from coordinator.transactions.caller import check_caller
 from coordinator.transactions.finishing import begin

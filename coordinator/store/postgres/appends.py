@@ -151,10 +151,14 @@ _PASSES = "(SELECT passes FROM checked)"
 # the partitions (sorted; the scalar subquery on `txns` is evaluated before the first partition
 # row is read), then the producers' states on them (every writer of a producer state holds its
 # partition's lock, so nothing waits for a state while holding a partition this statement
-# wants). Epochs are read from the snapshot, as the locking path reads them just after its
-# locks. A transactional batch's transaction must be Ongoing for its producer, and the state
-# must show the same open transaction on the partition (its first offset there, which only the
-# transaction's marker clears): the partition is already in it. A batch that joins its
+# wants). A transaction's producer row is locked with it, as InitPid, AddPartitions and EndTxn
+# lock them: the epoch checked is the one the lock frees, not the statement's snapshot's (an
+# InitPid that raised it while the statement waited fences the batch, whatever the transaction
+# looks like by then: a new instance's may be Ongoing already). Other epochs are read from the
+# snapshot, as the locking path reads them just after its locks. A transactional batch's
+# transaction must be Ongoing for its producer, and the state must show the same open
+# transaction on the partition (its first offset there, which only the transaction's marker
+# clears): the partition is already in it. A batch that joins its
 # transaction (the state shows none open there) needs the transaction in a state that takes it
 # and unchanged since the statement's snapshot: an InitPid that fenced the producer while the
 # statement waited raised the epoch the snapshot still shows, and changed that row. Its first
@@ -178,7 +182,7 @@ WITH txns AS (
     AS v(transactional_id, producer_id, producer_epoch, joining)
     ON v.transactional_id = t.transactional_id
   ORDER BY t.transactional_id
-  FOR UPDATE OF t
+  FOR UPDATE OF t, i
 ), wanted AS (
   SELECT * FROM {_unnest(_WANTED_COLUMNS, _WANTED_TYPES, _W)}
 ), locked AS (

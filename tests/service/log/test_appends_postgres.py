@@ -353,6 +353,34 @@ async def test_a_join_fenced_while_it_waited_for_its_transaction_is_refused_as_t
     assert [r["value"] for r in written] == ["a"]
 
 
+async def test_a_later_batch_fenced_while_it_waited_for_its_transaction_is_refused(
+    app: Any, client: httpx.AsyncClient, paths: list[str]
+) -> None:
+    """A batch of a transaction already open on its partition, fenced while its statement waited
+    for the transaction's row: a new instance's InitPid raised the epoch, and that instance's
+    own transaction is Ongoing by the time the row is free. The statement's snapshot still shows
+    the old epoch; the epoch it checks must be the one the lock freed (found by a fault run, in
+    which such a zombie's batch joined the new instance's transaction and committed with it)."""
+    await create_topic(client, "t")
+    zombie = await started(client, "tx")
+    assert (await zombie.produce("t", 0, "a")).status_code == 200
+    paths.clear()
+    fencing = (
+        "UPDATE transactions SET updated_ms = updated_ms + 1 WHERE transactional_id = 'tx'",
+        "UPDATE producer_ids SET producer_epoch = producer_epoch + 1 "
+        f"WHERE producer_id = {zombie.pid}",
+    )
+    async with Blocking(app, *fencing) as done:
+        later = asyncio.create_task(zombie.produce("t", 0, "late"))
+        await waiting_for_a_lock(app)
+        done()
+
+    assert_problem(await later, 409, "PRODUCER_FENCED")
+    assert paths == ["locks"]
+    written = await read_all(client, "t", isolation_level="read_uncommitted")
+    assert [r["value"] for r in written] == ["a"]
+
+
 @pytest.mark.parametrize("added", [("t", 0), ("t", 1)], ids=["its-partition", "another"])
 @pytest.mark.parametrize("commit", [True, False])
 async def test_a_transaction_ended_by_another_process_is_started_again_in_one_statement(
