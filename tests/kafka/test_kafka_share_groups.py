@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.java import java_command
+from tests.support.java import java_command, run_tools, tool_ok
 from tests.support.kafka_broker import Broker, broker, create_topic, http_produce
 
 __all__ = ["broker"]
@@ -43,22 +43,7 @@ def _json_lines(text: str) -> list[dict[str, Any]]:
 
 
 def _tools(commands: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
-    done = subprocess.run(
-        java_command(main="coordinator.clients.Tools"),
-        input="".join("\t".join(c) + "\n" for c in commands.values()),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    lines = _json_lines(done.stdout)
-    assert len(lines) == len(commands), done.stdout + done.stderr[-4000:]
-    return dict(zip(commands, lines, strict=True))
-
-
-def _ok(outcome: dict[str, Any]) -> str:
-    assert outcome["code"] == 0, outcome["out"] + outcome["err"][-3000:]
-    return str(outcome["out"])
+    return dict(zip(commands, run_tools(list(commands.values())), strict=True))
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +90,8 @@ def groups(broker: Broker) -> dict[str, str]:
         }
     )  # fmt: skip
     for name in names.values():
-        assert f"Completed updating config for group {name}." in _ok(ran[name.split("-")[0]])
-    described = _ok(ran["described"])
+        assert f"Completed updating config for group {name}." in tool_ok(ran[name.split("-")[0]])
+    described = tool_ok(ran["described"])
     assert "share.auto.offset.reset=earliest" in described
     assert f"share.record.lock.duration.ms={LOCK_MS}" in described
     return names
@@ -199,23 +184,27 @@ def _rows(text: str) -> list[list[str]]:
 
 def test_kafka_share_groups_lists_and_describes_offsets_and_state(share_tools: Any) -> None:
     group, topic, ran = share_tools
-    assert group in _ok(ran["list"]).split()
-    assert _rows(_ok(ran["describe"])) == [[group, topic, str(p), "5", "0"] for p in (0, 1)]
-    [state] = _rows(_ok(ran["state"]))
+    assert group in tool_ok(ran["list"]).split()
+    assert _rows(tool_ok(ran["describe"])) == [[group, topic, str(p), "5", "0"] for p in (0, 1)]
+    [state] = _rows(tool_ok(ran["state"]))
     assert state[0] == group and state[-2:] == ["Empty", "0"]
 
 
 def test_kafka_share_groups_resets_offsets_to_the_earliest(share_tools: Any) -> None:
     group, topic, ran = share_tools
-    assert sorted(_rows(_ok(ran["reset"]))) == [[group, topic, str(p), "0"] for p in (0, 1)]
-    assert _rows(_ok(ran["described_again"])) == [[group, topic, str(p), "0", "5"] for p in (0, 1)]
+    assert sorted(_rows(tool_ok(ran["reset"]))) == [[group, topic, str(p), "0"] for p in (0, 1)]
+    assert _rows(tool_ok(ran["described_again"])) == [
+        [group, topic, str(p), "0", "5"] for p in (0, 1)
+    ]
 
 
 def test_kafka_share_groups_deletes_offsets_and_the_group(share_tools: Any) -> None:
     group, topic, ran = share_tools
-    assert _rows(_ok(ran["delete_offsets"])) == [[topic, "Successful"]]
-    assert f"Deletion of requested share groups ('{group}') was successful." in _ok(ran["delete"])
-    assert group not in _ok(ran["listed_again"]).split()
+    assert _rows(tool_ok(ran["delete_offsets"])) == [[topic, "Successful"]]
+    assert f"Deletion of requested share groups ('{group}') was successful." in tool_ok(
+        ran["delete"]
+    )
+    assert group not in tool_ok(ran["listed_again"]).split()
 
 
 def test_librdkafka_share_consumers_split_a_queue_and_redeliver_a_release(

@@ -17,7 +17,6 @@ is a test here, checked on what the tool printed.
 from __future__ import annotations
 
 import json
-import subprocess
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.java import java_command
+from tests.support.java import run_tools, tool_ok
 from tests.support.kafka_broker import Broker, broker, http_produce
 
 __all__ = ["broker"]
@@ -238,23 +237,12 @@ def ran(
         json.dumps({"partitions": [{"topic": names.records, "partition": 0, "offset": 4}]})
     )
     commands = _commands(broker.bootstrap, names, deletion)
-    done = subprocess.run(
-        java_command(main="coordinator.clients.Tools"),
-        input="".join("\t".join(c) + "\n" for c in commands.values()),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert len(lines) == len(commands), done.stdout + done.stderr[-4000:]
+    lines = run_tools(list(commands.values()), timeout=600)
     return names, dict(zip(commands, lines, strict=True))
 
 
 def _ok(ran: tuple[Names, dict[str, dict[str, Any]]], name: str) -> str:
-    outcome = ran[1][name]
-    assert outcome["code"] == 0, outcome["out"] + outcome["err"]
-    return str(outcome["out"])
+    return tool_ok(ran[1][name])
 
 
 def test_kafka_topics_creates_describes_and_grows(ran: Any) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.java import java_command
+from tests.support.java import run_tools, tool_ok
 from tests.support.services import (
     ServiceProcess,
     create_postgres_database,
@@ -112,22 +112,7 @@ def _properties(path: Path, user: str, password: str, token: bool = False) -> st
 
 
 def _tools(*commands: list[str]) -> list[dict[str, Any]]:
-    done = subprocess.run(
-        java_command(main="coordinator.clients.Tools"),
-        input="".join("\t".join(c) + "\n" for c in commands),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert len(lines) == len(commands), done.stdout + done.stderr[-4000:]
-    return lines
-
-
-def _ok(outcome: dict[str, Any]) -> str:
-    assert outcome["code"] == 0, outcome["out"] + outcome["err"]
-    return str(outcome["out"])
+    return run_tools(commands)
 
 
 def test_a_token_made_with_kafka_s_tool_logs_kafka_s_clients_in(served: Served) -> None:
@@ -149,7 +134,7 @@ def test_a_token_made_with_kafka_s_tool_logs_kafka_s_clients_in(served: Served) 
             alice,
         ]
     )
-    printed = _ok(created)
+    printed = tool_ok(created)
     # TOKENID  HMAC  OWNER  REQUESTER  RENEWERS  ISSUEDATE  EXPIRYDATE  MAXDATE
     row = [line.split() for line in printed.splitlines() if "User:alice" in line][-1]
     token_id, token_hmac = row[0], row[1]
@@ -204,7 +189,7 @@ def test_a_token_made_with_kafka_s_tool_logs_kafka_s_clients_in(served: Served) 
         ["kafka-topics", *b, "--list", "--command-config", with_token],
     )
     # Logged in as alice: her topics, not another's.
-    assert topic in _ok(listed).split()
+    assert topic in tool_ok(listed).split()
     # A token's login may not ask for a token.
     assert asked["code"] != 0
     assert (
@@ -212,9 +197,9 @@ def test_a_token_made_with_kafka_s_tool_logs_kafka_s_clients_in(served: Served) 
         or "not allowed" in (asked["out"] + asked["err"]).lower()
         or "DelegationTokenRequestNotAllowed" in asked["err"]
     )
-    assert token_id in _ok(described)
-    assert "Completed renew operation" in _ok(renewed)
-    assert "Completed expire operation" in _ok(expired)
+    assert token_id in tool_ok(described)
+    assert "Completed renew operation" in tool_ok(renewed)
+    assert "Completed expire operation" in tool_ok(expired)
     # Expired: the token logs nobody in.
     assert refused["code"] != 0
     assert "authentication failed" in (refused["out"] + refused["err"]).lower()
@@ -316,8 +301,8 @@ def test_a_user_made_with_kafka_s_tools_does_what_kafka_acls_allows(served: Serv
         _perf(served.bootstrap, theirs, bob),
     )
     for outcome in (made, allowed, denied, txn, group, cluster):
-        _ok(outcome)
-    shown = _ok(listed)
+        tool_ok(outcome)
+    shown = tool_ok(listed)
     assert f"name={user}-, patternType=PREFIXED" in shown
     assert f"principal=User:{user}, host=*, operation=WRITE, permissionType=ALLOW" in shown
     assert f"name={secret}, patternType=LITERAL" in shown
@@ -326,8 +311,8 @@ def test_a_user_made_with_kafka_s_tools_does_what_kafka_acls_allows(served: Serv
     assert f"ResourcePattern(resourceType=GROUP, name={user}-group" in shown
     assert "ResourcePattern(resourceType=CLUSTER, name=kafka-cluster" in shown
     # WRITE implies DESCRIBE, and the DENY of ALL takes the secret topic back.
-    assert set(_ok(topics).split()) == {mine}
-    assert "5 records sent" in _ok(wrote)  # in transactions, under its transactional id
+    assert set(tool_ok(topics).split()) == {mine}
+    assert "5 records sent" in tool_ok(wrote)  # in transactions, under its transactional id
     assert "TopicAuthorizationException" in refused["out"] + refused["err"]
 
     # The ACLs are in the store: a restart keeps them.
@@ -354,9 +339,9 @@ def test_a_user_made_with_kafka_s_tools_does_what_kafka_acls_allows(served: Serv
         ["kafka-topics", *b, "--list", "--command-config", bob],
     )
     # The same ACLs (the tool prints them in its own hash order).
-    assert sorted(_ok(after).splitlines()) == sorted(shown.splitlines())
-    _ok(removed)
-    assert _ok(nothing).split() == []
-    _ok(deleted)
+    assert sorted(tool_ok(after).splitlines()) == sorted(shown.splitlines())
+    tool_ok(removed)
+    assert tool_ok(nothing).split() == []
+    tool_ok(deleted)
     assert locked["code"] != 0
     assert "authentication failed" in (locked["out"] + locked["err"]).lower()
