@@ -84,6 +84,7 @@ class ReferenceBroker:
             "transaction.state.log.replication.factor": "1",
             "transaction.state.log.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
+            "group.streams.initial.rebalance.delay.ms": "0",
             # A one-node broker delivers nothing to share consumers unless its share-group state
             # topic asks for one replica.
             "share.coordinator.state.topic.replication.factor": "1",

@@ -14,6 +14,7 @@ from coordinator.groups.models import (
     GroupOwnedPartition,
     GroupTargetPartition,
     ShareMember,
+    StreamsGroup,
 )
 from coordinator.log.models import Batch, Partition, ProducerState, Topic
 from coordinator.producers.models import ProducerId
@@ -48,6 +49,7 @@ __all__ = [
     "ScramCredential",
     "ShareMember",
     "SharePartitionRow",
+    "StreamsGroup",
     "TimedOutEpoch",
     "Topic",
     "Transaction",

@@ -51,7 +51,14 @@ from coordinator.groups.errors import (
     UnknownMemberId,
 )
 from coordinator.groups.membership import claim_due, is_gone, load, lock_group, write
-from coordinator.groups.models import CLASSIC, CONSUMER_PROTOCOL, SHARE, ConsumerGroup, GroupMember
+from coordinator.groups.models import (
+    CLASSIC,
+    CONSUMER_PROTOCOL,
+    SHARE,
+    STREAMS,
+    ConsumerGroup,
+    GroupMember,
+)
 from coordinator.store import Store
 
 log = logging.getLogger("coordinator.groups")
@@ -139,8 +146,10 @@ async def _locked_step(
         group = await lock_group(session, group_id, create=create)
         if group is None:
             raise UnknownMemberId(f"group {group_id!r} does not exist")
-        if group.protocol_type == SHARE:
-            raise GroupIdNotFound(f"Group {group_id} is not a classic group (it is a share group).")
+        if group.protocol_type in (SHARE, STREAMS):
+            raise GroupIdNotFound(
+                f"Group {group_id} is not a classic group (it is a {group.protocol_type} group)."
+            )
         state = await load(session, group)
         if group.protocol_type != CLASSIC:
             if any(not is_gone(m, now) for m in state.members.values()):

@@ -165,11 +165,18 @@ CONFIGS: dict[str, GroupConfigDef] = {
     ),
     "streams.assignment.interval.ms": GroupConfigDef(INT, _fixed("1000"), _int()),
     "streams.assignor.name": GroupConfigDef(STRING, _fixed("sticky"), _choice("sticky")),
-    "streams.heartbeat.interval.ms": GroupConfigDef(INT, _fixed("5000"), _int()),
+    # A member is told this or a third of streams.session.timeout.ms, the smaller.
+    "streams.heartbeat.interval.ms": GroupConfigDef(
+        INT, _setting("group_heartbeat_interval_ms"), _int(lambda _: (1, INT32_MAX))
+    ),
     "streams.initial.rebalance.delay.ms": GroupConfigDef(INT, _fixed("3000"), _int()),
     "streams.num.standby.replicas": GroupConfigDef(INT, _fixed("0"), _int()),
     "streams.rack.aware.assignment.tags": GroupConfigDef(LIST, _fixed(""), _text),
-    "streams.session.timeout.ms": GroupConfigDef(INT, _fixed("45000"), _int()),
+    "streams.session.timeout.ms": GroupConfigDef(
+        INT,
+        _setting("group_session_timeout_ms"),
+        _int(_between("group_min_session_timeout_ms", "group_max_session_timeout_ms")),
+    ),
 }
 
 

@@ -46,7 +46,14 @@ from coordinator.groups.membership import (
     remove,
     write,
 )
-from coordinator.groups.models import CLASSIC, CONSUMER, SHARE, ConsumerGroup, GroupMember
+from coordinator.groups.models import (
+    CLASSIC,
+    CONSUMER,
+    SHARE,
+    STREAMS,
+    ConsumerGroup,
+    GroupMember,
+)
 from coordinator.groups.schemas import HeartbeatResponse, TopicPartitionOut
 from coordinator.store import Store
 
@@ -161,6 +168,8 @@ async def heartbeat(
     keep_rebalance_timeout: bool = False,
     instance_id: str | None = None,
     static_leave: bool = False,
+    group_type: str = CONSUMER,
+    on_member: Callable[[GroupMember], None] | None = None,
 ) -> HeartbeatResponse:
     """Join (epoch 0), heartbeat (the current epoch, or the previous one after a lost answer)
     or leave (epoch -1); answers the member's epoch and the partitions it may own now. With
@@ -175,6 +184,9 @@ async def heartbeat(
 
     Members of the group whose timeouts passed are removed on the way, and stay removed even
     when this call is refused: the refusal is raised once that is committed.
+
+    `group_type` STREAMS runs a streams group's member (KIP-1071, `groups.streams`): its
+    "partitions" are the group's tasks, `on_member` records its streams metadata.
     """
     check_beat(body)
     session_timeout_ms = _session_timeout(settings, body)
@@ -214,15 +226,19 @@ async def heartbeat(
             raise UnknownMemberId(f"group {group_id!r} has no member {body.member_id!r}")
         if group.protocol_type == SHARE:
             raise GroupIdNotFound(
-                f"Group {group_id} is not a consumer group (it is a share group)."
+                f"Group {group_id} is not a {group_type} group (it is a share group)."
             )
         state = await load(session, group)
-        if group.protocol_type == CLASSIC and any(
-            not is_gone(m, now) for m in state.members.values()
-        ):
+        live = any(not is_gone(m, now) for m in state.members.values())
+        if group.protocol_type == CLASSIC and live and group_type == CONSUMER:
             # Kafka's answer to a consumer-protocol member of a classic group with members.
             raise GroupIdNotFound(
                 f"group {group_id!r} is a classic group (Kafka's JoinGroup) with members"
+            )
+        if live and (group.protocol_type == STREAMS) != (group_type == STREAMS):
+            kind = group.protocol_type or CONSUMER
+            raise GroupIdNotFound(
+                f"Group {group_id} is not a {group_type} group (it is a {kind} group)."
             )
         expire_gone(state, now, keep=body.member_id)
         member = state.members.get(body.member_id)
@@ -255,7 +271,7 @@ async def heartbeat(
                     if held is not None:
                         member = _take_place(state, body, held, now)
                     else:
-                        member = _join(state, body, member, now)
+                        member = _join(state, body, member, now, group_type)
                         member.group_instance_id = instance_id
                 else:
                     member = _require_member(group_id, body.member_id, member)
@@ -284,6 +300,8 @@ async def heartbeat(
                     member.rebalance_timeout_ms = body.rebalance_timeout_ms
                 member.last_heartbeat_ms = now
                 member.session_deadline_ms = now + session_timeout_ms
+                if on_member is not None:
+                    on_member(member)
                 await rebalance_if_needed(session, state, now)
                 assignment = reconcile(state, member, now)
                 answer = HeartbeatResponse(
@@ -313,13 +331,14 @@ def _join(
     body: Beat,
     member: GroupMember | None,
     now: int,
+    group_type: str = CONSUMER,
 ) -> GroupMember:
     """A new member, or one joining again under its member id (having lost its partitions):
     the old incarnation's partitions are free, and its epochs are never valid again."""
     group = state.group
-    if group.protocol_type != CONSUMER:
-        # An empty classic group (or one that only had offsets) becomes a consumer group.
-        group.protocol_type, group.classic_state = CONSUMER, None
+    if group.protocol_type != group_type:
+        # An empty group of another kind (or one that only had offsets) becomes one of this.
+        group.protocol_type, group.classic_state = group_type, None
         group.leader_id = group.protocol_name = None
         group.phase_deadline_ms = group.join_wait_until_ms = None
     topics = sorted(set(body.subscribed_topics or ()))

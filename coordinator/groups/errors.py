@@ -26,6 +26,15 @@ class FencedMemberEpoch(CoordinatorError):
     title = "Fenced member epoch"
 
 
+class StaleMemberEpoch(CoordinatorError):
+    """A streams group member's commit with an epoch older than its current one (KIP-1071):
+    it must heartbeat first, then commit again."""
+
+    code = "STALE_MEMBER_EPOCH"
+    status = 409
+    title = "Stale member epoch"
+
+
 class GroupMaxSizeReached(CoordinatorError):
     """A new member of a group already at COORDINATOR_GROUP_CONSUMER_MAX_SIZE members (Kafka's
     group.consumer.max.size); the members it has keep going."""

@@ -40,10 +40,11 @@ from coordinator.groups.errors import (
     GroupIdNotFound,
     IllegalGeneration,
     RebalanceInProgress,
+    StaleMemberEpoch,
     UnknownMemberId,
 )
 from coordinator.groups.membership import Deadlines, is_gone, lock_group
-from coordinator.groups.models import CLASSIC, SHARE, GroupMember, GroupOwnedPartition
+from coordinator.groups.models import CLASSIC, SHARE, STREAMS, GroupMember, GroupOwnedPartition
 from coordinator.store.sql import pairs_in
 
 
@@ -86,7 +87,8 @@ async def check_offset_commit(
     )
     wanted = sorted(set(partitions))
     granted: dict[tuple[str, int], int] = {}
-    if group is not None and member is not None and group.protocol_type != CLASSIC and wanted:
+    owning = group is not None and group.protocol_type not in (CLASSIC, STREAMS)
+    if owning and member is not None and wanted:
         granted = {
             (t, p): epoch
             for t, p, epoch in await session.execute(
@@ -157,6 +159,9 @@ def check_member_commit(
     if group.protocol_type == CLASSIC:
         _check_classic(group, member_epoch, transactional)
         return
+    if group.protocol_type == STREAMS:
+        _check_streams(group_id, member_id, member_epoch, member.member_epoch)
+        return
     if not 0 < member_epoch <= member.member_epoch:
         raise FencedMemberEpoch(
             f"member {member_id!r} of group {group_id!r} sent epoch {member_epoch}; its epoch is "
@@ -174,6 +179,21 @@ def check_member_commit(
                 f"member {member_id!r} of group {group_id!r} was given {topic}-{partition} at "
                 f"epoch {epoch}, after the epoch {member_epoch} it sent; nothing was committed"
             )
+
+
+def _check_streams(group_id: str, member_id: str, sent: int, current: int) -> None:
+    """A streams group member commits at its current epoch, as Kafka's StreamsGroup checks it:
+    its tasks (which hold the partitions it commits) are its own at that epoch."""
+    if sent > current:
+        raise FencedMemberEpoch(
+            f"member {member_id!r} of streams group {group_id!r} sent epoch {sent}, newer than "
+            f"its {current}; nothing was committed"
+        )
+    if sent < current:
+        raise StaleMemberEpoch(
+            f"member {member_id!r} of streams group {group_id!r} sent epoch {sent}, older than "
+            f"its {current}: heartbeat, then commit again; nothing was committed"
+        )
 
 
 def _check_classic(group: GroupFacts, generation: int, transactional: bool) -> None:

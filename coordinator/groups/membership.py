@@ -33,10 +33,12 @@ from coordinator.groups.errors import (
 from coordinator.groups.inputs import JOIN_EPOCH
 from coordinator.groups.models import (
     CLASSIC,
+    STREAMS,
     ConsumerGroup,
     GroupMember,
     GroupOwnedPartition,
     GroupTargetPartition,
+    StreamsGroup,
 )
 from coordinator.log.models import Partition
 from coordinator.store import Store, store_of
@@ -48,6 +50,7 @@ V = TypeVar("V")
 
 # Group states (docs/pages/http-api.md).
 EMPTY = "Empty"
+NOT_READY = "NotReady"
 ASSIGNING = "Assigning"
 RECONCILING = "Reconciling"
 STABLE = "Stable"
@@ -216,21 +219,31 @@ async def subscribed_partition_counts(
     return {topic: count for topic, count in rows}
 
 
+async def _assignable(
+    session: AsyncSession, state: GroupState
+) -> tuple[dict[str, list[str]], dict[str, int]]:
+    """What the assignor spreads: each member's subscription and each subscribed topic's
+    partitions; a streams group's tasks (every member runs every subtopology, each with its
+    task count: `groups.streams`)."""
+    if state.group.protocol_type == STREAMS:
+        row = await session.get(StreamsGroup, state.group.group_id)
+        tasks = {} if row is None or row.shutdown else dict(row.task_counts)
+        return {m: sorted(tasks) for m in state.members}, tasks
+    counts = await subscribed_partition_counts(session, state.members.values())
+    return {m.member_id: m.subscribed_topics for m in state.members.values()}, counts
+
+
 async def rebalance_if_needed(session: AsyncSession, state: GroupState, now: int) -> None:
     """Compute the target anew when membership, a subscription or a subscribed topic's
     partitions changed since it was last computed; the group epoch rises each time."""
-    counts = await subscribed_partition_counts(session, state.members.values())
+    subscriptions, counts = await _assignable(session, state)
     group = state.group
     if counts != group.subscribed_partitions and not state.rebalance_reasons:
         state.rebalance_reasons.append("topic metadata")
     if not state.rebalance_reasons:
         return
     group.group_epoch += 1
-    state.target = assign(
-        {m.member_id: m.subscribed_topics for m in state.members.values()},
-        counts,
-        state.target,
-    )
+    state.target = assign(subscriptions, counts, state.target)
     group.assignment_epoch = group.group_epoch
     group.subscribed_partitions = counts
     # A member's rebalance timeout runs only while it holds what the target gives another.
@@ -341,11 +354,15 @@ _CLASSIC_STATES = {
 }
 
 
-def group_state(state: GroupState, now: int) -> str:
-    """Empty, Assigning, Reconciling or Stable (docs/pages/http-api.md), from what is stored."""
+def group_state(state: GroupState, now: int, ready: bool = True) -> str:
+    """Empty, Assigning, Reconciling or Stable (docs/pages/http-api.md), from what is stored;
+    NotReady for a streams group with members whose topology cannot be configured (`ready`
+    False: Kafka's state, `groups.streams`)."""
     live = [m for m in state.members.values() if not is_gone(m, now)]
     if not live:
         return EMPTY
+    if not ready:
+        return NOT_READY
     if state.group.protocol_type == CLASSIC:
         return _CLASSIC_STATES.get(state.group.classic_state or "", EMPTY)
     if state.group.assignment_epoch < state.group.group_epoch:

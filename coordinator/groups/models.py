@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     ForeignKey,
     ForeignKeyConstraint,
     Index,
@@ -20,6 +21,7 @@ from sqlalchemy import (
     LargeBinary,
     String,
     Text,
+    false,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -34,6 +36,9 @@ CONSUMER = "consumer"
 CLASSIC = "classic"
 # A share group (KIP-932): its members and share partitions are `coordinator.shares`'.
 SHARE = "share"
+# A streams group (KIP-1071): its members are `GroupMember`s whose tasks the coordinator assigns
+# as a consumer group's partitions (`coordinator.groups.streams`), its topology `StreamsGroup`.
+STREAMS = "streams"
 # Kafka's consumer protocol's type: the classic protocol type whose metadata the coordinator reads.
 CONSUMER_PROTOCOL = "consumer"
 
@@ -135,6 +140,9 @@ class GroupMember(Base):
     classic_protocols: Mapped[list[list[str]] | None] = mapped_column(JSON, nullable=True)
     classic_assignment: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
     awaiting: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    # A streams group's member: its process id, user endpoint, client tags, rack and the
+    # topology epoch it runs (`coordinator.groups.streams`); null for the other kinds.
+    streams: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
     __table_args__ = (
         Index("ix_group_members_session_deadline_ms", "session_deadline_ms"),
@@ -230,4 +238,27 @@ class GroupConfig(Base):
     group_id: Mapped[str] = mapped_column(String(255), primary_key=True)
     # {name: value} of the configs set; the others take their defaults (`groups.configs`).
     configs: Mapped[dict[str, Any]] = mapped_column(JSON)
+    updated_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class StreamsGroup(Base):
+    """A streams group's topology (KIP-1071), as its members sent it, and how it is configured
+    against the topics as they are (`groups.streams_topology`): each subtopology's task count,
+    and the statuses to tell the members."""
+
+    __tablename__ = "streams_groups"
+
+    group_id: Mapped[str] = mapped_column(
+        String(255),
+        ForeignKey("consumer_groups.group_id", ondelete="CASCADE"),
+        primary_key=True,
+    )
+    topology_epoch: Mapped[int] = mapped_column(Integer)
+    topology: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # {subtopology id: tasks}; empty while the topology cannot be configured.
+    task_counts: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # [[status code, detail], ...] (Kafka's StreamsGroupHeartbeatResponse.Status).
+    statuses: Mapped[list[list[Any]]] = mapped_column(JSON)
+    # A member asked every member to shut down (shutdown_application).
+    shutdown: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     updated_ms: Mapped[int] = mapped_column(BigInteger)

@@ -27,12 +27,14 @@ from coordinator.groups.membership import GroupState, group_state, is_gone, load
 from coordinator.groups.models import (
     CLASSIC,
     SHARE,
+    STREAMS,
     ConsumerGroup,
     GroupMember,
     GroupOffset,
     GroupOwnedPartition,
     GroupTargetPartition,
     ShareMember,
+    StreamsGroup,
 )
 from coordinator.groups.offsets import commit_offsets
 from coordinator.groups.schemas import (
@@ -164,6 +166,20 @@ async def fetch(
 # -- describing, listing, deleting ----------------------------------------------------------------
 
 
+async def _unready(session: AsyncSession, groups: Sequence[ConsumerGroup]) -> set[str]:
+    """Those of `groups` that are streams groups whose topology has no tasks yet (missing or
+    wrongly partitioned topics: `groups.streams_topology`)."""
+    ids = [g.group_id for g in groups if g.protocol_type == STREAMS]
+    if not ids:
+        return set()
+    rows = await session.execute(
+        select(StreamsGroup.group_id, StreamsGroup.task_counts).where(
+            StreamsGroup.group_id.in_(ids)
+        )
+    )
+    return {group_id for group_id, tasks in rows if not tasks}
+
+
 def _partitions(tps: object) -> list[TopicPartitionOut]:
     assert isinstance(tps, list | set)
     return [TopicPartitionOut(topic=t, partition=p) for t, p in sorted(tuple(tp) for tp in tps)]
@@ -193,7 +209,7 @@ async def _describe(session: AsyncSession, state: GroupState, now: int) -> Group
     )
     return GroupDescription(
         group_id=group.group_id,
-        state=group_state(state, now),
+        state=group_state(state, now, group.group_id not in await _unready(session, [group])),
         type=group.protocol_type,
         group_epoch=group.group_epoch,
         assignment_epoch=group.assignment_epoch,
@@ -289,6 +305,7 @@ async def list_groups(db: Store, visible: Callable[[str], bool]) -> GroupList:
             owned[gid][(t, p)] = (mid, epoch)
         now = now_ms()
         sharing = await _live_share_members(session, now)
+        unready = await _unready(session, groups)
     summaries = []
     for group in groups:
         if not visible(group.group_id):
@@ -310,7 +327,7 @@ async def list_groups(db: Store, visible: Callable[[str], bool]) -> GroupList:
         summaries.append(
             GroupSummary(
                 group_id=group.group_id,
-                state=group_state(state, now),
+                state=group_state(state, now, group.group_id not in unready),
                 type=group.protocol_type,
                 members=sum(not is_gone(m, now) for m in state.members.values()),
                 classic_state=classic_state(state, now),

@@ -91,6 +91,8 @@ SUPPORTED: Mapping[int, tuple[int, int]] = {
     77: (1, 1),  # ShareGroupDescribe (KIP-932)
     78: (1, 2),  # ShareFetch (KIP-932; 2: the acquire mode and renewals, KIP-1206, KIP-1222)
     79: (1, 2),  # ShareAcknowledge (KIP-932)
+    88: (0, 0),  # StreamsGroupHeartbeat (KIP-1071)
+    89: (0, 0),  # StreamsGroupDescribe (KIP-1071)
     90: (0, 1),  # DescribeShareGroupOffsets (KIP-932; 1: the lag)
     91: (0, 0),  # AlterShareGroupOffsets (KIP-932)
     92: (0, 0),  # DeleteShareGroupOffsets (KIP-932)

@@ -5,10 +5,15 @@ state store with its changelog, after a repartition step.
 The app is run as a process and SIGKILLed twice in the middle of its work: the second restart
 keeps its state directory, the last one finds it removed, so its state must come back from the
 changelog alone. The last instance finishes, and a read_committed reader checks the output: every
-input counted once, and each group's totals exactly the running sums of its inputs. Streams made
-its own internal topics through the AdminClient (a compacted changelog, a repartition topic with
-its configs), ran the classic group protocol with its own assignor's user data, and one
-transaction per thread (transaction version 2, each end raising the epoch)."""
+input counted once, and each group's totals exactly the running sums of its inputs. One
+transaction per thread (transaction version 2, each end raising the epoch).
+
+Both group protocols: `classic`, where Streams makes its internal topics through the AdminClient
+and assigns its tasks itself (its assignor's user data in JoinGroup), and `streams` (KIP-1071),
+where the coordinator takes the topology, makes the internal topics (a compacted changelog, a
+repartition topic with its configs) and assigns the tasks; there kafka-streams-groups.sh
+describes the group while it runs, and the killed members leave when the group's
+`streams.session.timeout.ms` passes."""
 
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.java import java_command
+from tests.support.java import java_command, run_tools, tool_ok
 from tests.support.kafka_broker import Broker, broker, create_topic, http_produce, http_values
 
 __all__ = ["broker"]
@@ -42,7 +47,14 @@ def amount(i: int) -> int:
 class App:
     """One instance of StreamsApp, a process whose output is kept in a file."""
 
-    def __init__(self, broker: Broker, application: str, state: Path, topics: tuple[str, str]):
+    def __init__(
+        self,
+        broker: Broker,
+        application: str,
+        state: Path,
+        topics: tuple[str, str],
+        protocol: str,
+    ):
         self.log = state.parent / f"{application}-{time.monotonic_ns()}.log"
         with self.log.open("w") as out:
             command = java_command(
@@ -51,6 +63,7 @@ class App:
                 str(state),
                 *topics,
                 DELAY_MS,
+                f"group.protocol={protocol}",
                 main="coordinator.clients.StreamsApp",
             )
             self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
@@ -89,8 +102,9 @@ def until_output(broker: Broker, topic: str, app: App, count: int) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.parametrize("protocol", ["classic", "streams"])
 def test_kafka_streams_exactly_once_v2_survives_two_kills_and_a_lost_state_directory(
-    broker: Broker, tmp_path: Path
+    broker: Broker, tmp_path: Path, protocol: str
 ) -> None:
     source, output = create_topic(broker, 2), create_topic(broker, 2)
     inputs = [f"{i}:{amount(i)}:g{i % GROUPS}" for i in range(INPUTS)]
@@ -98,22 +112,33 @@ def test_kafka_streams_exactly_once_v2_survives_two_kills_and_a_lost_state_direc
         http_produce(broker, source, p, inputs[p::2])
     application = f"totals-{source}"
     state = tmp_path / "state"
+    if protocol == "streams":  # the session a killed member's tasks wait out is the group's
+        answer = broker.http.patch(
+            f"/v1/groups/{application}/configs",
+            json={"set": {"streams.session.timeout.ms": "3000"}},
+        )
+        assert answer.status_code == 200, answer.text
 
-    first = App(broker, application, state, (source, output))
+    def app() -> App:
+        return App(broker, application, state, (source, output), protocol)
+
+    first = app()
     try:
         until_output(broker, output, first, INPUTS // 4)
     finally:
         first.kill()
-    second = App(broker, application, state, (source, output))  # the same state directory
+    second = app()  # the same state directory
     try:
         until_output(broker, output, second, INPUTS // 2)
     finally:
         second.kill()
     assert len(committed_output(broker, output)) < INPUTS  # each kill came mid-work
     shutil.rmtree(state)  # the last instance's state comes from the changelog alone
-    last = App(broker, application, state, (source, output))
+    last = app()
     try:
         until_output(broker, output, last, INPUTS)
+        if protocol == "streams":
+            _described_by_the_tool(broker, application, source)
     finally:
         last.stop()
     assert not any("error" in line for line in last.lines()), last.lines()
@@ -148,6 +173,25 @@ def test_kafka_streams_exactly_once_v2_survives_two_kills_and_a_lost_state_direc
     # Streams purged the repartition topic of what it had consumed (DeleteRecords).
     described = broker.http.get(f"/v1/topics/{repartition}").json()["partitions"]
     assert any(d["log_start_offset"] > 0 for d in described), described
+
+
+def _described_by_the_tool(broker: Broker, application: str, source: str) -> None:
+    """kafka-streams-groups.sh while the last instance runs: the group listed, Stable with one
+    member (the killed ones gone), which runs every task of both subtopologies."""
+    tool = ["kafka-streams-groups", "--bootstrap-server", broker.bootstrap]
+    listed, state, members = run_tools(
+        [
+            [*tool, "--list"],
+            [*tool, "--describe", "--group", application, "--state"],
+            [*tool, "--describe", "--group", application, "--members", "--verbose"],
+        ]
+    )
+    assert application in tool_ok(listed).split()
+    [row] = [line.split() for line in tool_ok(state).splitlines() if line.startswith(application)]
+    assert row[-2:] == ["Stable", "1"], tool_ok(state)  # STATE, #MEMBERS
+    described = tool_ok(members)
+    [member] = [line for line in described.splitlines() if line.startswith(application)]
+    assert "ACTIVE: 0:[0,1]; 1:[0,1]; TARGET-ACTIVE: 0:[0,1]; 1:[0,1];" in member, described
 
 
 def _records(broker: Broker, topic: str, partition: int) -> list[dict[str, str]]:

@@ -1728,6 +1728,149 @@ async def share_group(r: Run) -> None:
     await r.call("group deleted", 42, 2, groups_names=[group])
 
 
+def _streams_topology(source: str, group: str, epoch: int = 0) -> dict[str, Any]:
+    """Kafka Streams' usual shape: subtopology 0 reads `source` and writes a repartition topic,
+    1 reads it into a store with a compacted changelog."""
+    repartition, changelog = f"{group}-rep", f"{group}-store-changelog"
+
+    def info(name: str, configs: dict[str, str]) -> dict[str, Any]:
+        return {
+            "name": name,
+            "partitions": 0,
+            "replication_factor": 0,
+            "topic_configs": [{"key": k, "value": v} for k, v in configs.items()],
+        }
+
+    subtopology: dict[str, Any] = {
+        "source_topic_regex": [],
+        "state_changelog_topics": [],
+        "repartition_sink_topics": [],
+        "repartition_source_topics": [],
+        "copartition_groups": [],
+    }
+    return {
+        "epoch": epoch,
+        "subtopologies": [
+            {
+                **subtopology,
+                "subtopology_id": "0",
+                "source_topics": [source],
+                "repartition_sink_topics": [repartition],
+            },
+            {
+                **subtopology,
+                "subtopology_id": "1",
+                "source_topics": [],
+                "repartition_source_topics": [info(repartition, {"retention.ms": "-1"})],
+                "state_changelog_topics": [info(changelog, {"cleanup.policy": "compact"})],
+            },
+        ],
+    }
+
+
+def _streams_beat(group: str, member: str, epoch: int, **fields: Any) -> dict[str, Any]:
+    return {
+        "group_id": group,
+        "member_id": member,
+        "member_epoch": epoch,
+        "endpoint_information_epoch": 0,
+        "instance_id": None,
+        "rack_id": None,
+        "rebalance_timeout": 30000 if epoch == 0 else -1,
+        "topology": None,
+        # Joining, a member owns nothing (empty lists, as Kafka requires); later, None: as before.
+        "active_tasks": [] if epoch == 0 else None,
+        "standby_tasks": [] if epoch == 0 else None,
+        "warmup_tasks": [] if epoch == 0 else None,
+        "process_id": "process-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" if epoch == 0 else None,
+        "user_endpoint": None,
+        "client_tags": None,
+        "task_offsets": None,
+        "task_end_offsets": None,
+        "shutdown_application": False,
+        **fields,
+    }
+
+
+@scenario
+async def streams_group(r: Run) -> None:
+    """A streams group's life (KIP-1071): joins refused (no topology, no member id, a bad
+    topology), a member that joins with its topology, whose internal topics the coordinator
+    makes, assigned every task, heartbeating, fenced and unknown epochs, a missing source topic's
+    status, the group described and listed, the member leaving, and the group deleted."""
+    source = r.topic("in")
+    await r.topics(source, partitions=2)
+    group, other = r.topic("app"), r.topic("missing-app")
+    await r.coordinators((0, group), (0, other))
+    member = "streams-aaaaaaaaaaaaaa"
+    topology = _streams_topology(source, group)
+    await r.call("join, no topology", 88, 0, **_streams_beat(group, member, 0))
+    await r.call("join, no member id", 88, 0, **_streams_beat(group, "", 0, topology=topology))
+    twice = {**topology, "subtopologies": [topology["subtopologies"][0]] * 2}
+    await r.call(
+        "join, subtopology ids repeat", 88, 0, **_streams_beat(group, member, 0, topology=twice)
+    )
+    # Kafka creates the internal topics beside the heartbeat, and assigns once they are there:
+    # wait for it (not compared).
+    epoch, tasks = 0, None
+    joining: dict[str, Any] = {"topology": topology}
+    for _ in range(200):
+        beat = await r.quiet(88, 0, **_streams_beat(group, member, epoch, **joining))
+        epoch, joining = beat.member_epoch, {}
+        if beat.active_tasks:
+            tasks = [
+                {"subtopology_id": t.subtopology_id, "partitions": list(t.partitions)}
+                for t in beat.active_tasks
+            ]
+            if len(tasks) == 2:
+                break
+        await asyncio.sleep(0.1)
+    owning = {"active_tasks": tasks, "standby_tasks": [], "warmup_tasks": []}
+    await r.call("heartbeat", 88, 0, **_streams_beat(group, member, epoch, **owning))
+    await r.call("heartbeat, fenced epoch", 88, 0, **_streams_beat(group, member, epoch + 5))
+    await r.call(
+        "heartbeat, unknown member", 88, 0, **_streams_beat(group, "stranger-stranger-stra", 1)
+    )
+    missing = _streams_topology(r.topic("nowhere"), other)
+    await r.call(
+        "join, missing source topic",
+        88,
+        0,
+        **_streams_beat(other, member, 0, topology=missing),
+    )
+    await r.call(
+        "describe", 89, 0, group_ids=[group, r.topic("nobody")],
+        include_authorized_operations=False,
+    )  # fmt: skip
+    for v in r.versions(16):
+        await r.call(
+            "listed",
+            16,
+            v,
+            keep=lambda a: {
+                **a,
+                "groups": sorted(
+                    (g for g in a["groups"] if g["group_id"] in (group, other)),
+                    key=lambda g: g["group_id"],
+                ),
+            },
+            states_filter=[],
+            types_filter=["streams"],
+        )
+    await r.call("leave", 88, 0, **_streams_beat(group, member, -1))
+    await r.call("leave, other", 88, 0, **_streams_beat(other, member, -1))
+    await r.call(
+        "described after leaving", 89, 0, group_ids=[group], include_authorized_operations=False
+    )
+    await r.call(
+        "group deleted",
+        42,
+        2,
+        keep=lambda a: {**a, "results": sorted(a["results"], key=lambda g: g["group_id"])},
+        groups_names=[group, other],
+    )
+
+
 @scenario
 async def unsupported_versions(r: Run) -> None:
     # Below the versions served: Kafka 4 serves Produce from 3 and Fetch from 4.
@@ -1752,7 +1895,22 @@ _SHARE_START = (
     "trails it (here the start after the first acknowledgements), and -1 for a partition whose "
     "share state holds nothing yet, where the listener has its initial offset. The lag agrees."
 )
+_STREAMS_EPOCHS = (
+    "Epoch numbering: Kafka's streams group epoch also rises when it configures the topology "
+    "and again once the internal topics it asked for exist (3 after one join); the listener "
+    "makes the internal topics within the joining heartbeat and counts membership and "
+    "assignment changes only (1). Clients compare an epoch only with the last one they were "
+    "given."
+)
 KNOWN: list[tuple[str, str]] = [
+    ("streams-group/*/member_epoch", _STREAMS_EPOCHS),
+    ("streams-group/*/group_epoch", _STREAMS_EPOCHS),
+    ("streams-group/*/assignment_epoch", _STREAMS_EPOCHS),
+    (
+        "streams-group/join, subtopology ids repeat/v0/error_code",
+        "Kafka's coordinator fails on a topology whose subtopology ids repeat "
+        "(UNKNOWN_SERVER_ERROR); the listener refuses it as STREAMS_INVALID_TOPOLOGY.",
+    ),
     ("share-group/offsets, described/v*/groups/0/topics/0/partitions/*/start_offset", _SHARE_START),
     ("share-group/offsets, described/v1/groups/0/topics/0/partitions/1/lag", _SHARE_START),
     (

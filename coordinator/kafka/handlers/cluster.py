@@ -37,8 +37,9 @@ def _api_keys(reply: Reply) -> tuple[Any, ...]:
 # client that sees it adds partitions by producing (Produce 12), commits offsets without
 # AddOffsetsToTxn (TxnOffsetCommit 5) and takes the epoch each EndTxn (5) raises; each request is
 # answered by the version it comes with, so a client of version 1 goes on as before. share.version
-# 1 is KIP-932's share groups (ShareGroupHeartbeat, ShareFetch).
-FEATURES = {"group.version": 1, "share.version": 1, "transaction.version": 2}
+# 1 is KIP-932's share groups (ShareGroupHeartbeat, ShareFetch); streams.version 1 KIP-1071's
+# streams groups (StreamsGroupHeartbeat).
+FEATURES = {"group.version": 1, "share.version": 1, "streams.version": 1, "transaction.version": 2}
 
 
 async def api_versions(client: Client, request: Request) -> Any:

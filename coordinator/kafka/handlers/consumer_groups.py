@@ -20,7 +20,7 @@ from coordinator.core.acls import Operation
 from coordinator.groups import consumer
 from coordinator.groups import service as groups_service
 from coordinator.groups.inputs import LEAVE_EPOCH, Beat
-from coordinator.groups.models import CONSUMER
+from coordinator.groups.models import CONSUMER, STREAMS
 from coordinator.kafka.connection import Client, kafka_host
 from coordinator.kafka.errors import FAILURES, Refused, error_code, message
 from coordinator.kafka.handlers.cluster import NOT_ASKED
@@ -161,8 +161,9 @@ async def consumer_group_describe(client: Client, request: Request) -> Any:
         try:
             client.access.group(group_id, Operation.DESCRIBE)
             d = await groups_service.describe(client.db, group_id)
-            if d.classic_state is not None:
-                raise Refused(ErrorCode.group_id_not_found, f"{group_id!r} is a classic group")
+            if d.classic_state is not None or d.type == STREAMS:
+                kind = "a classic" if d.classic_state is not None else "a streams"
+                raise Refused(ErrorCode.group_id_not_found, f"{group_id!r} is {kind} group")
         except FAILURES as failure:
             described.append(
                 reply(

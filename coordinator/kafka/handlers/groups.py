@@ -21,7 +21,7 @@ from coordinator.groups import service as groups_service
 from coordinator.groups.consumer_protocol import encode_assignment, encode_subscription
 from coordinator.groups.errors import MemberIdRequired
 from coordinator.groups.inputs import CommittedOffset
-from coordinator.groups.models import CONSUMER_PROTOCOL, SHARE
+from coordinator.groups.models import CONSUMER_PROTOCOL, SHARE, STREAMS
 from coordinator.kafka.connection import Client, kafka_host
 from coordinator.kafka.errors import FAILURES, error_code
 from coordinator.kafka.handlers.cluster import NOT_ASKED
@@ -300,13 +300,14 @@ async def list_groups(client: Client, request: Request) -> Any:
     listed = await groups_service.list_groups(client.db, client.access.visible_group)
     wanted = set(getattr(body, "states_filter", ()) or ())
     # Version 5's type filter (KIP-848): classic groups run Kafka's classic protocol, share groups
-    # KIP-932's, the others (REST and KIP-848 members, or only offsets) are consumer groups.
+    # KIP-932's, streams groups KIP-1071's, the others (REST and KIP-848 members, or only
+    # offsets) are consumer groups.
     types = {t.lower() for t in getattr(body, "types_filter", ()) or ()}
     answered = []
     for g in listed.groups:
         kind = "classic" if g.classic_state is not None else "consumer"
-        if g.type == SHARE:
-            kind = SHARE
+        if g.type == SHARE or g.type == STREAMS:
+            kind = g.type
         state = g.classic_state or g.state
         if (types and kind not in types) or (wanted and state not in wanted):
             continue
@@ -314,8 +315,8 @@ async def list_groups(client: Client, request: Request) -> Any:
             reply(
                 "ListedGroup",
                 group_id=g.group_id,
-                protocol_type=SHARE
-                if kind == SHARE
+                protocol_type=kind
+                if kind in (SHARE, STREAMS)
                 else g.classic_protocol_type or CONSUMER_PROTOCOL,
                 group_state=state,
                 group_type=kind,

@@ -27,6 +27,7 @@ public final class Tools {
         Map.entry("kafka-configs", "org.apache.kafka.tools.ConfigCommand"),
         Map.entry("kafka-consumer-groups", "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"),
         Map.entry("kafka-share-groups", "org.apache.kafka.tools.consumer.group.ShareGroupCommand"),
+        Map.entry("kafka-streams-groups", "org.apache.kafka.tools.streams.StreamsGroupCommand"),
         Map.entry("kafka-transactions", "org.apache.kafka.tools.TransactionsCommand"),
         Map.entry("kafka-producer-perf-test", "org.apache.kafka.tools.ProducerPerformance"),
         Map.entry("kafka-client-metrics", "org.apache.kafka.tools.ClientMetricsCommand"),
