@@ -59,9 +59,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # The files that take longest (a minute or more each, `--durations` says which) run first:
-# `pytest -n 2 --dist loadfile --no-loadscope-reorder` hands out whole files in collection order
+# `pytest -n 3 --dist loadfile --no-loadscope-reorder` hands out whole files in collection order
 # (xdist would otherwise order them by their number of tests, leaving the long files of few
-# tests for last), so a long file left for last would keep one worker busy while the other waits.
+# tests for last), so a long file left for last would keep one worker busy while the others wait.
 FIRST = (
     "tests/fault/",
     "tests/spark/",
