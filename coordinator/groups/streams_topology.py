@@ -65,6 +65,8 @@ class Topology:
 
     def check(self) -> None:
         """STREAMS_INVALID_TOPOLOGY for a topology no streams application sends."""
+        if self.epoch < 0:
+            raise StreamsInvalidTopology("Topology epoch must be non-negative.")
         if not self.subtopologies:
             raise StreamsInvalidTopology("the topology has no subtopologies")
         ids = [s.id for s in self.subtopologies]
@@ -74,6 +76,12 @@ class Topology:
         for s in self.subtopologies:
             if not s.all_sources():
                 raise StreamsInvalidTopology(f"subtopology {s.id!r} reads from no topic")
+            for t in (*s.state_changelog_topics, *s.repartition_source_topics):
+                if t.partitions < 0 or t.replication_factor < 0:
+                    raise StreamsInvalidTopology(
+                        f"topic {t.name!r}: partitions {t.partitions} and replication factor "
+                        f"{t.replication_factor} (0 for the coordinator's choice, else positive)"
+                    )
             for t in s.state_changelog_topics:
                 if t.partitions:
                     raise StreamsInvalidTopology(

@@ -49,6 +49,8 @@ def _primitive(kind: str, rng: random.Random) -> Any:
         return rng.random() < 0.5
     if kind in _EXTREMES:
         return rng.choice(_EXTREMES[kind]) if rng.random() < 0.1 else rng.choice(_INTS)
+    if kind == "uint16":  # a port (streams groups' endpoints)
+        return rng.choice([0, 1, 7, 9092, 65535])
     if kind == "string":
         return rng.choice(_STRINGS)
     if kind in ("bytes", "records"):

@@ -126,6 +126,7 @@ def test_co_partitioned_sources_must_agree_and_a_repartition_topic_adopts_their_
     ("topology", "complaint"),
     [
         (Topology(1, ()), "no subtopologies"),
+        (Topology(-1, (Subtopology("0", ("a",)),)), "non-negative"),
         (Topology(1, (Subtopology("0", ("a",)), Subtopology("0", ("b",)))), "repeat"),
         (Topology(1, (Subtopology("0"),)), "reads from no topic"),
         (
@@ -141,6 +142,14 @@ def test_co_partitioned_sources_must_agree_and_a_repartition_topic_adopts_their_
         (
             Topology(1, (Subtopology("0", repartition_source_topics=(TopicInfo("r"),)),)),
             "no partition count",
+        ),
+        (
+            Topology(1, (Subtopology("0", repartition_source_topics=(TopicInfo("r", -1),)),)),
+            "partitions -1",
+        ),
+        (
+            Topology(1, (Subtopology("0", ("a",), state_changelog_topics=(TopicInfo("c", 3),)),)),
+            "undefined partition count",
         ),
     ],
 )
