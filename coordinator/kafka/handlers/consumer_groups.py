@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -30,6 +31,31 @@ from coordinator.log import topics as log_topics
 # -2: a static member leaving for now (KIP-848); it leaves here (no static membership yet).
 _STATIC_LEAVE_EPOCH = -2
 _MAX_REGEX = 256
+
+
+def by_topic(partitions: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
+    """Partitions grouped by topic, both in order (how group answers list them)."""
+    out: dict[str, list[int]] = {}
+    for topic, partition in sorted(partitions):
+        out.setdefault(topic, []).append(partition)
+    return out
+
+
+def failed_description(reply: Any, group_id: str, failure: BaseException, **empty: Any) -> Any:
+    """A describe's entry for a group it could not describe: the error, with Kafka's defaults
+    beside it (`empty`: those of the fields that differ by kind of group)."""
+    return reply(
+        "DescribedGroup",
+        error_code=error_code(failure),
+        error_message=message(failure),
+        group_id=group_id,
+        group_state="",
+        group_epoch=0,
+        assignment_epoch=0,
+        members=(),
+        authorized_operations=NOT_ASKED,
+        **empty,
+    )
 
 
 async def topic_ids(client: Client) -> tuple[dict[str, uuid.UUID], dict[uuid.UUID, str]]:
@@ -165,20 +191,7 @@ async def consumer_group_describe(client: Client, request: Request) -> Any:
                 kind = "a classic" if d.classic_state is not None else "a streams"
                 raise Refused(ErrorCode.group_id_not_found, f"{group_id!r} is {kind} group")
         except FAILURES as failure:
-            described.append(
-                reply(
-                    "DescribedGroup",
-                    error_code=error_code(failure),
-                    error_message=message(failure),
-                    group_id=group_id,
-                    group_state="",  # Kafka's defaults beside an error
-                    group_epoch=0,
-                    assignment_epoch=0,
-                    assignor_name="",
-                    members=(),
-                    authorized_operations=NOT_ASKED,
-                )
-            )
+            described.append(failed_description(reply, group_id, failure, assignor_name=""))
             continue
         described.append(
             reply(

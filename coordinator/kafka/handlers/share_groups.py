@@ -16,7 +16,7 @@ from coordinator.core.acls import Operation
 from coordinator.kafka.connection import Client, kafka_host
 from coordinator.kafka.errors import FAILURES, error_code, message
 from coordinator.kafka.handlers.cluster import NOT_ASKED
-from coordinator.kafka.handlers.consumer_groups import topic_ids
+from coordinator.kafka.handlers.consumer_groups import by_topic, failed_description, topic_ids
 from coordinator.kafka.wire import Request
 from coordinator.log.epochs import LEADER_EPOCH
 from coordinator.shares import membership
@@ -24,13 +24,6 @@ from coordinator.shares import offsets as share_offsets
 
 TP = tuple[str, int]
 _NO_TOPIC_ID = uuid.UUID(int=0)
-
-
-def _by_topic(partitions: Iterable[TP]) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
-    for topic, partition in sorted(partitions):
-        out.setdefault(topic, []).append(partition)
-    return out
 
 
 # -- membership ---------------------------------------------------------------------------------
@@ -73,7 +66,7 @@ async def share_group_heartbeat(client: Client, request: Request) -> Any:
             "Assignment",
             topic_partitions=tuple(
                 reply("TopicPartitions", topic_id=ids[topic], partitions=tuple(partitions))
-                for topic, partitions in _by_topic(answer.assignment).items()
+                for topic, partitions in by_topic(answer.assignment).items()
                 if topic in ids
             ),
         )
@@ -102,7 +95,7 @@ async def share_group_describe(client: Client, request: Request) -> Any:
                     topic_name=topic,
                     partitions=tuple(ps),
                 )
-                for topic, ps in _by_topic(partitions).items()
+                for topic, ps in by_topic(partitions).items()
             ),
         )
 
@@ -112,20 +105,7 @@ async def share_group_describe(client: Client, request: Request) -> Any:
             client.access.group(group_id, Operation.DESCRIBE)
             view = await membership.describe(client.db, group_id)
         except FAILURES as failure:
-            described.append(
-                reply(
-                    "DescribedGroup",
-                    error_code=error_code(failure),
-                    error_message=message(failure),
-                    group_id=group_id,
-                    group_state="",
-                    group_epoch=0,
-                    assignment_epoch=0,
-                    assignor_name="",
-                    members=(),
-                    authorized_operations=NOT_ASKED,
-                )
-            )
+            described.append(failed_description(reply, group_id, failure, assignor_name=""))
             continue
         described.append(
             reply(

@@ -23,6 +23,7 @@ from coordinator.groups.streams_topology import (
 from coordinator.kafka.connection import Client, kafka_host
 from coordinator.kafka.errors import FAILURES, error_code, message
 from coordinator.kafka.handlers.cluster import NOT_ASKED
+from coordinator.kafka.handlers.consumer_groups import by_topic, failed_description
 from coordinator.kafka.wire import Request, milliseconds
 from coordinator.log import topics as log_topics
 
@@ -82,11 +83,9 @@ def _tasks(tasks: Any) -> list[TP] | None:
 
 
 def _task_ids(reply: Any, tasks: Iterable[TP]) -> tuple[Any, ...]:
-    by: dict[str, list[int]] = {}
-    for sub, partition in sorted(tasks):
-        by.setdefault(sub, []).append(partition)
     return tuple(
-        reply("TaskIds", subtopology_id=sub, partitions=tuple(parts)) for sub, parts in by.items()
+        reply("TaskIds", subtopology_id=sub, partitions=tuple(parts))
+        for sub, parts in by_topic(tasks).items()
     )
 
 
@@ -169,7 +168,7 @@ async def streams_group_heartbeat(client: Client, request: Request) -> Any:
                 user_endpoint=reply("Endpoint", host=e.host, port=e.port),
                 active_partitions=tuple(
                     reply("TopicPartition", topic=topic, partitions=tuple(parts))
-                    for topic, parts in _by_topic(e.partitions).items()
+                    for topic, parts in by_topic(e.partitions).items()
                 ),
                 standby_partitions=(),
             )
@@ -196,13 +195,6 @@ async def streams_group_heartbeat(client: Client, request: Request) -> Any:
         endpoint_information_epoch=answer.endpoint_epoch,
         partitions_by_user_endpoint=endpoints,
     )
-
-
-def _by_topic(partitions: Iterable[TP]) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
-    for topic, partition in sorted(partitions):
-        out.setdefault(topic, []).append(partition)
-    return out
 
 
 def _topic_info_out(reply: Any, t: TopicInfo) -> Any:
@@ -233,20 +225,7 @@ async def streams_group_describe(client: Client, request: Request) -> Any:
             client.access.group(group_id, Operation.DESCRIBE)
             view = await streams.describe(client.db, group_id)
         except FAILURES as failure:
-            described.append(
-                reply(
-                    "DescribedGroup",
-                    error_code=error_code(failure),
-                    error_message=message(failure),
-                    group_id=group_id,
-                    group_state="",
-                    group_epoch=0,
-                    assignment_epoch=0,
-                    topology=None,
-                    members=(),
-                    authorized_operations=NOT_ASKED,
-                )
-            )
+            described.append(failed_description(reply, group_id, failure, topology=None))
             continue
         topology = view.topology
         described.append(

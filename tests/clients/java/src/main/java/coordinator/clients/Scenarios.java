@@ -1,5 +1,11 @@
 package coordinator.clients;
 
+import static coordinator.clients.ScenarioRunner.check;
+import static coordinator.clients.ScenarioRunner.describe;
+import static coordinator.clients.ScenarioRunner.unique;
+
+import coordinator.clients.ScenarioRunner.Scenario;
+
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
@@ -14,17 +20,10 @@ import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
-import java.util.UUID;
 import java.util.concurrent.ExecutionException;
-import java.util.concurrent.ExecutorService;
-import java.util.concurrent.Executors;
-import java.util.concurrent.Future;
-import java.util.concurrent.TimeUnit;
-import java.util.concurrent.TimeoutException;
 import java.util.stream.Collectors;
 
 import org.apache.kafka.clients.admin.Admin;
-import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.AlterConfigOp;
 import org.apache.kafka.clients.admin.Config;
 import org.apache.kafka.clients.admin.ConfigEntry;
@@ -50,7 +49,6 @@ import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.errors.ProducerFencedException;
 import org.apache.kafka.common.serialization.StringDeserializer;
-import org.apache.kafka.common.serialization.StringSerializer;
 
 /**
  * Kafka's own Java client, unchanged, against one broker: each scenario a method, all of them in
@@ -63,10 +61,6 @@ public final class Scenarios {
 
     private Scenarios(String bootstrap) {
         this.bootstrap = bootstrap;
-    }
-
-    interface Scenario {
-        String run() throws Exception;
     }
 
     public static void main(String[] args) throws Exception {
@@ -83,74 +77,17 @@ public final class Scenarios {
         all.put("static_membership", () -> s.staticMembership("classic"));
         all.put("static_membership_consumer", () -> s.staticMembership("consumer"));
         all.put("telemetry", s::telemetry);
-        List<String> chosen = args.length > 1 ? List.of(args).subList(1, args.length) : new ArrayList<>(all.keySet());
-        ExecutorService runner = Executors.newCachedThreadPool(r -> {
-            Thread t = new Thread(r);
-            t.setDaemon(true);
-            return t;
-        });
-        for (String name : chosen) {
-            Scenario scenario = all.get(name);
-            if (scenario == null) {
-                report(name, false, "no such scenario");
-                continue;
-            }
-            Future<String> outcome = runner.submit(scenario::run);
-            try {
-                report(name, true, outcome.get(DEADLINE.toSeconds() * 2, TimeUnit.SECONDS));
-            } catch (TimeoutException e) {
-                outcome.cancel(true);
-                report(name, false, "timed out");
-            } catch (ExecutionException e) {
-                report(name, false, describe(e.getCause()));
-            }
-        }
-        System.exit(0);
-    }
-
-    private static String describe(Throwable error) {
-        StringBuilder text = new StringBuilder();
-        for (Throwable t = error; t != null; t = t.getCause()) {
-            if (text.length() > 0) {
-                text.append(" <- ");
-            }
-            text.append(t.getClass().getName()).append(": ").append(t.getMessage());
-        }
-        return text.toString();
-    }
-
-    private static void report(String name, boolean ok, String detail) {
-        System.out.println("{\"scenario\": " + Json.quote(name) + ", \"ok\": " + ok + ", \"detail\": " + Json.quote(detail) + "}");
-        System.out.flush();
-    }
-
-    static void check(boolean condition, String what) {
-        if (!condition) {
-            throw new AssertionError(what);
-        }
-    }
-
-    private static String unique(String prefix) {
-        return prefix + "-" + UUID.randomUUID().toString().substring(0, 8);
+        ScenarioRunner.runAll(all, List.of(args).subList(1, args.length), DEADLINE);
     }
 
     // -- clients ---------------------------------------------------------------------------------
 
     private Admin admin() {
-        Properties p = new Properties();
-        p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-        p.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, (int) DEADLINE.toMillis());
-        return Admin.create(p);
+        return ScenarioRunner.admin(bootstrap, DEADLINE);
     }
 
     private KafkaProducer<String, String> producer(Map<String, Object> extra) {
-        Properties p = new Properties();
-        p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-        p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
-        p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
-        p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, (int) DEADLINE.toMillis());
-        p.putAll(extra);
-        return new KafkaProducer<>(p);
+        return ScenarioRunner.producer(bootstrap, DEADLINE, extra);
     }
 
     private KafkaProducer<String, String> transactional(String id) {
