@@ -199,44 +199,22 @@ async def describe_configs(client: Client, request: Request) -> Any:
                 ]
             elif resource.resource_type == CLIENT_METRICS:
                 client.access.cluster(Operation.DESCRIBE_CONFIGS)
-                keys = set(resource.configuration_keys or ())
-                entries = [
-                    reply(
-                        "DescribeConfigsResourceResult",
-                        name=c.name,
-                        value=c.value,
-                        read_only=False,
-                        is_default=not c.is_set,
-                        config_source=_CLIENT_METRICS_SOURCE if c.is_set else _SOURCES["DEFAULT"],
-                        is_sensitive=False,
-                        synonyms=(),
-                        config_type=_CONFIG_TYPES[c.type],
-                        documentation=None,
-                    )
-                    for c in await subscriptions.describe(client.db, resource.resource_name)
-                    if not keys or c.name in keys
-                ]
+                entries = _set_or_default(
+                    reply,
+                    await subscriptions.describe(client.db, resource.resource_name),
+                    resource.configuration_keys,
+                    _CLIENT_METRICS_SOURCE,
+                )
             elif resource.resource_type == GROUP:
                 client.access.group(resource.resource_name, Operation.DESCRIBE_CONFIGS)
-                keys = set(resource.configuration_keys or ())
-                entries = [
-                    reply(
-                        "DescribeConfigsResourceResult",
-                        name=c.name,
-                        value=c.value,
-                        read_only=False,
-                        is_default=not c.is_set,
-                        config_source=_GROUP_SOURCE if c.is_set else _SOURCES["DEFAULT"],
-                        is_sensitive=False,
-                        synonyms=(),
-                        config_type=_CONFIG_TYPES[c.type],
-                        documentation=None,
-                    )
-                    for c in await group_configs.describe(
+                entries = _set_or_default(
+                    reply,
+                    await group_configs.describe(
                         client.db, client.settings, resource.resource_name
-                    )
-                    if not keys or c.name in keys
-                ]
+                    ),
+                    resource.configuration_keys,
+                    _GROUP_SOURCE,
+                )
             elif resource.resource_type != BROKER:
                 # The one broker has no configs of its own to show (an empty list, as asked).
                 raise Refused(ErrorCode.invalid_request, f"resource type {resource.resource_type}")
@@ -252,6 +230,28 @@ async def describe_configs(client: Client, request: Request) -> Any:
             )
         )
     return reply.body(results=tuple(results))
+
+
+def _set_or_default(reply: Any, configs: Any, keys: Any, source: int) -> list[Any]:
+    """DescribeConfigs' entries for a resource whose configs are either set on it (`source`) or
+    defaults (client metrics subscriptions, groups), those asked for only when `keys` names some."""
+    wanted = set(keys or ())
+    return [
+        reply(
+            "DescribeConfigsResourceResult",
+            name=c.name,
+            value=c.value,
+            read_only=False,
+            is_default=not c.is_set,
+            config_source=source if c.is_set else _SOURCES["DEFAULT"],
+            is_sensitive=False,
+            synonyms=(),
+            config_type=_CONFIG_TYPES[c.type],
+            documentation=None,
+        )
+        for c in configs
+        if not wanted or c.name in wanted
+    ]
 
 
 def _config_type(name: str) -> int:
