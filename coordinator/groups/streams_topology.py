@@ -76,11 +76,13 @@ class Topology:
         for s in self.subtopologies:
             if not s.all_sources():
                 raise StreamsInvalidTopology(f"subtopology {s.id!r} reads from no topic")
-            for t in (*s.state_changelog_topics, *s.repartition_source_topics):
-                if t.partitions < 0 or t.replication_factor < 0:
+            # (The replication factor is not checked: Streams sends -1 for the default, and
+            # the store keeps one copy whatever it says.)
+            for t in s.repartition_source_topics:
+                if t.partitions < 0:
                     raise StreamsInvalidTopology(
-                        f"topic {t.name!r}: partitions {t.partitions} and replication factor "
-                        f"{t.replication_factor} (0 for the coordinator's choice, else positive)"
+                        f"repartition topic {t.name!r}: partitions {t.partitions} (0 for the "
+                        "coordinator's choice, else positive)"
                     )
             for t in s.state_changelog_topics:
                 if t.partitions:

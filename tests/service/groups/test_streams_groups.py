@@ -49,7 +49,10 @@ def totals(epoch: int = 1) -> Topology:
                 repartition_source_topics=(
                     TopicInfo("app-rep", configs=(("retention.ms", "-1"),)),
                 ),
-                state_changelog_topics=(TopicInfo("app-store-changelog", configs=COMPACT),),
+                # -1: the default replication factor, as Kafka Streams sends it.
+                state_changelog_topics=(
+                    TopicInfo("app-store-changelog", replication_factor=-1, configs=COMPACT),
+                ),
             ),
         ),
     )
