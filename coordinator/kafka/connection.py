@@ -17,6 +17,9 @@ from coordinator.kafka.wire import Request
 from coordinator.store import Store
 from coordinator.telemetry.instances import Instances
 
+# KIP-430: the authorized operations' value when the client did not ask for them.
+NOT_ASKED = -(2**31)
+
 
 @dataclass
 class Client:
@@ -53,6 +56,18 @@ class Client:
     # Called by a Produce handler once its batches are queued for appending: what the listener
     # reads of the connection next can no longer overtake them (see KafkaListener).
     queued: Callable[[], None] = lambda: None
+
+    @property
+    def as_member(self) -> tuple[str, str]:
+        """The client id and host a group member of this connection is recorded with: at most
+        the store's 255 characters each, and Kafka's "kafka" for a client that sent no id."""
+        return self.client_id[:255] or "kafka", self.client_host[:255]
+
+    def group_operations(self, group_id: str, asked: bool) -> int:
+        """A described group's `authorized_operations`: what this client may do with it, when
+        the request asked (Kafka's INT32_MIN when it did not)."""
+        assert self.access is not None
+        return self.access.group_operations(group_id) if asked else NOT_ASKED
 
 
 Handler = Callable[[Client, Request], Awaitable[Any]]

@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.core.acls import Operation
 from coordinator.core.errors import StoreUnavailable
-from coordinator.kafka.connection import Client
+from coordinator.kafka.connection import NOT_ASKED, Client
 from coordinator.kafka.errors import FAILURES, error_code
 from coordinator.kafka.wire import SUPPORTED, Reply, Request
 from coordinator.log import topics as log_topics
@@ -18,8 +18,6 @@ from coordinator.log.epochs import LEADER_EPOCH
 from coordinator.log.errors import InvalidTopic, TopicAlreadyExists
 
 NODE_ID = 0
-# KIP-430: the authorized operations' value when the client did not ask for them.
-NOT_ASKED = -(2**31)
 CLUSTER_ID = "txn-coordinator"
 _NO_TOPIC_ID = uuid.UUID(int=0)
 

@@ -22,9 +22,8 @@ from coordinator.groups import consumer
 from coordinator.groups import service as groups_service
 from coordinator.groups.inputs import LEAVE_EPOCH, Beat
 from coordinator.groups.models import CONSUMER, STREAMS
-from coordinator.kafka.connection import Client, kafka_host
+from coordinator.kafka.connection import NOT_ASKED, Client, kafka_host
 from coordinator.kafka.errors import FAILURES, Refused, error_code, message
-from coordinator.kafka.handlers.cluster import NOT_ASKED
 from coordinator.kafka.wire import Request, milliseconds
 from coordinator.log import topics as log_topics
 
@@ -124,8 +123,7 @@ async def consumer_group_heartbeat(client: Client, request: Request) -> Any:
             client.settings,
             body.group_id,
             beat,
-            client.client_id[:255] or "kafka",
-            client.client_host[:255],
+            *client.as_member,
             protocol=CONSUMER,
             keep_rebalance_timeout=unchanged,
             instance_id=body.instance_id,
@@ -203,10 +201,8 @@ async def consumer_group_describe(client: Client, request: Request) -> Any:
                 group_epoch=d.group_epoch,
                 assignment_epoch=d.assignment_epoch,
                 assignor_name="uniform",
-                authorized_operations=(
-                    client.access.group_operations(group_id)
-                    if body.include_authorized_operations
-                    else NOT_ASKED
+                authorized_operations=client.group_operations(
+                    group_id, body.include_authorized_operations
                 ),
                 members=tuple(
                     reply(

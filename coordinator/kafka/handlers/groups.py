@@ -22,9 +22,8 @@ from coordinator.groups.consumer_protocol import encode_assignment, encode_subsc
 from coordinator.groups.errors import MemberIdRequired
 from coordinator.groups.inputs import CommittedOffset
 from coordinator.groups.models import CONSUMER_PROTOCOL, SHARE, STREAMS
-from coordinator.kafka.connection import Client, kafka_host
+from coordinator.kafka.connection import NOT_ASKED, Client, kafka_host
 from coordinator.kafka.errors import FAILURES, error_code
-from coordinator.kafka.handlers.cluster import NOT_ASKED
 from coordinator.kafka.wire import Request, milliseconds
 
 
@@ -64,8 +63,8 @@ async def join_group(client: Client, request: Request) -> Any:
             subscribed_topics=topics,
             session_timeout_ms=session_ms,
             rebalance_timeout_ms=rebalance_ms if rebalance_ms > 0 else session_ms,
-            client_id=client.client_id[:255] or "kafka",
-            client_host=client.client_host[:255],
+            client_id=client.as_member[0],
+            client_host=client.as_member[1],
             require_known_member_id=request.version >= 4,
             protocol_type=body.protocol_type,
         )
@@ -138,8 +137,7 @@ async def heartbeat(client: Client, request: Request) -> Any:
             body.member_id,
             getattr(body, "group_instance_id", None),
             body.generation_id,
-            client.client_id[:255] or "kafka",
-            client.client_host[:255],
+            *client.as_member,
         )
     except FAILURES as failure:
         return request.reply.body(error_code=error_code(failure))
@@ -162,8 +160,7 @@ async def leave_group(client: Client, request: Request) -> Any:
             client.settings,
             body.group_id,
             leaving,
-            client.client_id[:255] or "kafka",
-            client.client_host[:255],
+            *client.as_member,
         )
         codes = [ErrorCode.none if r is None else error_code(r) for r in refusals]
     except FAILURES as failure:
@@ -382,10 +379,8 @@ async def describe_groups(client: Client, request: Request) -> Any:
                     if classic_group
                     else (sorted(assignors)[0] if assignors else "")
                 ),
-                authorized_operations=(
-                    client.access.group_operations(group_id)
-                    if getattr(body, "include_authorized_operations", False)
-                    else NOT_ASKED
+                authorized_operations=client.group_operations(
+                    group_id, getattr(body, "include_authorized_operations", False)
                 ),
                 members=tuple(
                     reply(

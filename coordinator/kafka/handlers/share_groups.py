@@ -15,7 +15,6 @@ from kio.schema.errors import ErrorCode
 from coordinator.core.acls import Operation
 from coordinator.kafka.connection import Client, kafka_host
 from coordinator.kafka.errors import FAILURES, error_code, message
-from coordinator.kafka.handlers.cluster import NOT_ASKED
 from coordinator.kafka.handlers.consumer_groups import by_topic, failed_description, topic_ids
 from coordinator.kafka.wire import Request
 from coordinator.log.epochs import LEADER_EPOCH
@@ -47,8 +46,7 @@ async def share_group_heartbeat(client: Client, request: Request) -> Any:
                 None if topics is None else list(topics),
                 body.rack_id,
             ),
-            client.client_id[:255] or "kafka",
-            client.client_host[:255],
+            *client.as_member,
         )
     except FAILURES as failure:
         return reply.body(
@@ -117,10 +115,8 @@ async def share_group_describe(client: Client, request: Request) -> Any:
                 group_epoch=view.group_epoch,
                 assignment_epoch=view.assignment_epoch,
                 assignor_name=membership.ASSIGNOR,
-                authorized_operations=(
-                    client.access.group_operations(group_id)
-                    if body.include_authorized_operations
-                    else NOT_ASKED
+                authorized_operations=client.group_operations(
+                    group_id, body.include_authorized_operations
                 ),
                 members=tuple(
                     reply(

@@ -22,7 +22,6 @@ from coordinator.groups.streams_topology import (
 )
 from coordinator.kafka.connection import Client, kafka_host
 from coordinator.kafka.errors import FAILURES, error_code, message
-from coordinator.kafka.handlers.cluster import NOT_ASKED
 from coordinator.kafka.handlers.consumer_groups import by_topic, failed_description
 from coordinator.kafka.wire import Request, milliseconds
 from coordinator.log import topics as log_topics
@@ -141,8 +140,7 @@ async def streams_group_heartbeat(client: Client, request: Request) -> Any:
             client.settings,
             body.group_id,
             beat,
-            client.client_id[:255] or "kafka",
-            client.client_host[:255],
+            *client.as_member,
         )
     except FAILURES as failure:
         return reply.body(
@@ -262,10 +260,8 @@ async def streams_group_describe(client: Client, request: Request) -> Any:
                     _member(reply, m, view.members.get(m.member_id, {}), assignment)
                     for m in view.group.members
                 ),
-                authorized_operations=(
-                    client.access.group_operations(group_id)
-                    if body.include_authorized_operations
-                    else NOT_ASKED
+                authorized_operations=client.group_operations(
+                    group_id, body.include_authorized_operations
                 ),
             )
         )
