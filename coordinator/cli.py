@@ -1,6 +1,7 @@
 """The `coordinator` command: serve, migrate, and the admin commands over HTTP.
 
 coordinator serve [--host 127.0.0.1] [--port 8080] [--kafka-listener HOST:PORT]
+          [--advertised-listener HOST:PORT] [--node-id N] [--rack R]
           [--tls-cert PEM --tls-key PEM [--tls-client-ca PEM]]
                                                      run the service (migrates the store first),
                                                      with Kafka's protocol too (kafka/), over TLS
@@ -79,6 +80,12 @@ def _serve(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if args.kafka_listener is not None:
         settings = settings.model_copy(update={"kafka_listener": args.kafka_listener or None})
+    broker = {
+        name: getattr(args, name)
+        for name in ("kafka_advertised_listener", "kafka_node_id", "kafka_broker_rack")
+        if getattr(args, name) is not None
+    }
+    settings = settings.model_copy(update=broker)
     tls = {
         name: getattr(args, arg)
         for name, arg in (
@@ -135,7 +142,14 @@ def _serve(args: argparse.Namespace) -> int:
     os.environ["COORDINATOR_DATABASE_URL"] = settings.database_url
     if settings.kafka_listener is not None:
         os.environ["COORDINATOR_KAFKA_LISTENER"] = settings.kafka_listener
-    for name in ("tls_cert_file", "tls_key_file", "tls_client_ca_file"):
+    for name in (
+        "tls_cert_file",
+        "tls_key_file",
+        "tls_client_ca_file",
+        "kafka_advertised_listener",
+        "kafka_node_id",
+        "kafka_broker_rack",
+    ):
         value = getattr(settings, name)
         if value is not None:
             os.environ[f"COORDINATOR_{name.upper()}"] = str(value)
@@ -197,6 +211,29 @@ def build_parser() -> argparse.ArgumentParser:
         type=_listener,
         help="also speak Kafka's wire protocol there, in every worker "
         "($COORDINATOR_KAFKA_LISTENER; default off)",
+    )
+    serve.add_argument(
+        "--advertised-listener",
+        dest="kafka_advertised_listener",
+        metavar="HOST:PORT",
+        type=_listener,
+        help="the address Kafka clients are told to reach this listener at, as Kafka's "
+        "advertised.listeners ($COORDINATOR_KAFKA_ADVERTISED_LISTENER; default: the address "
+        "each client reached); needed when several processes serve one store as a cluster",
+    )
+    serve.add_argument(
+        "--node-id",
+        dest="kafka_node_id",
+        metavar="N",
+        type=int,
+        help="this listener's broker id in the store's cluster, as Kafka's node.id "
+        "($COORDINATOR_KAFKA_NODE_ID; default: the id its address had, else the lowest free)",
+    )
+    serve.add_argument(
+        "--rack",
+        dest="kafka_broker_rack",
+        metavar="RACK",
+        help="this broker's rack, as Kafka's broker.rack ($COORDINATOR_KAFKA_BROKER_RACK)",
     )
     serve.add_argument(
         "--tls-cert",

@@ -1,5 +1,6 @@
 """Every table, imported in one place so `Base.metadata` is complete (for Alembic and tests)."""
 
+from coordinator.cluster.models import BrokerRow
 from coordinator.core.acls import AclRow
 from coordinator.core.delegation import DelegationTokenRow
 from coordinator.core.quotas import ClientQuota
@@ -32,6 +33,7 @@ __all__ = [
     "AclRow",
     "Base",
     "Batch",
+    "BrokerRow",
     "ClientMetricsConfig",
     "ClientQuota",
     "ClientTelemetry",

@@ -11,7 +11,7 @@ import ssl
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
@@ -120,6 +120,18 @@ class Settings(BaseSettings):
     # host:port of the Kafka protocol listener (docs/pages/http-api.md, "Kafka protocol"); None:
     # off.
     kafka_listener: str | None = None
+    # Several processes as one Kafka cluster (docs/pages/cluster.md): the host:port clients are
+    # told to reach this listener at (Kafka's advertised.listeners; None: the address each client
+    # reached, and the listener's own to the other brokers), its broker id (Kafka's node.id;
+    # None: the id this address had, else the lowest free one) and rack (broker.rack).
+    kafka_advertised_listener: str | None = None
+    kafka_node_id: int | None = Field(default=None, ge=0, le=2**31 - 1)
+    kafka_broker_rack: str | None = Field(default=None, max_length=255)
+    # A broker whose lease has not been renewed this long is dead, and its partitions and
+    # coordinators move (Kafka's broker.session.timeout.ms); it renews every heartbeat
+    # (broker.heartbeat.interval.ms), and places leadership and reads the cluster then.
+    kafka_broker_session_timeout_ms: int = Field(default=9_000, ge=100)
+    kafka_broker_heartbeat_interval_ms: int = Field(default=2_000, ge=10)
     # Kafka's auto.create.topics.enable: a Metadata request naming an unknown topic creates it
     # (with num.partitions partitions) when the request allows it and the principal may create
     # topics. The HTTP API never creates a topic by itself.
@@ -239,14 +251,23 @@ class Settings(BaseSettings):
             raise ValueError("read replicas are Postgres hot standbys: postgresql:// URLs")
         return urls
 
-    @field_validator("kafka_listener")
+    @model_validator(mode="after")
+    def _heartbeat_within_lease(self) -> Settings:
+        if self.kafka_broker_heartbeat_interval_ms >= self.kafka_broker_session_timeout_ms:
+            raise ValueError(
+                "kafka_broker_heartbeat_interval_ms must be below "
+                "kafka_broker_session_timeout_ms, or a live broker's lease lapses between beats"
+            )
+        return self
+
+    @field_validator("kafka_listener", "kafka_advertised_listener")
     @classmethod
     def _host_port(cls, value: str | None) -> str | None:
         if value is None or value == "":
             return None
         host, sep, port = value.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"kafka_listener: host:port, not {value!r}")
+            raise ValueError(f"a Kafka listener is host:port, not {value!r}")
         return value
 
     def server_tls(self) -> ssl.SSLContext | None:

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from coordinator.cluster.view import Cluster
 from coordinator.core.auth import Access, Authenticator
 from coordinator.core.quotas import MutationQuota
 from coordinator.core.settings import Settings
@@ -53,6 +54,9 @@ class Client:
     telemetry: Instances = field(default_factory=Instances)
     # The process's share sessions (KIP-932's ShareFetch sessions), shared by its connections.
     share_sessions: ShareSessions = field(default_factory=ShareSessions)
+    # The cluster as this process sees it (`coordinator.cluster.view`): the brokers, who leads
+    # each partition, who coordinates each group and transactional id.
+    cluster: Cluster = field(default_factory=Cluster.alone)
     # Called by a Produce handler once its batches are queued for appending: what the listener
     # reads of the connection next can no longer overtake them (see KafkaListener).
     queued: Callable[[], None] = lambda: None

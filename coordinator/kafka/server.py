@@ -22,6 +22,9 @@ from collections.abc import Callable
 
 from prometheus_client import Histogram
 
+from coordinator.cluster.brokers import advertised_host
+from coordinator.cluster.placement import Broker
+from coordinator.cluster.view import Cluster
 from coordinator.core.auth import Access, Authenticator
 from coordinator.core.errors import StoreUnavailable
 from coordinator.core.memory import Overloaded, request_memory
@@ -73,6 +76,8 @@ class KafkaListener:
         self._handlers = HANDLERS
         self._refusals = _Refusals()
         self._per_address: collections.Counter[str] = collections.Counter()
+        self.cluster = Cluster.alone(settings.kafka_node_id or 0, self.host, self.port)
+        self._heartbeats: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         # Every worker process binds the same address (SO_REUSEPORT); the kernel spreads
@@ -85,8 +90,29 @@ class KafkaListener:
             reuse_port=hasattr(socket, "SO_REUSEPORT"),
             ssl=tls,
         )
+        if self.port == 0:  # an ephemeral port: the one the kernel gave
+            self.port = int(self._server.sockets[0].getsockname()[1])
         log.info(
             "Kafka protocol listener on %s:%d%s", self.host, self.port, " (TLS)" if tls else ""
+        )
+        await self._join()
+
+    async def _join(self) -> None:
+        """Register as a broker of the store's cluster, and keep its lease (`cluster.view`)."""
+        settings = self.settings
+        advertised = settings.kafka_advertised_listener
+        if advertised is not None:
+            host, _, port = advertised.rpartition(":")
+            me = Broker(-1, host.strip("[]"), int(port))
+        else:
+            me = Broker(-1, advertised_host(self.host), self.port)
+        self.cluster = Cluster(me, advertised=advertised is not None)
+        lease = settings.kafka_broker_session_timeout_ms
+        await self.cluster.join(self.db, settings.kafka_node_id, settings.kafka_broker_rack, lease)
+        log.info("Kafka broker %d of the store's cluster", self.cluster.me.broker_id)
+        self._heartbeats = asyncio.create_task(
+            self.cluster.keep(self.db, lease, settings.kafka_broker_heartbeat_interval_ms),
+            name="kafka-broker-heartbeat",
         )
 
     async def close(self) -> None:
@@ -95,6 +121,11 @@ class KafkaListener:
         running after `_GRACE_S`."""
         if self._server is not None:
             self._server.close()
+        if self._heartbeats is not None:
+            self._heartbeats.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heartbeats
+            await self.cluster.leave(self.db)
         self._closing.set()
         for writer in self._connections.values():
             writer.close()  # a connection waiting for its next request reads EOF and ends
@@ -127,6 +158,7 @@ class KafkaListener:
             quota=self.quota,
             telemetry=self.telemetry,
             share_sessions=self.share_sessions,
+            cluster=self.cluster,
         )
         self._per_address[client.client_host] += 1
         idle_s = self.settings.connections_max_idle_ms / 1000

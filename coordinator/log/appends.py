@@ -48,6 +48,8 @@ class LockedPartition:
     high_watermark: int
     log_start_offset: int
     configs: str
+    leader_id: int | None = None
+    leader_epoch: int = 0
 
 
 @dataclass(slots=True)
@@ -73,13 +75,15 @@ async def lock_partitions(
             partitions.c.high_watermark,
             partitions.c.log_start_offset,
             topics.c.configs,
+            partitions.c.leader_id,
+            partitions.c.leader_epoch,
         )
         .select_from(partitions.join(topics, topics.c.name == partitions.c.topic))
         .where(pairs_in(partitions.c.topic, partitions.c.partition, sorted(keys)))
         .order_by(partitions.c.topic, partitions.c.partition)
         .with_for_update(of=partitions)
     )
-    return {(t, p): LockedPartition(hw, start, configs) for t, p, hw, start, configs in rows}
+    return {(t, p): LockedPartition(*rest) for t, p, *rest in rows}
 
 
 # A written batch of this producer and epoch starting at this sequence: a retry's original, or
@@ -157,7 +161,7 @@ class ConditionalAppends:
     still what it saw:
 
     - every partition in `wanted` still has the topic configs given there (and moves by the
-      advance given there);
+      advance given there), and is still led as given there (`epochs.leads`);
     - every producer in `expected` still has that view;
     - every transactional id in `transactions` has a transaction of that producer id in
       `open_state`, with the partitions its batches go to in it already, but for `joins`
@@ -172,7 +176,8 @@ class ConditionalAppends:
 
     rows: list[dict[str, Any]]
     states: list[dict[str, Any]]
-    wanted: dict[tuple[str, int], tuple[str, int]]
+    # (topic, partition) -> (configs, advance, the (leader, epoch) its appends were taken under)
+    wanted: dict[tuple[str, int], tuple[str, int, tuple[int, int] | None]]
     expected: dict[tuple[str, int, int], ProducerView]
     transactions: dict[str, tuple[int, int]]  # transactional id -> (producer id, epoch)
     open_state: str

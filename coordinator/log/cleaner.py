@@ -101,7 +101,7 @@ async def clean_partition(
     done: Round,
 ) -> None:
     async with db.write() as session:
-        if not await db.claim_for_cleaning(session, topic, partition):
+        if not await db.claim(session, f"{topic}/{partition}"):
             return
         plan, end = None, 0
         if cleanup.compact:

@@ -44,6 +44,9 @@ class Append:
     transactional_id: str | None
     # The producer's batch's size, where `data` was recompressed for its topic at the edge.
     sent_size: int = 0
+    # The (broker id, leader epoch) a Kafka produce was taken under: written only if that broker
+    # still leads the partition at that epoch (`epochs.leads`). None: no leader is asked (HTTP).
+    leader: tuple[int, int] | None = None
 
 
 def _decoder(encoding: str) -> Callable[[str], bytes]:

@@ -90,6 +90,16 @@ class FencedLeaderEpoch(CoordinatorError):
     title = "Fenced leader epoch"
 
 
+class NotLeaderOrFollower(CoordinatorError):
+    """A Kafka request for a partition that another broker leads now (`coordinator.cluster`):
+    the client refreshes its metadata and goes there."""
+
+    code = "NOT_LEADER_OR_FOLLOWER"
+    status = 409
+    retriable = True
+    title = "Not the partition's leader"
+
+
 class UnknownLeaderEpoch(CoordinatorError):
     code = "UNKNOWN_LEADER_EPOCH"
     status = 409

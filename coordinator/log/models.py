@@ -65,6 +65,11 @@ class Partition(Base):
     # not yet the second: the partition is skipped.
     cleaned_offset: Mapped[int] = mapped_column(BigInteger, server_default="0")
     clean_again_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # The broker that leads the partition on the Kafka door (`coordinator.cluster`; null: none
+    # placed yet) and its leader epoch, raised by every move. A Kafka append names the leader and
+    # epoch it was taken under, and is written only if they are still these (the fence).
+    leader_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    leader_epoch: Mapped[int] = mapped_column(Integer, server_default="0")
 
 
 class Batch(Base):

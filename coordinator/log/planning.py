@@ -17,11 +17,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from coordinator.core.clock import now_ms
 from coordinator.core.errors import CoordinatorError
 from coordinator.core.settings import Settings
-from coordinator.log import appends, configs
+from coordinator.log import appends, configs, epochs
 from coordinator.log.edge import Append, Appended, inflation_limit
 from coordinator.log.errors import (
     BatchTooLarge,
     InvalidRecord,
+    NotLeaderOrFollower,
     OutOfOrderSequenceNumber,
     UnknownProducerId,
     UnknownTopicOrPartition,
@@ -111,6 +112,7 @@ async def write_optimistic(
     AddPartitions there began the next), starts that next one there in the statement. It never
     answers an error itself: the locking path does, from the rows."""
     wanted: dict[tuple[str, int], appends.LockedPartition] = {}
+    led: dict[tuple[str, int], tuple[int, int] | None] = {}
     expected: dict[tuple[str, int, int], appends.ProducerView] = {}
     transactions: dict[str, tuple[int, int]] = {}
     joins: set[tuple[str, str, int]] = set()
@@ -120,6 +122,8 @@ async def write_optimistic(
             return None
         # Offsets planned from 0: the statement adds each partition's high watermark.
         wanted[(append.topic, append.partition)] = appends.LockedPartition(0, 0, configs)
+        if led.setdefault((append.topic, append.partition), append.leader) != append.leader:
+            return None  # taken under two leaderships: the locks tell which stands
         tid, epoch = append.transactional_id, append.checked.header.producer_epoch
         key = (append.topic, append.partition, append.checked.header.producer_id)
         if key[2] >= 0 and key not in expected:
@@ -158,7 +162,7 @@ async def write_optimistic(
     conditional = appends.ConditionalAppends(
         plan.rows,
         list(plan.states.values()),
-        {key: (p.configs, p.high_watermark) for key, p in wanted.items()},
+        {key: (p.configs, p.high_watermark, led[key]) for key, p in wanted.items()},
         expected,
         transactions,
         _open_state or "",
@@ -311,6 +315,12 @@ async def _plan_one(
     locked = plan.partitions.get((topic, partition))
     if locked is None:
         raise UnknownTopicOrPartition(f"{where} does not exist")
+    claimed = append.leader if connection is not None else None  # the statement checks it
+    if claimed is not None and not epochs.leads(locked.leader_id, locked.leader_epoch, claimed):
+        raise NotLeaderOrFollower(
+            f"broker {claimed[0]} at leader epoch {claimed[1]} no longer leads "
+            f"{where} (broker {locked.leader_id}, epoch {locked.leader_epoch} does)"
+        )
     topic_settings = configs.produce_settings(locked.configs, settings.max_request_bytes)
     if topic_settings.codec is not None:
         # Recompressed for its topic's compression.type as Kafka's broker does (the edge did

@@ -59,14 +59,15 @@ async def checked_append(
     partition: int,
     data: bytes,
     transactional_id: str | None,
+    leader: tuple[int, int] | None = None,
 ) -> Append:
     """A batch checked at the edge (`check_batch`), to append: recompressed in the same pass
     for its topic's compression.type where this process knows it (`topic_codec`), so that it
-    is inflated once."""
+    is inflated once. A Kafka produce names the `leader` (broker, epoch) it was taken under."""
     stored, checked = await check_recoding(
         settings, data, transactional_id, topic_codec(db, settings, topic)
     )
-    return Append(topic, partition, stored, checked, transactional_id, len(data))
+    return Append(topic, partition, stored, checked, transactional_id, len(data), leader)
 
 
 async def produce_json(

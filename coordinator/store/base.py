@@ -243,9 +243,9 @@ class Store:
         engine running it its way."""
         raise NotImplementedError
 
-    async def claim_for_cleaning(self, session: AsyncSession, topic: str, partition: int) -> bool:
-        """Claim the partition for the cleaner's unit of work, unless another process's cleaner
-        holds it (then False: it is skipped this round)."""
+    async def claim(self, session: AsyncSession, what: str) -> bool:
+        """Claim `what` (a partition to clean, the cluster's placement) for this unit of work,
+        unless another process's unit of work holds it (then False: it is skipped this round)."""
         raise NotImplementedError
 
     # -- the log ---------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
-"""ApiVersions, Metadata and FindCoordinator: the listener is the one broker (node 0), leader of
-every partition and coordinator of every group and transactional id."""
+"""ApiVersions, Metadata, FindCoordinator, DescribeCluster and DescribeTopicPartitions: the
+brokers of the store's cluster as this process sees them (`coordinator.cluster.view`), the
+leader and epoch of each partition, and the coordinator of each key. Alone, the listener is
+the one broker (node 0), leader of every partition and coordinator of every key."""
 
 from __future__ import annotations
 
@@ -14,7 +16,6 @@ from coordinator.kafka.connection import NOT_ASKED, Client
 from coordinator.kafka.errors import FAILURES, error_code
 from coordinator.kafka.wire import SUPPORTED, Reply, Request
 from coordinator.log import topics as log_topics
-from coordinator.log.epochs import LEADER_EPOCH
 from coordinator.log.errors import InvalidTopic, TopicAlreadyExists
 
 NODE_ID = 0
@@ -109,6 +110,8 @@ async def metadata(client: Client, request: Request) -> Any:
     all_topics = body.topics is None or (request.version == 0 and not body.topics)
     try:
         listed = await log_topics.list_topics(client.db)
+        if not client.cluster.knows((t.name, t.partitions) for t in listed.topics):
+            await client.cluster.refresh(client.db)  # a topic created since the last beat
     except StoreUnavailable:
         if all_topics:
             raise  # no answer can say "all topics, none known": the client retries elsewhere
@@ -184,47 +187,82 @@ async def metadata(client: Client, request: Request) -> Any:
                     else NOT_ASKED
                 ),
                 partitions=tuple(
-                    reply(
-                        "MetadataResponsePartition",
-                        error_code=ErrorCode.none,
-                        partition_index=i,
-                        leader_id=NODE_ID,
-                        leader_epoch=LEADER_EPOCH,
-                        # As many replicas as the topic's stated factor, all this broker.
-                        replica_nodes=(NODE_ID,) * factors.get(name, 1),
-                        isr_nodes=(NODE_ID,) * factors.get(name, 1),
-                        offline_replicas=(),
-                    )
+                    _metadata_partition(reply, client, name, i, factors.get(name, 1))
                     for i in range(partitions)
                 ),
             )
         )
-    broker = reply("MetadataResponseBroker", node_id=NODE_ID, host=client.host, port=client.port)
+    brokers = tuple(
+        reply("MetadataResponseBroker", node_id=b.broker_id, host=host, port=port, rack=b.rack)
+        for b in client.cluster.live
+        for host, port in [client.cluster.address(b, client.host, client.port)]
+    )
     return reply.body(
-        brokers=(broker,),
+        brokers=brokers,
         cluster_id=CLUSTER_ID,
-        controller_id=NODE_ID,
+        controller_id=_controller(client),
         topics=tuple(topics),
     )
 
 
+def _controller(client: Client) -> int:
+    """The controller Kafka's clients are told of (admin calls go to it): the lowest live
+    broker, every broker being able to serve them."""
+    return client.cluster.live[0].broker_id
+
+
+def _replicas(client: Client, leader: int, factor: int) -> tuple[int, ...]:
+    """As many replicas as the topic's stated factor (the copies are the store's): the leader,
+    then the live brokers after it in turn (one broker repeated, alone)."""
+    ids = [b.broker_id for b in client.cluster.live]
+    start = ids.index(leader) if leader in ids else 0
+    return tuple(ids[(start + i) % len(ids)] for i in range(factor))
+
+
+def _metadata_partition(reply: Reply, client: Client, topic: str, index: int, factor: int) -> Any:
+    leader, epoch = client.cluster.leader(topic, index)
+    replicas = _replicas(client, leader, factor)
+    return reply(
+        "MetadataResponsePartition",
+        # A leader that died and whose move is not placed yet: Kafka's "election under way".
+        error_code=ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available,
+        partition_index=index,
+        leader_id=leader,
+        leader_epoch=epoch,
+        replica_nodes=replicas,
+        isr_nodes=replicas if leader >= 0 else (),
+        offline_replicas=(),
+    )
+
+
 async def find_coordinator(client: Client, request: Request) -> Any:
+    """The live broker that coordinates each key (`cluster.placement.coordinator_of`): groups,
+    share groups and transactional ids alike."""
     reply, body = request.reply, request.body
-    where = {"node_id": NODE_ID, "host": client.host, "port": client.port}
+
+    def where(key: str) -> dict[str, Any]:
+        broker = client.cluster.coordinator(key)
+        host, port = client.cluster.address(broker, client.host, client.port)
+        return {"node_id": broker.broker_id, "host": host, "port": port}
+
     if reply.has("FindCoordinatorResponse", "coordinators"):
         return reply.body(
             coordinators=tuple(
                 reply(
-                    "Coordinator", key=key, error_code=ErrorCode.none, error_message=None, **where
+                    "Coordinator",
+                    key=key,
+                    error_code=ErrorCode.none,
+                    error_message=None,
+                    **where(key),
                 )
                 for key in body.coordinator_keys
             )
         )
-    return reply.body(error_code=ErrorCode.none, error_message=None, **where)
+    return reply.body(error_code=ErrorCode.none, error_message=None, **where(body.key))
 
 
 async def describe_cluster(client: Client, request: Request) -> Any:
-    """KIP-919's DescribeCluster: this one broker, which is also the controller."""
+    """KIP-919's DescribeCluster: the live brokers, the lowest of them told as the controller."""
     reply = request.reply
     if getattr(request.body, "endpoint_type", 1) != 1:  # 1: brokers; 2: controllers
         return reply.body(
@@ -241,15 +279,11 @@ async def describe_cluster(client: Client, request: Request) -> Any:
         error_message=None,
         endpoint_type=1,
         cluster_id=CLUSTER_ID,
-        controller_id=NODE_ID,
-        brokers=(
-            reply(
-                "DescribeClusterBroker",
-                broker_id=NODE_ID,
-                host=client.host,
-                port=client.port,
-                rack=None,
-            ),
+        controller_id=_controller(client),
+        brokers=tuple(
+            reply("DescribeClusterBroker", broker_id=b.broker_id, host=host, port=port, rack=b.rack)
+            for b in client.cluster.live
+            for host, port in [client.cluster.address(b, client.host, client.port)]
         ),
         cluster_authorized_operations=NOT_ASKED,
     )
@@ -259,11 +293,13 @@ async def describe_topic_partitions(client: Client, request: Request) -> Any:
     """KIP-966's DescribeTopicPartitions (what Kafka 4's AdminClient and `kafka-topics
     --describe` ask instead of Metadata): the topics asked for (every visible one when none is),
     by name, from the cursor on, at most `response_partition_limit` partitions in all, with a
-    cursor at the first partition left out. As Metadata answers them: one broker, leader of
-    every partition, as many replicas as the topic's stated factor."""
+    cursor at the first partition left out. As Metadata answers them: each partition's leader
+    and epoch, as many replicas as the topic's stated factor."""
     reply, body = request.reply, request.body
     assert client.access is not None
     listed = {t.name: t for t in (await log_topics.list_topics(client.db)).topics}
+    if not client.cluster.knows((t.name, t.partitions) for t in listed.values()):
+        await client.cluster.refresh(client.db)
     asked = sorted({t.name for t in body.topics}) if body.topics else None
     names = (
         asked if asked is not None else sorted(n for n in listed if client.access.visible_topic(n))
@@ -296,7 +332,6 @@ async def describe_topic_partitions(client: Client, request: Request) -> Any:
             break
         shown = range(first, min(topic.partitions, first + budget))
         budget -= len(shown)
-        replicas = (NODE_ID,) * topic.replication_factor
         topics.append(
             reply(
                 "DescribeTopicPartitionsResponseTopic",
@@ -305,18 +340,7 @@ async def describe_topic_partitions(client: Client, request: Request) -> Any:
                 topic_id=topic.topic_id or _NO_TOPIC_ID,
                 is_internal=False,
                 partitions=tuple(
-                    reply(
-                        "DescribeTopicPartitionsResponsePartition",
-                        error_code=ErrorCode.none,
-                        partition_index=i,
-                        leader_id=NODE_ID,
-                        leader_epoch=LEADER_EPOCH,
-                        replica_nodes=replicas,
-                        isr_nodes=replicas,
-                        eligible_leader_replicas=(),
-                        last_known_elr=(),
-                        offline_replicas=(),
-                    )
+                    _described_partition(reply, client, name, i, topic.replication_factor)
                     for i in shown
                 ),
                 topic_authorized_operations=client.access.topic_operations(name),
@@ -326,6 +350,23 @@ async def describe_topic_partitions(client: Client, request: Request) -> Any:
             next_cursor = reply("Cursor", topic_name=name, partition_index=shown.stop)
             break
     return reply.body(topics=tuple(topics), next_cursor=next_cursor)
+
+
+def _described_partition(reply: Any, client: Client, topic: str, index: int, factor: int) -> Any:
+    leader, epoch = client.cluster.leader(topic, index)
+    replicas = _replicas(client, leader, factor)
+    return reply(
+        "DescribeTopicPartitionsResponsePartition",
+        error_code=ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available,
+        partition_index=index,
+        leader_id=leader,
+        leader_epoch=epoch,
+        replica_nodes=replicas,
+        isr_nodes=replicas if leader >= 0 else (),
+        eligible_leader_replicas=(),
+        last_known_elr=(),
+        offline_replicas=(),
+    )
 
 
 def _topic_refused(reply: Any, name: str, code: ErrorCode) -> Any:

@@ -83,6 +83,7 @@ async def consumer_group_heartbeat(client: Client, request: Request) -> Any:
     failed = {"member_id": None, "member_epoch": 0, "heartbeat_interval": 0}
     try:
         client.access.group(body.group_id, Operation.READ)
+        client.cluster.coordinate(body.group_id)
         names, by_id = await topic_ids(client)
         topics = body.subscribed_topic_names
         regex = getattr(body, "subscribed_topic_regex", None)

@@ -45,6 +45,7 @@ async def join_group(client: Client, request: Request) -> Any:
     assert client.access is not None
     try:
         client.access.group(body.group_id, Operation.READ)
+        client.cluster.coordinate(body.group_id)
         if not body.protocol_type or not body.protocols:
             return reply.body(
                 error_code=ErrorCode.inconsistent_group_protocol,
@@ -104,6 +105,7 @@ async def sync_group(client: Client, request: Request) -> Any:
     failed = {"protocol_type": None, "protocol_name": None, "assignment": b""}  # Kafka's
     try:
         client.access.group(body.group_id, Operation.READ)
+        client.cluster.coordinate(body.group_id)
         synced = await classic.sync(
             client.db,
             client.settings,
@@ -130,6 +132,7 @@ async def heartbeat(client: Client, request: Request) -> Any:
     assert client.access is not None
     try:
         client.access.group(body.group_id, Operation.READ)
+        client.cluster.coordinate(body.group_id)
         await classic.heartbeat(
             client.db,
             client.settings,
@@ -155,6 +158,7 @@ async def leave_group(client: Client, request: Request) -> Any:
     )
     try:
         client.access.group(body.group_id, Operation.READ)
+        client.cluster.coordinate(body.group_id)
         refusals = await classic.leave(
             client.db,
             client.settings,
@@ -212,6 +216,7 @@ async def offset_commit(client: Client, request: Request) -> Any:
     code = ErrorCode.none
     try:
         client.access.offsets(body.group_id, (t.name for t in body.topics))
+        client.cluster.coordinate(body.group_id)
         offsets = committed_offsets(body.topics)
         if offsets:
             await groups_service.commit(client.db, body.group_id, offsets, member_id, epoch)
@@ -232,6 +237,7 @@ async def offset_fetch(client: Client, request: Request) -> Any:
     assert client.access is not None
     try:
         client.access.group(body.group_id, Operation.DESCRIBE)
+        client.cluster.coordinate(body.group_id)
         stored = await groups_service.fetch(
             client.db, body.group_id, None, bool(getattr(body, "require_stable", False))
         )

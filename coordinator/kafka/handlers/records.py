@@ -18,6 +18,7 @@ from coordinator.log import epochs
 from coordinator.log import fetch as log_fetch
 from coordinator.log import produce as appending
 from coordinator.log import topics as log_topics
+from coordinator.log.errors import NotLeaderOrFollower, UnknownLeaderEpoch
 from coordinator.log.purgatory import PURGATORY
 
 READ_COMMITTED = 1
@@ -46,10 +47,17 @@ async def produce(client: Client, request: Request) -> Any:
                 if body.acks not in (0, 1, -1):
                     raise Refused(ErrorCode.invalid_required_acks, f"acks={body.acks}: 0, 1 or -1")
                 client.access.produce(topic.name, tid)
+                leader = client.cluster.lead(topic.name, data.index, epochs.NO_EPOCH)
                 if data.records is None:
                     raise Refused(ErrorCode.corrupt_message, "no record batch")
                 append = await appending.checked_append(
-                    client.db, client.settings, topic.name, data.index, bytes(data.records), tid
+                    client.db,
+                    client.settings,
+                    topic.name,
+                    data.index,
+                    bytes(data.records),
+                    tid,
+                    leader,
                 )
                 checked.append((len(answers) - 1, append))
             except FAILURES as failure:
@@ -60,6 +68,8 @@ async def produce(client: Client, request: Request) -> Any:
         results = await appended
         for (position, _), result in zip(checked, results, strict=True):
             answers[position] = result
+        if any(isinstance(r, NotLeaderOrFollower) for r in results):
+            await client.cluster.refresh(client.db)  # fenced: leadership moved since the view
     if body.acks == 0:
         return None
     responses = []
@@ -153,6 +163,7 @@ async def _fetch_once(
     # Each partition's answer: a refusal, or its index among those the log fetches.
     checked: list[BaseException | int] = []
     wanted: list[log_fetch.PartitionAsk] = []
+    leader_epochs: list[int] = []  # the leader's epoch of each partition in `wanted`
     for topic, name in zip(body.topics, names, strict=True):
         for asked in topic.partitions:
             if name is None:
@@ -160,10 +171,11 @@ async def _fetch_once(
                 continue
             try:
                 client.access.fetch(name)
-                epochs.check_current_epoch(getattr(asked, "current_leader_epoch", epochs.NO_EPOCH))
+                _, epoch = await _lead(client, name, asked.partition, asked)
             except FAILURES as failure:
                 checked.append(failure)
                 continue
+            leader_epochs.append(epoch)
             checked.append(len(wanted))
             wanted.append(
                 log_fetch.PartitionAsk(
@@ -184,8 +196,11 @@ async def _fetch_once(
         partitions = []
         for asked in topic.partitions:
             outcome_ = next(each)
-            result = outcome_ if isinstance(outcome_, BaseException) else fetched[outcome_]
-            answer = _partition_data(reply, result, read_committed)
+            if isinstance(outcome_, BaseException):
+                answer = _partition_data(reply, outcome_, read_committed, 0)
+            else:
+                epoch = leader_epochs[outcome_]
+                answer = _partition_data(reply, fetched[outcome_], read_committed, epoch)
             if isinstance(answer["records"], Spliced):
                 spliced.append(answer["records"])
                 answer["records"] = answer["records"].placeholder
@@ -201,7 +216,20 @@ async def _fetch_once(
     return tuple(topics), spliced
 
 
-def _partition_data(reply: Any, result: Any, read_committed: bool) -> dict[str, Any]:
+async def _lead(client: Client, topic: str, partition: int, asked: Any) -> tuple[int, int]:
+    """This broker as the partition's leader (`Cluster.lead`); a client whose epoch is ahead
+    of the view has seen a move this process has not read yet: read again, and checked again."""
+    current = getattr(asked, "current_leader_epoch", epochs.NO_EPOCH)
+    try:
+        return client.cluster.lead(topic, partition, current)
+    except UnknownLeaderEpoch:
+        await client.cluster.refresh(client.db)
+        return client.cluster.lead(topic, partition, current)
+
+
+def _partition_data(
+    reply: Any, result: Any, read_committed: bool, leader_epoch: int
+) -> dict[str, Any]:
     """A partition's answer to a Fetch: its batches (with the leader's epoch in each), where it
     stands, and the aborted transactions a read_committed client filters by; or its refusal."""
     if isinstance(result, BaseException):
@@ -218,7 +246,7 @@ def _partition_data(reply: Any, result: Any, read_committed: bool) -> dict[str, 
         }
     # The log keeps each batch as its producer wrote it; a Kafka leader's answer carries the
     # leader's epoch in each (`log.epochs`), written over it on the way out.
-    records = Spliced(result.batches, epochs.LEADER_EPOCH) if result.batches else b""
+    records = Spliced(result.batches, leader_epoch) if result.batches else b""
     return {
         "error_code": ErrorCode.none,
         "high_watermark": result.high_watermark,
@@ -253,12 +281,12 @@ async def list_offsets(client: Client, request: Request) -> Any:
                     asked.timestamp,
                     read_committed=read_committed,
                 )
-                epochs.check_current_epoch(getattr(asked, "current_leader_epoch", epochs.NO_EPOCH))
+                _, epoch = await _lead(client, topic.name, asked.partition_index, asked)
                 answer |= {
                     "offset": offset,
                     "timestamp": timestamp,
-                    # Every offset of the log is in the one epoch; none found, none given.
-                    "leader_epoch": epochs.NO_EPOCH if offset < 0 else epochs.LEADER_EPOCH,
+                    # Told in the leader's current epoch (`log.epochs`); none found, none given.
+                    "leader_epoch": epochs.NO_EPOCH if offset < 0 else epoch,
                     "error_code": ErrorCode.none,
                 }
             except FAILURES as failure:
@@ -287,13 +315,17 @@ async def offset_for_leader_epoch(client: Client, request: Request) -> Any:
             answer: dict[str, Any] = {"leader_epoch": epochs.NO_EPOCH, "end_offset": -1}
             try:
                 client.access.describe_topic(topic.topic)
+                # The partition found first, then the client's epoch and the leader checked.
+                _, epoch = client.cluster.leader(topic.topic, asked.partition)
                 end = await epochs.end_offset_for_epoch(
                     client.db,
                     topic.topic,
                     asked.partition,
                     asked.leader_epoch,
-                    getattr(asked, "current_leader_epoch", epochs.NO_EPOCH),
+                    epochs.NO_EPOCH,
+                    epoch,
                 )
+                await _lead(client, topic.topic, asked.partition, asked)
                 answer = {
                     "leader_epoch": end.leader_epoch,
                     "end_offset": end.end_offset,

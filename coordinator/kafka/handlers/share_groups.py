@@ -33,6 +33,7 @@ async def share_group_heartbeat(client: Client, request: Request) -> Any:
     assert client.access is not None
     try:
         client.access.group(body.group_id, Operation.READ)
+        client.cluster.coordinate(body.group_id)
         topics = body.subscribed_topic_names
         if topics is not None:
             client.access.join(body.group_id, topics)
@@ -213,6 +214,7 @@ async def alter_share_group_offsets(client: Client, request: Request) -> Any:
     }
     try:
         client.access.group(body.group_id, Operation.READ)
+        client.cluster.coordinate(body.group_id)
         for topic in {t for t, _ in offsets}:
             client.access.fetch(topic)
         answers = await share_offsets.alter_offsets(

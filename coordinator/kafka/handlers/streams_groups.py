@@ -106,6 +106,7 @@ async def streams_group_heartbeat(client: Client, request: Request) -> Any:
     assert client.access is not None
     try:
         client.access.group(body.group_id, Operation.READ)
+        client.cluster.coordinate(body.group_id)
         topology = None
         if body.topology is not None:
             try:

@@ -35,6 +35,8 @@ async def init_producer_id(client: Client, request: Request) -> Any:
     tid = body.transactional_id
     try:
         client.access.init_pid(tid)
+        if tid is not None:
+            client.cluster.coordinate(tid)
         # An idempotent producer has no transaction, and Kafka checks no timeout for it: it
         # gets the largest allowed, which no check can refuse.
         timeout = (
@@ -94,6 +96,7 @@ async def _add_partitions(client: Client, reply: Any, txn: Any) -> Any:
         assert client.access is not None
         try:
             client.access.add_partitions(txn.transactional_id, (topic for topic, _ in wanted))
+            client.cluster.coordinate(txn.transactional_id)
             found = await transactions.missing_partitions(
                 client.db, txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted
             )
@@ -133,6 +136,7 @@ async def _added(
     assert client.access is not None
     try:
         client.access.add_partitions(tid, (topic for topic, _ in wanted))
+        client.cluster.coordinate(tid)
         await transactions.add_partitions(client.db, tid, Caller(producer_id, epoch), wanted)
     except FAILURES as failure:
         return error_code(failure)
@@ -144,6 +148,7 @@ async def add_offsets_to_txn(client: Client, request: Request) -> Any:
     assert client.access is not None
     try:
         client.access.transaction_offsets(body.transactional_id, body.group_id)
+        client.cluster.coordinate(body.transactional_id)
         caller = Caller(body.producer_id, body.producer_epoch)
         await transactions.add_offsets(
             client.db, body.transactional_id, AddOffsets(caller, body.group_id)
@@ -162,6 +167,7 @@ async def txn_offset_commit(client: Client, request: Request) -> Any:
         client.access.transaction_offsets(
             body.transactional_id, body.group_id, (t.name for t in body.topics)
         )
+        client.cluster.coordinate(body.group_id)  # Kafka sends it to the group's coordinator
         adding = AddOffsets(
             Caller(body.producer_id, body.producer_epoch),
             body.group_id,
@@ -188,6 +194,7 @@ async def end_txn(client: Client, request: Request) -> Any:
     raising = request.version >= END_TXN_RAISING_EPOCH
     try:
         client.access.transactional_id(body.transactional_id)
+        client.cluster.coordinate(body.transactional_id)
         ended = await transactions.end(
             client.db,
             body.transactional_id,

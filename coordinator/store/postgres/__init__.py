@@ -30,7 +30,7 @@ from coordinator.transactions.states import State
 
 # The cleaner's claim of a partition: an advisory lock of this class (its namespace among the
 # store's advisory locks), on the partition's name.
-_CLAIM_CLASS = 0x4C4F47  # "LOG"
+_CLAIM_CLASS = 0x4C4F47  # "LOG": what `claim` holds (a partition to clean, the placement)
 _NAMES_BY_ID = "SELECT topic_id, name FROM topics WHERE topic_id = ANY($1::uuid[])"
 
 
@@ -101,10 +101,10 @@ class PostgresStore(Store):
         result = await session.execute(statement, {**arrays, **params})
         return result.all() if returning is not None else ()
 
-    async def claim_for_cleaning(self, session: AsyncSession, topic: str, partition: int) -> bool:
+    async def claim(self, session: AsyncSession, what: str) -> bool:
         claimed = await session.scalar(
             text("SELECT pg_try_advisory_xact_lock(:class, hashtext(:key))"),
-            {"class": _CLAIM_CLASS, "key": f"{topic}/{partition}"},
+            {"class": _CLAIM_CLASS, "key": what},
         )
         return bool(claimed)
 

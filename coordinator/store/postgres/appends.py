@@ -27,6 +27,7 @@ from coordinator.log.appends import (
     state_on_conflict,
     states,
 )
+from coordinator.log.epochs import leads_in_sql
 from coordinator.store.postgres.driver import on_driver
 from coordinator.transactions.caller import in_sql
 
@@ -136,8 +137,8 @@ _EXPECTED_COLUMNS = (
     "reopen_offset",
 )
 _EXPECTED_TYPES = ("varchar", "int", "bigint", "int", "int", "int", "bigint", "varchar", "bigint")
-_WANTED_COLUMNS = ("topic", "partition", "configs", "advance")
-_WANTED_TYPES = ("varchar", "int", "text", "bigint")
+_WANTED_COLUMNS = ("topic", "partition", "configs", "advance", "leader_id", "leader_epoch")
+_WANTED_TYPES = ("varchar", "int", "text", "bigint", "int", "int")
 _W = _B + _S + 1
 _E = _W + len(_WANTED_COLUMNS)
 _T = _E + len(_EXPECTED_COLUMNS)
@@ -145,7 +146,8 @@ _OFFSET_COLUMNS = ("base_offset", "last_offset")
 _PASSES = "(SELECT passes FROM checked)"
 
 # The group planned on what its process saw written (offsets relative to each partition's high
-# watermark), written only if the locked rows are still what it saw. Rows locked FOR UPDATE are
+# watermark), written only if the locked rows are still what it saw (each partition still led
+# as its appends were taken under: `log.epochs.leads`). Rows locked FOR UPDATE are
 # read as the newest committed version (READ COMMITTED re-reads a row it waited for), not as the
 # statement's snapshot, in the fixed order: the transactions its batches belong to (sorted), then
 # the partitions (sorted; the scalar subquery on `txns` is evaluated before the first partition
@@ -187,7 +189,9 @@ WITH txns AS (
   SELECT * FROM {_unnest(_WANTED_COLUMNS, _WANTED_TYPES, _W)}
 ), locked AS (
   SELECT p.topic, p."partition", p.high_watermark, p.log_start_offset, v.advance,
-         t.configs = v.configs AS same_configs
+         t.configs = v.configs
+           AND {leads_in_sql("p.leader_id", "p.leader_epoch", "v.leader_id", "v.leader_epoch")}
+           AS same_configs
   FROM partitions p
   JOIN wanted v ON v.topic = p.topic AND v."partition" = p."partition"
   JOIN topics t ON t.name = p.topic
@@ -305,8 +309,10 @@ async def write_if_unchanged(
         *([state[c] for state in planned.states] for c in STATE_COLUMNS),
         [t for t, _ in wanted],
         [p for _, p in wanted],
-        [configs for configs, _ in wanted.values()],
-        [advance for _, advance in wanted.values()],
+        [configs for configs, _, _ in wanted.values()],
+        [advance for _, advance, _ in wanted.values()],
+        [None if led is None else led[0] for _, _, led in wanted.values()],
+        [None if led is None else led[1] for _, _, led in wanted.values()],
         [t for t, _, _ in expected],
         [p for _, p, _ in expected],
         [pid for _, _, pid in expected],

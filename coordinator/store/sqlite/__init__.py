@@ -118,7 +118,7 @@ class SqliteStore(Store):
             await session.execute(write, params)
         return () if returning is None else (await session.execute(returning, params)).all()
 
-    async def claim_for_cleaning(self, session: AsyncSession, topic: str, partition: int) -> bool:
+    async def claim(self, session: AsyncSession, what: str) -> bool:
         return True  # the write unit holds SQLite's one write lock
 
     async def topic_names(self, ids: Collection[uuid.UUID]) -> dict[uuid.UUID, str]:

@@ -129,7 +129,7 @@ async def test_a_partition_another_process_is_cleaning_is_skipped(postgres_store
         other = open_store(make_settings(postgres_store))
         try:
             async with other.write() as session:
-                assert await other.claim_for_cleaning(session, "t", 0)
+                assert await other.claim(session, "t/0")
                 done = await clean_once(app.state.db, app.state.settings)
                 assert done.retention.batches == 0
             done = await clean_once(app.state.db, app.state.settings)

@@ -1,0 +1,177 @@
+"""The cluster in the store: brokers registered under leases, and each partition's leader.
+
+Every process with a Kafka listener registers as a broker (`register`) and renews its lease
+(`renew`) every heartbeat; a process that shuts down cleanly gives its lease up (`leave`), so its
+partitions move at once rather than when the lease runs out. One process at a time, under the
+store's claim, applies `placement.moves` to the partitions (`place`): each move names the new
+leader and raises the partition's leader epoch, in the row whose lock every append takes, so an
+append taken under the old leader and epoch can no longer be written (the fence,
+`log.epochs.leads`). A partition's first leader keeps epoch 0, as a new Kafka partition's does.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from typing import cast
+
+from sqlalchemy import Table, and_, bindparam, case, delete, select, update
+
+from coordinator.cluster.errors import DuplicateBroker
+from coordinator.cluster.models import BrokerRow
+from coordinator.cluster.placement import Broker, Key, moves
+from coordinator.log.models import Partition
+from coordinator.store import Store
+
+brokers = cast(Table, BrokerRow.__table__)
+partitions = cast(Table, Partition.__table__)
+_PLACEMENT = "placement"
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The live brokers (by id) and every partition's (leader, leader epoch)."""
+
+    live: tuple[Broker, ...]
+    leaders: dict[Key, tuple[int | None, int]]
+
+
+def advertised_host(host: str) -> str:
+    """The host a listener bound to tells other processes' clients: a wildcard address names
+    this machine instead."""
+    return socket.gethostname() if host in ("", "0.0.0.0", "::") else host
+
+
+async def register(
+    db: Store, node_id: int | None, host: str, port: int, rack: str | None, lease_ms: int, now: int
+) -> int:
+    """Register this listener as a broker under a lease, and answer its id: `node_id` when
+    given (refused while a live broker of another address holds it), else the id this address
+    had before, else the lowest id never used. The processes of one listener (`--workers`)
+    share its id. Two processes registering at once may meet on one id: the second's insert
+    fails (IntegrityError) and it registers again (`view.Cluster.join`)."""
+    async with db.write() as session:
+        rows = (await session.execute(select(BrokerRow))).scalars().all()
+        if node_id is None:
+            same = [r.broker_id for r in rows if (r.host, r.port) == (host, port)]
+            used = {r.broker_id for r in rows}
+            node_id = same[0] if same else next(i for i in range(len(used) + 1) if i not in used)
+        held = next((r for r in rows if r.broker_id == node_id), None)
+        moved = held is not None and (held.host, held.port) != (host, port)
+        if held is not None and moved and held.lease_expires_ms > now:
+            raise DuplicateBroker(
+                f"broker {node_id} is registered at {held.host}:{held.port} and live; "
+                "give this process another COORDINATOR_KAFKA_NODE_ID"
+            )
+        await session.execute(delete(BrokerRow).where(BrokerRow.broker_id == node_id))
+        session.add(
+            BrokerRow(
+                broker_id=node_id,
+                host=host,
+                port=port,
+                rack=rack,
+                lease_expires_ms=now + lease_ms,
+                registered_ms=now,
+            )
+        )
+    return node_id
+
+
+async def renew(db: Store, broker: Broker, lease_ms: int, now: int) -> None:
+    """Renew the broker's lease (registered again if its row is gone)."""
+    async with db.write() as session:
+        renewed = await session.execute(
+            update(BrokerRow)
+            .where(BrokerRow.broker_id == broker.broker_id)
+            .values(lease_expires_ms=now + lease_ms)
+            .execution_options(preserve_rowcount=True)
+        )
+        if not getattr(renewed, "rowcount", 0):
+            session.add(
+                BrokerRow(
+                    broker_id=broker.broker_id,
+                    host=broker.host,
+                    port=broker.port,
+                    rack=broker.rack,
+                    lease_expires_ms=now + lease_ms,
+                    registered_ms=now,
+                )
+            )
+
+
+async def leave(db: Store, broker_id: int) -> None:
+    """Give the lease up: the broker is no longer live, and the next placement moves its
+    partitions."""
+    async with db.write() as session:
+        await session.execute(
+            update(BrokerRow).where(BrokerRow.broker_id == broker_id).values(lease_expires_ms=0)
+        )
+
+
+async def snapshot(db: Store, now: int) -> Snapshot:
+    async with db.read() as session:
+        live = (
+            await session.execute(
+                select(BrokerRow.broker_id, BrokerRow.host, BrokerRow.port, BrokerRow.rack)
+                .where(BrokerRow.lease_expires_ms > now)
+                .order_by(BrokerRow.broker_id)
+            )
+        ).all()
+        led = await session.execute(
+            select(
+                partitions.c.topic,
+                partitions.c.partition,
+                partitions.c.leader_id,
+                partitions.c.leader_epoch,
+            )
+        )
+        return Snapshot(
+            tuple(Broker(*row) for row in live), {(t, p): (lid, e) for t, p, lid, e in led}
+        )
+
+
+_MOVE = (
+    update(partitions)
+    .where(
+        and_(
+            partitions.c.topic == bindparam("t"),
+            partitions.c.partition == bindparam("p"),
+            partitions.c.leader_id.is_not_distinct_from(bindparam("was")),
+        )
+    )
+    .values(
+        leader_id=bindparam("to"),
+        leader_epoch=case(
+            (partitions.c.leader_id.is_(None), partitions.c.leader_epoch),
+            else_=partitions.c.leader_epoch + 1,
+        ),
+    )
+)
+
+
+async def place(db: Store, now: int) -> int:
+    """Apply `placement.moves` to the store's partitions, unless another process is placing
+    them now: how many moved."""
+    async with db.write() as session:
+        if not await db.claim(session, _PLACEMENT):
+            return 0
+        live = (
+            await session.scalars(
+                select(BrokerRow.broker_id).where(BrokerRow.lease_expires_ms > now)
+            )
+        ).all()
+        led = await session.execute(
+            select(partitions.c.topic, partitions.c.partition, partitions.c.leader_id)
+        )
+        leaders = {(t, p): lid for t, p, lid in led}
+        moved = moves(leaders, live)
+        if moved:
+            connection = await session.connection()
+            await connection.execute(
+                _MOVE,
+                [
+                    {"t": t, "p": p, "was": leaders[(t, p)], "to": to}
+                    for (t, p), to in moved.items()
+                ],
+            )
+        return len(moved)
