@@ -37,6 +37,7 @@ LAYERS: dict[str, int] = {
     "coordinator.shares": 3,
     "coordinator.transactions": 4,
     "coordinator.deletion": 5,
+    "coordinator.cluster": 5,  # brokers and leadership over the log, for the Kafka door
     "coordinator.models": 5,
     "coordinator.admin.service": 5,
     "coordinator.admin.schemas": 5,

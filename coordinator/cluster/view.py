@@ -104,6 +104,9 @@ class Cluster:
         chosen = placement.coordinator_of(key, self._live_ids)
         return next(b for b in self.live if b.broker_id == chosen)
 
+    def coordinates(self, key: str) -> bool:
+        return placement.coordinator_of(key, self._live_ids) == self.me.broker_id
+
     def coordinate(self, key: str) -> None:
         """Raises NOT_COORDINATOR unless this broker coordinates `key`."""
         chosen = self.coordinator(key)

@@ -42,7 +42,11 @@ it; --minutes 10 for the long run, --replication async for what an asynchronous 
 patroni (2 minutes: a primary and a synchronous standby that Patroni keeps, with etcd, Debian's
 packages (apt-get install patroni etcd-server), started on free ports in a temporary folder;
 the nemesis SIGKILLs the leader's Postgres, SIGKILLs its Patroni, pauses both past the leader
-lock's TTL, and restarts etcd, and Patroni fails over; not in the suite, for its length).
+lock's TTL, and restarts etcd, and Patroni fails over; not in the suite, for its length),
+cluster (1 minute: three services, each a Kafka broker with its own listener, as one cluster
+(docs/pages/cluster.md), with leases of 1.5 s; producers through the Kafka door with all three
+as bootstrap; the nemesis SIGKILLs and restarts a service, and SIGSTOPs one past its lease, then
+SIGCONTs it, in turn with the producer faults).
 """
 
 EPILOG = """\

@@ -42,6 +42,8 @@ PATRONI_KINDS = (
     "patroni-pause-primary",
     "etcd-restart",
 )
+# Where each service is a broker of its own (the cluster profile): one paused past its lease.
+CLUSTER_KINDS = ("pause-service",)
 NEMESIS_KINDS = (
     "kill-service",
     "pause-producer",
@@ -65,6 +67,9 @@ class NemesisTiming:
     down: tuple[float, float] = (0.2, 2.0)
     pause_beyond_timeout: tuple[float, float] = (1.0, 3.0)
     first_after: float = 3.0
+    # How long `pause-service` keeps a service stopped (past its broker lease, in the cluster
+    # profile, so its partitions move while it sleeps).
+    service_paused: tuple[float, float] = (2.0, 4.0)
 
 
 @dataclass
@@ -104,7 +109,7 @@ class Nemesis(threading.Thread):
         timing: NemesisTiming,
     ) -> None:
         super().__init__(name="nemesis", daemon=True)
-        unknown = set(kinds) - set(NEMESIS_KINDS) - set(PATRONI_KINDS)
+        unknown = set(kinds) - set(NEMESIS_KINDS) - set(PATRONI_KINDS) - set(CLUSTER_KINDS)
         if unknown:
             raise ValueError(f"unknown nemesis kinds: {sorted(unknown)}")
         self.kinds = kinds
@@ -141,6 +146,7 @@ class Nemesis(threading.Thread):
         log.info("nemesis: %s", kind)
         {
             "kill-service": self._kill_service,
+            "pause-service": self._pause_service,
             "pause-producer": self._pause_producer,
             "second-instance": self._second_instance,
             "restart-postgres": self._restart_postgres,
@@ -165,6 +171,23 @@ class Nemesis(threading.Thread):
         self._record("kill-service", service=index, port=service.port, down_s=round(down, 3))
         time.sleep(down)
         restart(service, self.targets.proxy, index)
+
+    def _pause_service(self) -> None:
+        """SIGSTOP one service, then SIGCONT it: a broker that sleeps past its lease wakes to
+        find its partitions moved, and must not write for them (the store fences it)."""
+        index = self.rng.randrange(len(self.targets.services))
+        paused = self.rng.uniform(*self.timing.service_paused)
+        service = self.targets.services[index]
+        if service.process is None or service.process.poll() is not None:
+            return
+        self.targets.proxy.set_up(index, False)
+        os.kill(service.pid, signal.SIGSTOP)
+        self._record("pause-service", service=index, port=service.port, paused_s=round(paused, 3))
+        try:
+            time.sleep(paused)
+        finally:
+            os.kill(service.pid, signal.SIGCONT)
+            self.targets.proxy.set_up(index, True)
 
     def _pause_producer(self) -> None:
         live = {n: p for n, p in self.targets.producers.items() if p.poll() is None}

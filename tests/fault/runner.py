@@ -63,6 +63,9 @@ from tests.support.services import (
 )
 
 SWEEP_INTERVAL_MS = 500  # COORDINATOR_TIMEOUT_CHECK_INTERVAL_MS: timeouts must bite within a run
+# The cluster profile's broker lease and heartbeat (Kafka's defaults are 9 s and 2 s).
+BROKER_SESSION_TIMEOUT_MS = 1500
+BROKER_HEARTBEAT_MS = 250
 SETTLE_S = 60.0  # bound on waiting for the last open transactions to end before the final read
 COVERAGE_GRACE_S = 60.0  # how far a run may go past its end until each fault kind happened
 RECOVERY_S = 60.0  # bound on each producer's first commit once the faults stopped
@@ -98,6 +101,9 @@ class Profile:
     # Patroni keeps, with etcd (`tests.fault.patroni`), in place of a database on the shared
     # server.
     patroni: bool = False
+    # 0: two services behind one Kafka listener (one broker, as `serve --workers 2`); n: n
+    # services, each a broker with its own listener, as one cluster (docs/pages/cluster.md).
+    brokers: int = 0
 
     def door_of(self, producer: str) -> str:
         """The door of producer `producer` ("p3"), or of a second instance of its id."""
@@ -145,6 +151,18 @@ PROFILES = {
         timing=NemesisTiming(gap=(2.0, 5.0)),
         min_committed=60,
         patroni=True,
+    ),
+    "cluster": Profile(
+        name="cluster",
+        minutes=1.0,
+        # Three brokers: one SIGKILLed (then restarted), one SIGSTOPped past its lease (then
+        # resumed), in turn, while transactional librdkafka producers write through them.
+        nemesis=("kill-service", "pause-service", "pause-producer", "second-instance"),
+        proxy=_PROXY_FAULTS,
+        timing=NemesisTiming(gap=(1.0, 3.0)),
+        min_committed=100,
+        door="kafka",
+        brokers=3,
     ),
     "long": Profile(
         name="long",
@@ -307,7 +325,14 @@ class _Run:
             # Kafka's clients know the one broker, node 0, by one address, and a killed
             # service's connections go to the other when they reconnect.
             env["COORDINATOR_KAFKA_LISTENER"] = f"127.0.0.1:{free_port()}"
-        for _ in range(2):  # one after the other: the first `serve` migrates the database
+        if self.profile.brokers:
+            # Each service a broker of its own, with a lease short enough for a minute's run.
+            env["COORDINATOR_KAFKA_BROKER_SESSION_TIMEOUT_MS"] = str(BROKER_SESSION_TIMEOUT_MS)
+            env["COORDINATOR_KAFKA_BROKER_HEARTBEAT_INTERVAL_MS"] = str(BROKER_HEARTBEAT_MS)
+        for _ in range(self.profile.brokers or 2):
+            # One after the other: the first `serve` migrates the database.
+            if self.profile.brokers:
+                env["COORDINATOR_KAFKA_LISTENER"] = f"127.0.0.1:{free_port()}"
             service = ServiceProcess(url, self.logs, **env)
             self.services.append(service)
             service.start()
@@ -349,7 +374,9 @@ class _Run:
         ]
 
     def bootstrap(self) -> str:
-        return self.services[0].env["COORDINATOR_KAFKA_LISTENER"]
+        """Every broker's listener (one, shared by both services, but in the cluster profile)."""
+        listeners = dict.fromkeys(s.env["COORDINATOR_KAFKA_LISTENER"] for s in self.services)
+        return ",".join(listeners)
 
     def spawn_producer(self, name: str) -> subprocess.Popen[bytes]:
         args = [*self.producing_args(name), "--think-ms", str(self.profile.producer_think_ms)]

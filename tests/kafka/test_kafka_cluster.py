@@ -7,10 +7,14 @@ acknowledged, reading nothing twice, reusing no offset."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import confluent_kafka as ck
@@ -19,8 +23,11 @@ from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12 import request as metadata_v12
 
 from sdk import recordbatch
-from tests.support.cluster import SESSION_TIMEOUT_MS, Cluster, cluster_on
+from tests.support.cluster import Cluster, cluster_on
+from tests.support.java import java_command
+from tests.support.kafka_broker import Broker, http_produce
 from tests.support.kafka_wire import Connection, produce_request
+from tests.support.streams import INPUTS, App, amount, assert_totals, committed_output
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +38,15 @@ DEADLINE_S = 30.0
 def cluster(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Cluster]:
-    with cluster_on(request.param, tmp_path_factory.mktemp(f"cluster-{request.param}")) as running:
+    with cluster_on(
+        request.param,
+        tmp_path_factory.mktemp(f"cluster-{request.param}"),
+        # As the suite's one broker (tests.support.kafka_broker): Streams' 3 s sessions, a
+        # classic group's first rebalance soon, timed-out transactions aborted within 0.2 s.
+        COORDINATOR_GROUP_MIN_SESSION_TIMEOUT_MS="1000",
+        COORDINATOR_GROUP_INITIAL_REBALANCE_DELAY_MS="200",
+        COORDINATOR_TIMEOUT_CHECK_INTERVAL_MS="200",
+    ) as running:
         yield running
 
 
@@ -44,13 +59,19 @@ def until(condition: Callable[[], Any], what: str) -> Any:
     return found
 
 
-async def _connect(port: int) -> Connection:
-    return Connection(*await asyncio.open_connection("127.0.0.1", port))
+@contextlib.asynccontextmanager
+async def _connected(port: int) -> AsyncIterator[Connection]:
+    connection = Connection(*await asyncio.open_connection("127.0.0.1", port))
+    try:
+        yield connection
+    finally:
+        connection.writer.close()
+        with contextlib.suppress(ConnectionError):
+            await connection.writer.wait_closed()
 
 
 async def _metadata(port: int, topic: str | None = None) -> Any:
-    connection = await _connect(port)
-    try:
+    async with _connected(port) as connection:
         topics = (
             None
             if topic is None
@@ -63,8 +84,6 @@ async def _metadata(port: int, topic: str | None = None) -> Any:
             allow_auto_topic_creation=False,
             include_topic_authorized_operations=False,
         )
-    finally:
-        connection.writer.close()
 
 
 def metadata(port: int, topic: str | None = None) -> Any:
@@ -109,33 +128,24 @@ def test_every_process_lists_the_live_brokers_and_spreads_the_leaders(cluster: C
 
 
 async def _produce_to(port: int, topic: str, partition: int) -> ErrorCode:
-    connection = await _connect(port)
-    try:
+    async with _connected(port) as connection:
         batch = recordbatch.build([(1, None, b"v", [])])
         answer = await connection.request(produce_request(topic, batch, partition))
         return answer.responses[0].partition_responses[0].error_code
-    finally:
-        connection.writer.close()
 
 
 async def _coordinator_of(port: int, key: str) -> int:
-    connection = await _connect(port)
-    try:
+    async with _connected(port) as connection:
         answer = await connection.call(10, 4, key_type=0, coordinator_keys=(key,))
         return answer.coordinators[0].node_id
-    finally:
-        connection.writer.close()
 
 
 async def _heartbeat(port: int, group: str) -> ErrorCode:
-    connection = await _connect(port)
-    try:
+    async with _connected(port) as connection:
         answer = await connection.call(
             12, 4, group_id=group, generation_id=1, member_id="m", group_instance_id=None
         )
         return answer.error_code
-    finally:
-        connection.writer.close()
 
 
 def test_a_request_sent_to_the_wrong_broker_is_told_so(cluster: Cluster) -> None:
@@ -155,6 +165,29 @@ def test_a_request_sent_to_the_wrong_broker_is_told_so(cluster: Cluster) -> None
     other = next(n for n in node_port if n != chosen[key])
     assert asyncio.run(_heartbeat(node_port[other], key)) == ErrorCode.not_coordinator
     assert asyncio.run(_heartbeat(node_port[chosen[key]], key)) != ErrorCode.not_coordinator
+
+
+async def _listed_groups(port: int) -> list[str]:
+    async with _connected(port) as connection:
+        answer = await connection.call(16, 4, states_filter=())
+        assert answer.error_code == ErrorCode.none
+        return [g.group_id for g in answer.groups]
+
+
+def test_each_broker_lists_the_groups_it_coordinates(cluster: Cluster) -> None:
+    """As Kafka's brokers do, so the admin client, which asks them all, lists each group once."""
+    create_topic(cluster, "listed", 1)
+    groups = {f"listed-{i}" for i in range(12)}
+    with cluster.brokers[0].client() as http:
+        for group in groups:
+            offsets = [{"topic": "listed", "partition": 0, "offset": 0}]
+            answer = http.post(f"/v1/groups/{group}/offsets", json={"offsets": offsets})
+            assert answer.status_code == 200, answer.text
+    listed = [asyncio.run(_listed_groups(port)) for port in cluster.kafka_ports]
+    mine = [{g for g in found if g in groups} for found in listed]
+    assert sum(len(m) for m in mine) == len(groups)  # each group by one broker
+    assert set().union(*mine) == groups
+    assert all(mine)  # spread: every broker coordinates some
 
 
 def test_clients_follow_the_partitions_of_a_killed_and_a_paused_process(
@@ -198,29 +231,35 @@ def test_clients_follow_the_partitions_of_a_killed_and_a_paused_process(
                 except BufferError:
                     producer.poll(0.05)
             producer.poll(0)
-            time.sleep(0.001)
+            time.sleep(0.004)  # about 12 s: the faults come while it writes
         producer.flush(60)
         stop.set()
 
     writer = threading.Thread(target=produce)
     writer.start()
     until(lambda: len(acknowledged) >= 500, "500 records acknowledged")
-    cluster.kill(1)
-    until(lambda: len(acknowledged) >= 1200, "1,200 records acknowledged after the kill")
-    cluster.pause(2)
-    time.sleep(SESSION_TIMEOUT_MS / 1000 * 2)  # its lease lapses; its partitions move
-    until(lambda: len(acknowledged) >= 1800, "1,800 records acknowledged while paused")
-    cluster.resume(2)
+    cluster.kill_then_pause(lambda: None)
     writer.join(120)
     assert stop.is_set() and not failed, failed
     assert len(acknowledged) == total
     moved = until(lambda: leaders(cluster, topic), "the live processes agreeing on the leaders")
     assert max(epoch for _, epoch in moved.values()) >= 1  # partitions moved
+    read = read_committed(cluster, topic, total)
+    values = Counter(value for value, _, _ in read)
+    assert len(values) == total and max(values.values()) == 1  # all of them, once each
+    assert {v: (p, o) for v, p, o in read} == acknowledged  # where each was acknowledged
+    for partition in range(6):
+        offsets = sorted(o for _, p, o in read if p == partition)
+        assert offsets == list(range(len(offsets)))  # none skipped, none reused
 
+
+def read_committed(cluster: Cluster, topic: str, count: int) -> list[tuple[str, int, int]]:
+    """(value, partition, offset) of the first `count` records a read_committed consumer reads
+    from the start (librdkafka)."""
     consumer = ck.Consumer(
         {
             "bootstrap.servers": cluster.bootstrap,
-            "group.id": "through-faults-reader",
+            "group.id": f"{topic}-checker",
             "auto.offset.reset": "earliest",
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
@@ -230,16 +269,125 @@ def test_clients_follow_the_partitions_of_a_killed_and_a_paused_process(
     try:
         consumer.subscribe([topic])
         deadline = time.monotonic() + DEADLINE_S
-        while len(read) < total and time.monotonic() < deadline:
+        while len(read) < count and time.monotonic() < deadline:
             message = consumer.poll(0.2)
             if message is not None and message.error() is None:
                 read.append((message.value().decode(), message.partition(), message.offset()))
     finally:
         consumer.close()
-    values = Counter(value for value, _, _ in read)
-    assert len(values) == total and max(values.values()) == 1  # all of them, once each
-    assert {v: (p, o) for v, p, o in read} == acknowledged  # where each was acknowledged
-    for partition in range(6):
-        offsets = sorted(o for _, p, o in read if p == partition)
-        assert offsets == list(range(len(offsets)))  # none skipped, none reused
-    cluster.restart(1)  # the next test of the module finds three processes again
+    return read
+
+
+def _events(path: Path, name: str) -> list[dict[str, Any]]:
+    lines = (json.loads(line) for line in path.read_text().splitlines() if line.startswith("{"))
+    return [event for event in lines if event.get("name") == name]
+
+
+def test_kafkas_java_producer_and_consumer_through_a_killed_and_a_paused_process(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Kafka's VerifiableProducer (idempotent, acks=all) writes while a process is SIGKILLed and
+    another SIGSTOPped past its lease; a VerifiableConsumer in a group reads meanwhile. Every
+    acknowledged record is in the log once, where it was acknowledged, with no offset skipped or
+    reused; the Java consumer followed the moves to the end of every partition."""
+    topic, total = "java-through-faults", 4000
+    create_topic(cluster, topic, 6)
+    until(lambda: leaders(cluster, topic), "the partitions placed")
+    config = tmp_path / "client.properties"
+    config.write_text(
+        # VerifiableProducer sets retries=0 (Kafka's system tests count failed sends): the
+        # producer's own default, as an application runs it.
+        "enable.idempotence=true\nretries=2147483647\nrequest.timeout.ms=3000\n"
+        "metadata.max.age.ms=1000\nretry.backoff.ms=50\n"
+    )
+    common = ["--bootstrap-server", cluster.bootstrap, "--topic", topic]
+    produced, consumed = tmp_path / "producer.out", tmp_path / "consumer.out"
+    with produced.open("w") as out:
+        producer = subprocess.Popen(
+            java_command(
+                *common, "--max-messages", str(total), "--throughput", "400", "--acks", "-1",
+                "--command-config", str(config),
+                main="org.apache.kafka.tools.VerifiableProducer",
+            ),
+            stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    with consumed.open("w") as out:
+        consumer = subprocess.Popen(
+            java_command(
+                *common, "--group-id", "java-reader", "--reset-policy", "earliest",
+                "--session-timeout", "6000", "--verbose", "--command-config", str(config),
+                main="org.apache.kafka.tools.VerifiableConsumer",
+            ),
+            stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        until(lambda: len(_events(produced, "producer_send_success")) >= 400, "400 acks")
+
+        def alive() -> None:
+            assert producer.poll() is None, produced.read_text()[-3000:]
+
+        cluster.kill_then_pause(alive)
+        assert producer.wait(120) == 0, produced.read_text()[-3000:]
+        acknowledged = {
+            e["value"]: (e["partition"], e["offset"])
+            for e in _events(produced, "producer_send_success")
+        }
+        assert len(acknowledged) == total, _events(produced, "producer_send_error")[:5]
+        read = read_committed(cluster, topic, total)
+        assert Counter(v for v, _, _ in read) == Counter(list(acknowledged))  # all, once each
+        assert {v: (p, o) for v, p, o in read} == acknowledged
+        for partition in range(6):
+            offsets = sorted(o for _, p, o in read if p == partition)
+            assert offsets == list(range(len(offsets)))
+        ends = Counter(p for _, p, _ in read)
+
+        def consumed_to_the_end() -> bool:
+            seen: dict[int, int] = {}
+            for event in _events(consumed, "record_data"):
+                seen[event["partition"]] = max(seen.get(event["partition"], -1), event["offset"])
+            return all(seen.get(p, -1) == ends[p] - 1 for p in range(6))
+
+        until(consumed_to_the_end, "the Java consumer reading every partition to its end")
+        for event in _events(consumed, "record_data"):  # re-reads after a move read the same
+            assert acknowledged[event["value"]] == (event["partition"], event["offset"])
+    finally:
+        for process in (producer, consumer):
+            process.kill()
+            process.wait(30)
+        if cluster.brokers[1].process is None or cluster.brokers[1].process.poll() is not None:
+            cluster.brokers[1].start()  # the next test finds three processes
+
+
+def test_kafka_streams_exactly_once_v2_through_a_killed_and_a_paused_process(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Kafka Streams (exactly_once_v2, the suite's running totals) counts every input once while
+    a process is SIGKILLed and another SIGSTOPped past its lease."""
+    broker = Broker(cluster.brokers[0], cluster.bootstrap)
+    source, output = "streams-in", "streams-out"
+    for topic in (source, output):
+        create_topic(cluster, topic, 2)
+    inputs = [f"{i}:{amount(i)}:g{i % 5}" for i in range(INPUTS)]
+    for p in range(2):
+        http_produce(broker, source, p, inputs[p::2])
+    app = App(
+        broker, "cluster-totals", tmp_path / "state", (source, output), "classic",
+        "request.timeout.ms=3000", "metadata.max.age.ms=1000", "retry.backoff.ms=50",
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while len(committed_output(broker, output)) < INPUTS // 5:
+            app.alive()
+            assert time.monotonic() < deadline, app.lines()
+            time.sleep(0.2)
+        cluster.kill_then_pause(app.alive)
+        assert len(committed_output(broker, output)) < INPUTS  # the faults came mid-work
+        deadline = time.monotonic() + 3 * DEADLINE_S
+        while len(committed_output(broker, output)) < INPUTS:
+            app.alive()
+            assert time.monotonic() < deadline, app.lines()
+            time.sleep(0.2)
+        assert_totals(broker, output)
+    finally:
+        app.stop()
+        broker.http.close()

@@ -7,7 +7,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from coordinator.launcher import free_port
@@ -67,6 +68,19 @@ class Cluster:
             with contextlib.suppress(ProcessLookupError, AssertionError):
                 self.resume(i)
             broker.stop()
+
+    def kill_then_pause(self, alive: Callable[[], None]) -> None:
+        """The faults of a run, in turn: broker 1 SIGKILLed and started again, then broker 2
+        SIGSTOPped past its lease and resumed; `alive()` checks the clients between them."""
+        self.kill(1)
+        time.sleep(SESSION_TIMEOUT_MS / 1000 * 1.5)  # its lease runs out; its partitions move
+        alive()
+        self.brokers[1].start()
+        alive()
+        self.pause(2)
+        time.sleep(SESSION_TIMEOUT_MS / 1000 * 2)
+        alive()
+        self.resume(2)
 
     def logs(self) -> str:
         return "\n".join(b.log_tail(20_000) for b in self.brokers)

@@ -300,7 +300,11 @@ async def offset_fetch(client: Client, request: Request) -> Any:
 async def list_groups(client: Client, request: Request) -> Any:
     reply, body = request.reply, request.body
     assert client.access is not None
-    listed = await groups_service.list_groups(client.db, client.access.visible_group)
+    access, cluster = client.access, client.cluster
+    # As each Kafka broker lists the groups it coordinates (the admin client asks them all).
+    listed = await groups_service.list_groups(
+        client.db, lambda group: access.visible_group(group) and cluster.coordinates(group)
+    )
     wanted = set(getattr(body, "states_filter", ()) or ())
     # Version 5's type filter (KIP-848): classic groups run Kafka's classic protocol, share groups
     # KIP-932's, streams groups KIP-1071's, the others (REST and KIP-848 members, or only

@@ -323,7 +323,10 @@ async def list_transactions(client: Client, request: Request) -> Any:
                 transaction_state=t.state,
             )
             for t in found.transactions
-            if (not wanted or t.state in wanted) and (not pids or t.producer_id in pids)
+            if (not wanted or t.state in wanted)
+            and (not pids or t.producer_id in pids)
+            # As each Kafka broker lists the transactions it coordinates.
+            and client.cluster.coordinates(t.transactional_id)
         ),
     )
 
