@@ -22,6 +22,7 @@ from coordinator.cluster.models import BrokerRow
 from coordinator.cluster.placement import Broker, Key, moves
 from coordinator.log.models import Partition
 from coordinator.store import Store
+from coordinator.store.sql import pairs_in
 
 brokers = cast(Table, BrokerRow.__table__)
 partitions = cast(Table, Partition.__table__)
@@ -165,13 +166,22 @@ async def place(db: Store, now: int) -> int:
         )
         leaders = {(t, p): lid for t, p, lid in led}
         moved = moves(leaders, live)
-        if moved:
+        if not moved:
+            return 0
+        # Only the rows no append holds now: a process paused in an append (SIGSTOP, a long
+        # GC) keeps its partition until it wakes, and its append, taken at the current epoch,
+        # stands; the others move now, and that one at a later beat.
+        free = await session.execute(
+            select(partitions.c.topic, partitions.c.partition)
+            .where(pairs_in(partitions.c.topic, partitions.c.partition, sorted(moved)))
+            .order_by(partitions.c.topic, partitions.c.partition)
+            .with_for_update(skip_locked=True)
+        )
+        moving = [(t, p) for t, p in free]
+        if moving:
             connection = await session.connection()
             await connection.execute(
                 _MOVE,
-                [
-                    {"t": t, "p": p, "was": leaders[(t, p)], "to": to}
-                    for (t, p), to in moved.items()
-                ],
+                [{"t": t, "p": p, "was": leaders[(t, p)], "to": moved[(t, p)]} for t, p in moving],
             )
-        return len(moved)
+        return len(moving)

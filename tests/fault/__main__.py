@@ -84,11 +84,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--door",
         choices=("http", "kafka", "both"),
-        default="http",
-        help="the producers' door: http (the SDK through the fault proxy; default), kafka "
-        "(confluent-kafka transactional producers through the services' Kafka listener, "
-        "sending their input offsets in every transaction; the readers stay on HTTP), or both "
-        "(half the producers through each door)",
+        help="the producers' door: http (the SDK through the fault proxy; the default but in "
+        "the cluster profile), kafka (confluent-kafka transactional producers through the "
+        "services' Kafka listener, sending their input offsets in every transaction; the "
+        "readers stay on HTTP; the cluster profile's), or both (half the producers through each "
+        "door)",
     )
     parser.add_argument(
         "--replication",
@@ -124,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         profile = replace(profile, minutes=args.minutes)
     if args.restart_postgres is not None:
         profile = with_postgres_restarts(profile, args.restart_postgres)
-    profile = replace(profile, door=args.door)
+    if args.door is not None:
+        profile = replace(profile, door=args.door)
     if args.replication is not None:
         if profile.replication is None:
             parser.error("--replication goes with --profile failover")

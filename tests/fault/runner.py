@@ -500,7 +500,8 @@ class _Run:
         self.record_final_groups(names)
         finals = [
             self.spawn(reader, "reader", "--phase", "final", "--urls", service.url)
-            for reader, service in zip(self.readers, self.services, strict=True)
+            # Each reader through a service of its own (the first two of the cluster's three).
+            for reader, service in zip(self.readers, self.services, strict=False)
         ]
         for name, process in zip(self.readers, finals, strict=True):
             try:

@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -36,6 +36,9 @@ INPUT_TOPIC = "fault-in"  # the (never written) input whose offsets each transac
 ABORT_RATIO = 0.25  # transactions a producer aborts by choice
 MAX_VALUES = 4  # values per transaction: 1..MAX_VALUES
 TIMEOUT_RETRIES = 3  # calls of a transaction step that timed out, before giving it up
+# A Kafka transaction still under way this long has hung in librdkafka (each step times out in
+# 10 s, a commit or abort is called at most TIMEOUT_RETRIES times): see its watchdog.
+STUCK_S = 45.0
 LIVE_ROUND_S = 0.4  # pause between a live reader's rounds over every partition
 GROUP_POLL_S = 2.0  # how often a live reader with groups looks at their committed offsets
 FINAL_READ_S = 120.0  # bound on a final read of every partition
@@ -362,11 +365,49 @@ class KafkaTransactionalWorker(TransactionalWorker):
         self.kafka = self.producer = self._consumer = self.group_metadata = None
 
     def transaction(self, commit: bool, think_s: float = 0.0) -> Outcome:
+        """`_transaction` under a watchdog. librdkafka's send_offsets_to_transaction can hang
+        past its timeout when the group's coordinator is decommissioned (dropped from Metadata:
+        its broker died; confluentinc/librdkafka#5511, open in 2.16), as on Kafka. An
+        application then gives that producer up and starts a new instance, which fences it;
+        so does this worker: the transaction is `unknown`, the hung call is left to its
+        thread, and whatever it does later is fenced and never recorded."""
+        ended: list[Outcome] = []
+        call = _Call()
+        worker = threading.Thread(
+            target=lambda: ended.append(self._transaction(commit, think_s, call)), daemon=True
+        )
+        worker.start()
+        worker.join(STUCK_S)
+        with call.lock:
+            if ended:
+                return ended[0]
+            call.abandoned = True
+            txn, writes, offsets = call.plan
+            log.warning(
+                "%s: txn %d: librdkafka hung for %gs; a new instance", self.name, txn, STUCK_S
+            )
+            self.recorder.record(
+                Txn(
+                    producer=self.name,
+                    txn=txn,
+                    outcome="unknown",
+                    tid=self.tid,
+                    pid=-1,
+                    epoch=-1,
+                    writes=writes,
+                    offsets=offsets,
+                    error="HUNG",
+                )
+            )
+        self.kafka = self.producer = self._consumer = self.group_metadata = None  # not closed
+        return "unknown"
+
+    def _transaction(self, commit: bool, think_s: float, call: _Call) -> Outcome:
         import confluent_kafka as ck
 
         producer = self.kafka
         assert producer is not None
-        txn, writes, offsets = self.next_plan()
+        txn, writes, offsets = call.plan = self.next_plan()
         self.recorder.record(Begin(producer=self.name, txn=txn))
         timeout = self.settings.api_timeout_ms / 1000
         error: str | None = None
@@ -402,24 +443,36 @@ class KafkaTransactionalWorker(TransactionalWorker):
                     log.info("%s: txn %d: abort failed too: %s", self.name, txn, again)
                     usable = False
             log.info("%s: txn %d %s: %s", self.name, txn, outcome, exc)
-        self.recorder.record(
-            Txn(
-                producer=self.name,
-                txn=txn,
-                outcome=outcome,
-                tid=self.tid,
-                pid=-1,
-                epoch=-1,
-                writes=writes,
-                offsets=offsets,
-                error=error,
+        with call.lock:
+            if call.abandoned:
+                return outcome  # the watchdog recorded it, and a new instance fenced this one
+            self.recorder.record(
+                Txn(
+                    producer=self.name,
+                    txn=txn,
+                    outcome=outcome,
+                    tid=self.tid,
+                    pid=-1,
+                    epoch=-1,
+                    writes=writes,
+                    offsets=offsets,
+                    error=error,
+                )
             )
-        )
         if not usable:
             self.drop_producer()
             if error in ("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "_FENCED"):
                 time.sleep(self.rng.uniform(0.2, 1.0))
         return outcome
+
+
+@dataclass
+class _Call:
+    """One transaction of the Kafka worker, between its thread and the watchdog."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    abandoned: bool = False
+    plan: tuple[int, list[Write], list[SentOffset]] = (-1, [], [])
 
 
 def _kafka_retrying(call: Callable[[], T]) -> T:

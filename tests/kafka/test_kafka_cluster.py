@@ -167,6 +167,50 @@ def test_a_request_sent_to_the_wrong_broker_is_told_so(cluster: Cluster) -> None
     assert asyncio.run(_heartbeat(node_port[chosen[key]], key)) != ErrorCode.not_coordinator
 
 
+@pytest.mark.parametrize("cluster", ["postgres"], indirect=True)
+def test_a_process_paused_past_its_lease_writes_nothing_when_it_wakes(cluster: Cluster) -> None:
+    """A produce that reaches a leader just as it is SIGSTOPped waits in its socket while its
+    lease runs out and its partition moves; when it is SIGCONTed it answers
+    NOT_LEADER_OR_FOLLOWER, and the record is not in the log (the store fences the append, or
+    the process's view, read again, refuses it first).
+
+    On Postgres, the production store. On SQLite a process paused inside a write holds the
+    store's one write lock, and every other process's writes (its lease, the move) wait until
+    it wakes: safe, but the move this test waits for cannot happen meanwhile
+    (docs/pages/cluster.md)."""
+    create_topic(cluster, "paused", 3)
+    placed = until(lambda: leaders(cluster, "paused"), "the partitions placed")
+    node_port = {b.node_id: b.port for b in metadata(cluster.kafka_ports[0]).brokers}
+    index = next(i for i, port in enumerate(cluster.kafka_ports) if port != cluster.kafka_ports[0])
+    victim = next(n for n, port in node_port.items() if port == cluster.kafka_ports[index])
+    partition = next(p for p, (leader, _) in placed.items() if leader == victim)
+    batch = recordbatch.build([(1, None, b"written-by-a-zombie", [])])  # no producer id
+
+    async def produce_while_paused() -> ErrorCode:
+        async with _connected(node_port[victim]) as connection:
+            cluster.pause(index)
+            try:
+                correlation = await connection.send_request(
+                    produce_request("paused", batch, partition)
+                )
+
+                def moved() -> bool:
+                    (topic,) = metadata(cluster.kafka_ports[0], "paused").topics
+                    return topic.partitions[partition].leader_id not in (victim, -1)
+
+                await asyncio.to_thread(until, moved, "the partition moved off the paused leader")
+            finally:
+                cluster.resume(index)
+            answer = await connection.receive(0, 9, correlation)
+            return answer.responses[0].partition_responses[0].error_code
+
+    assert asyncio.run(produce_while_paused()) == ErrorCode.not_leader_or_follower
+    with cluster.brokers[0].client() as http:
+        answer = http.get(f"/v1/topics/paused/partitions/{partition}/records", params={"offset": 0})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["records"] == []
+
+
 async def _listed_groups(port: int) -> list[str]:
     async with _connected(port) as connection:
         answer = await connection.call(16, 4, states_filter=())

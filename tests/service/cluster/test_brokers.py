@@ -18,6 +18,7 @@ from coordinator.log import produce
 from coordinator.log.errors import NotLeaderOrFollower
 from coordinator.log.models import Partition
 from coordinator.log.produce import Append, Appended
+from coordinator.store.engines import open_store
 from sdk import recordbatch
 from tests.support.api import create_topic, init_pid
 
@@ -125,3 +126,33 @@ async def test_an_append_taken_under_a_lost_leadership_is_not_written(
     # The HTTP door names no leader: its appends are not fenced.
     assert isinstance(await _append(app, pid, 3, None), Appended)
     assert await _high_watermark(db, "t", 0) == before + 2
+
+
+@pytest.mark.parametrize("store", ["postgres"], indirect=True)
+async def test_a_partition_held_by_an_append_moves_at_a_later_beat(
+    client: httpx.AsyncClient, app: Any
+) -> None:
+    """Postgres: a process paused in an append holds its partition's row; placement moves the
+    others at once and that one once it is free, instead of waiting for it (on SQLite a writer
+    holds the store's one write lock, which excludes every other writer anyway)."""
+    db, now = app.state.db, now_ms()
+    await create_topic(client, "held", partitions=2)
+    await brokers.register(db, None, "h", 1, None, LEASE, now)
+    await brokers.place(db, now)
+    await brokers.register(db, None, "h", 2, None, LEASE, now)
+    await brokers.leave(db, 0)
+    other = open_store(app.state.settings)
+    try:
+        async with other.write() as session:  # the paused append's lock
+            await session.execute(
+                select(Partition.partition)
+                .where(Partition.topic == "held", Partition.partition == 0)
+                .with_for_update()
+            )
+            assert await brokers.place(db, now) == 1
+            assert (await _leaders(db, "held"))[0] == (0, 0)
+            assert (await _leaders(db, "held"))[1] == (1, 1)
+        assert await brokers.place(db, now) == 1
+        assert (await _leaders(db, "held"))[0] == (1, 1)
+    finally:
+        await other.dispose()
