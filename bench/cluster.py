@@ -10,7 +10,8 @@ For each cluster size N, on a fresh Postgres database (synchronous_commit on):
 - fetch: one consumer per partition (each in a process of its own) reads what was produced from
   the start: `fetch_mb_per_s`, the bytes read over the time the slowest took;
 - the CPU the N services and the database's Postgres backends took during the produce window,
-  in cores, against the machine's core count: what bounds the figures.
+  and the producers' processes, in cores, against the machine's core count:
+  what bounds the figures.
 
 Each figure is printed with `vs_1`, its ratio to the one-process cluster of the same run. The
 last stdout line is one JSON object with everything.
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import confluent_kafka as ck
+import confluent_kafka.admin as cka
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is not a package
@@ -87,7 +89,7 @@ def read_partition(bootstrap: str, topic: str, partition: int, end: int) -> tupl
 
 
 def leaders_spread(bootstrap: str, topic: str, brokers: int) -> bool:
-    admin = ck.admin.AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    admin = cka.AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
     described = admin.list_topics(topic, timeout=5).topics.get(topic)
     if described is None or described.error is not None:
         return False
@@ -165,6 +167,7 @@ async def one_size(args: argparse.Namespace, size: int, payload: Payload) -> dic
             "produce_mb_per_s": tally.value_bytes / MB / args.seconds,
             "fetch_mb_per_s": sum(b for b, _ in reads) / MB / max(s for _, s in reads),
             "service_cores": (services1 - services0) / window.seconds,
+            "client_cores": tally.client_cpu_s / window.seconds,
             "postgres_cores": postgres / window.seconds,
         }
 
@@ -179,13 +182,13 @@ async def bench(args: argparse.Namespace) -> None:
     cores = os.cpu_count() or 1
     print(f"cores: {cores}; partitions {args.partitions}, producers {args.producers}")
     print(f"{'brokers':>7} {'produce MB/s':>12} {'vs_1':>5} {'fetch MB/s':>10} {'vs_1':>5} "
-          f"{'service cores':>13} {'postgres cores':>14}")  # fmt: skip
+          f"{'service cores':>13} {'postgres cores':>14} {'client cores':>12}")  # fmt: skip
     for size, r in results.items():
         print(
             f"{size:>7} {r['produce_mb_per_s']:>12.2f} "
             f"{r['produce_mb_per_s'] / base['produce_mb_per_s']:>5.2f} "
             f"{r['fetch_mb_per_s']:>10.2f} {r['fetch_mb_per_s'] / base['fetch_mb_per_s']:>5.2f} "
-            f"{r['service_cores']:>13.2f} {r['postgres_cores']:>14.2f}"
+            f"{r['service_cores']:>13.2f} {r['postgres_cores']:>14.2f} {r['client_cores']:>12.2f}"
         )
     summary: dict[str, Any] = {"cores": cores, "partitions": args.partitions}
     summary |= {f"brokers_{size}": r for size, r in results.items()}
