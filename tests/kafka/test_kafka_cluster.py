@@ -1,8 +1,10 @@
 """Three `coordinator serve` processes on one store as one Kafka cluster (docs/pages/cluster.md),
 on SQLite and on Postgres: every process lists the live brokers, leadership and coordinators are
 spread over them, a request sent to the wrong broker is told so, and Kafka's clients follow
-the partitions of a process that is SIGKILLed or SIGSTOPped past its lease, losing nothing
-acknowledged, reading nothing twice, reusing no offset."""
+the partitions of processes SIGKILLed and SIGSTOPped past their lease, in turn and twice over,
+losing nothing acknowledged, reading nothing twice, reusing no offset. Kafka's Java clients and
+Kafka Streams meet those faults on Postgres, the store a cluster runs on in production (on
+SQLite, a paused writer holds the one write lock: docs/pages/cluster.md)."""
 
 from __future__ import annotations
 
@@ -238,9 +240,10 @@ def test_clients_follow_the_partitions_of_a_killed_and_a_paused_process(
     cluster: Cluster,
 ) -> None:
     """An idempotent librdkafka producer writes through a SIGKILL of one process and a SIGSTOP
-    of another past its lease; a read_committed consumer then reads every acknowledged record
-    once, at the offset it was acknowledged at, with no offset skipped or reused."""
-    topic, total = "through-faults", 3000
+    of another past its lease, twice in turn (`Cluster.kill_then_pause`); a read_committed
+    consumer then reads every acknowledged record once, at the offset it was acknowledged at,
+    with no offset skipped or reused."""
+    topic, total = "through-faults", 4500
     create_topic(cluster, topic, 6)
     until(lambda: leaders(cluster, topic), "the partitions placed")
     acknowledged: dict[str, tuple[int, int]] = {}
@@ -275,7 +278,7 @@ def test_clients_follow_the_partitions_of_a_killed_and_a_paused_process(
                 except BufferError:
                     producer.poll(0.05)
             producer.poll(0)
-            time.sleep(0.004)  # about 12 s: the faults come while it writes
+            time.sleep(0.004)  # about 18 s: the faults come while it writes
         producer.flush(60)
         stop.set()
 
@@ -327,14 +330,16 @@ def _events(path: Path, name: str) -> list[dict[str, Any]]:
     return [event for event in lines if event.get("name") == name]
 
 
+@pytest.mark.parametrize("cluster", ["postgres"], indirect=True)  # the production store
 def test_kafkas_java_producer_and_consumer_through_a_killed_and_a_paused_process(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     """Kafka's VerifiableProducer (idempotent, acks=all) writes while a process is SIGKILLed and
-    another SIGSTOPped past its lease; a VerifiableConsumer in a group reads meanwhile. Every
-    acknowledged record is in the log once, where it was acknowledged, with no offset skipped or
-    reused; the Java consumer followed the moves to the end of every partition."""
-    topic, total = "java-through-faults", 4000
+    another SIGSTOPped past its lease, twice in turn; a VerifiableConsumer in a group reads
+    meanwhile. Every acknowledged record is in the log once, where it was acknowledged, with no
+    offset skipped or reused; the Java consumer followed the moves to the end of every
+    partition."""
+    topic, total = "java-through-faults", 7000  # about 18 s at 400 a second
     create_topic(cluster, topic, 6)
     until(lambda: leaders(cluster, topic), "the partitions placed")
     config = tmp_path / "client.properties"
@@ -402,11 +407,12 @@ def test_kafkas_java_producer_and_consumer_through_a_killed_and_a_paused_process
             cluster.brokers[1].start()  # the next test finds three processes
 
 
+@pytest.mark.parametrize("cluster", ["postgres"], indirect=True)  # the production store
 def test_kafka_streams_exactly_once_v2_through_a_killed_and_a_paused_process(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     """Kafka Streams (exactly_once_v2, the suite's running totals) counts every input once while
-    a process is SIGKILLed and another SIGSTOPped past its lease."""
+    a process is SIGKILLed and another SIGSTOPped past its lease, twice in turn."""
     broker = Broker(cluster.brokers[0], cluster.bootstrap)
     source, output = "streams-in", "streams-out"
     for topic in (source, output):
@@ -417,6 +423,7 @@ def test_kafka_streams_exactly_once_v2_through_a_killed_and_a_paused_process(
     app = App(
         broker, "cluster-totals", tmp_path / "state", (source, output), "classic",
         "request.timeout.ms=3000", "metadata.max.age.ms=1000", "retry.backoff.ms=50",
+        delay_ms="40",  # 24 s of work at least: both rounds of faults come in the middle of it
     )  # fmt: skip
     try:
         deadline = time.monotonic() + DEADLINE_S

@@ -69,18 +69,20 @@ class Cluster:
                 self.resume(i)
             broker.stop()
 
-    def kill_then_pause(self, alive: Callable[[], None]) -> None:
-        """The faults of a run, in turn: broker 1 SIGKILLed and started again, then broker 2
-        SIGSTOPped past its lease and resumed; `alive()` checks the clients between them."""
-        self.kill(1)
-        time.sleep(SESSION_TIMEOUT_MS / 1000 * 1.5)  # its lease runs out; its partitions move
-        alive()
-        self.brokers[1].start()
-        alive()
-        self.pause(2)
-        time.sleep(SESSION_TIMEOUT_MS / 1000 * 2)
-        alive()
-        self.resume(2)
+    def kill_then_pause(self, alive: Callable[[], None], rounds: int = 2) -> None:
+        """The faults of a run, in turn, `rounds` times: broker 1 SIGKILLed and started again,
+        then broker 2 SIGSTOPped past its lease and resumed; `alive()` checks the clients
+        between them."""
+        for _ in range(rounds):
+            self.kill(1)
+            time.sleep(SESSION_TIMEOUT_MS / 1000 * 1.5)  # its lease runs out; its partitions move
+            alive()
+            self.brokers[1].start()
+            alive()
+            self.pause(2)
+            time.sleep(SESSION_TIMEOUT_MS / 1000 * 2)
+            alive()
+            self.resume(2)
 
     def logs(self) -> str:
         return "\n".join(b.log_tail(20_000) for b in self.brokers)

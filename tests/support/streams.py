@@ -36,6 +36,7 @@ class App:
         topics: tuple[str, str],
         protocol: str,
         *settings: str,
+        delay_ms: str = DELAY_MS,
     ):
         self.log = state.parent / f"{application}-{time.monotonic_ns()}.log"
         with self.log.open("w") as out:
@@ -44,7 +45,7 @@ class App:
                 application,
                 str(state),
                 *topics,
-                DELAY_MS,
+                delay_ms,
                 f"group.protocol={protocol}",
                 *settings,
                 main="coordinator.clients.StreamsApp",
