@@ -15,7 +15,7 @@ import socket
 from dataclasses import dataclass
 from typing import cast
 
-from sqlalchemy import Table, and_, bindparam, case, delete, select, update
+from sqlalchemy import Table, and_, bindparam, case, or_, select, update
 
 from coordinator.cluster.errors import DuplicateBroker
 from coordinator.cluster.models import BrokerRow
@@ -45,12 +45,13 @@ def advertised_host(host: str) -> str:
 
 async def register(
     db: Store, node_id: int | None, host: str, port: int, rack: str | None, lease_ms: int, now: int
-) -> int:
+) -> int | None:
     """Register this listener as a broker under a lease, and answer its id: `node_id` when
     given (refused while a live broker of another address holds it), else the id this address
     had before, else the lowest id never used. The processes of one listener (`--workers`)
-    share its id. Two processes registering at once may meet on one id: the second's insert
-    fails (IntegrityError) and it registers again (`view.Cluster.join`)."""
+    share its id. Nothing is deleted: a row is taken over only where it is this address's or
+    its lease has lapsed, and a new one is inserted only where none is; None when another
+    process took the id meanwhile (`view.Cluster.join` registers again)."""
     async with db.write() as session:
         rows = (await session.execute(select(BrokerRow))).scalars().all()
         if node_id is None:
@@ -64,40 +65,56 @@ async def register(
                 f"broker {node_id} is registered at {held.host}:{held.port} and live; "
                 "give this process another COORDINATOR_KAFKA_NODE_ID"
             )
-        await session.execute(delete(BrokerRow).where(BrokerRow.broker_id == node_id))
-        session.add(
-            BrokerRow(
-                broker_id=node_id,
-                host=host,
-                port=port,
-                rack=rack,
-                lease_expires_ms=now + lease_ms,
-                registered_ms=now,
-            )
+        row = {
+            "broker_id": node_id,
+            "host": host,
+            "port": port,
+            "rack": rack,
+            "lease_expires_ms": now + lease_ms,
+            "registered_ms": now,
+        }
+        mine_or_lapsed = or_(
+            and_(BrokerRow.host == host, BrokerRow.port == port),
+            BrokerRow.lease_expires_ms <= now,
         )
-    return node_id
+        taken = await session.execute(
+            update(BrokerRow)
+            .where(BrokerRow.broker_id == node_id, mine_or_lapsed)
+            .values(**row)
+            .execution_options(preserve_rowcount=True)
+        )
+        if getattr(taken, "rowcount", 0) == 1:
+            return node_id
+        if await db.insert_ignore(session, brokers, [row], ["broker_id"]) == 1:
+            return node_id
+        return None
 
 
-async def renew(db: Store, broker: Broker, lease_ms: int, now: int) -> None:
-    """Renew the broker's lease (registered again if its row is gone)."""
+async def renew(db: Store, broker: Broker, lease_ms: int, now: int) -> bool:
+    """Renew the broker's lease; False when its row is another address's now (its lease
+    lapsed and another process took the id) or gone and taken again meanwhile."""
     async with db.write() as session:
         renewed = await session.execute(
             update(BrokerRow)
-            .where(BrokerRow.broker_id == broker.broker_id)
+            .where(
+                BrokerRow.broker_id == broker.broker_id,
+                BrokerRow.host == broker.host,
+                BrokerRow.port == broker.port,
+            )
             .values(lease_expires_ms=now + lease_ms)
             .execution_options(preserve_rowcount=True)
         )
-        if not getattr(renewed, "rowcount", 0):
-            session.add(
-                BrokerRow(
-                    broker_id=broker.broker_id,
-                    host=broker.host,
-                    port=broker.port,
-                    rack=broker.rack,
-                    lease_expires_ms=now + lease_ms,
-                    registered_ms=now,
-                )
-            )
+        if getattr(renewed, "rowcount", 0) == 1:
+            return True
+        row = {
+            "broker_id": broker.broker_id,
+            "host": broker.host,
+            "port": broker.port,
+            "rack": broker.rack,
+            "lease_expires_ms": now + lease_ms,
+            "registered_ms": now,
+        }
+        return await db.insert_ignore(session, brokers, [row], ["broker_id"]) == 1
 
 
 async def leave(db: Store, broker_id: int) -> None:

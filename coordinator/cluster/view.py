@@ -14,8 +14,6 @@ import logging
 import time
 from collections.abc import Iterable
 
-from sqlalchemy.exc import IntegrityError
-
 from coordinator.cluster import brokers, placement
 from coordinator.cluster.errors import NotCoordinator
 from coordinator.cluster.placement import Broker, Key
@@ -28,6 +26,7 @@ from coordinator.store import Store
 log = logging.getLogger("coordinator.cluster")
 
 NO_LEADER = -1
+_REGISTER_ATTEMPTS = 5
 # A view is read again on demand at most this often (seconds), however many requests ask.
 _REFRESH_AT_MOST_EVERY_S = 0.05
 
@@ -147,24 +146,25 @@ class Cluster:
     async def join(self, db: Store, node_id: int | None, rack: str | None, lease_ms: int) -> None:
         """Register this listener as a broker, place, and read the cluster."""
         me = self.me
-        attempts = 5
-        for attempt in range(attempts):
-            try:
-                broker_id = await brokers.register(
-                    db, node_id, me.host, me.port, rack, lease_ms, now_ms()
-                )
-            except IntegrityError:  # another process took the id meanwhile
-                if attempt == attempts - 1:
-                    raise
-                continue
-            break
+        broker_id = None
+        for _ in range(_REGISTER_ATTEMPTS):  # another process may take the id meanwhile
+            broker_id = await brokers.register(
+                db, node_id, me.host, me.port, rack, lease_ms, now_ms()
+            )
+            if broker_id is not None:
+                break
+        if broker_id is None:
+            raise RuntimeError(f"could not register as a broker in {_REGISTER_ATTEMPTS} tries")
         self.me = Broker(broker_id, me.host, me.port, rack)
         await self.beat(db, lease_ms)
 
     async def beat(self, db: Store, lease_ms: int) -> None:
         """One heartbeat: the lease renewed, leadership placed, the cluster read again."""
         now = now_ms()
-        await brokers.renew(db, self.me, lease_ms, now)
+        if not await brokers.renew(db, self.me, lease_ms, now):
+            # Its lease lapsed (a pause) and another listener took its id: it is not live, so
+            # nothing is placed on it; what it leads still is, it keeps, fenced by the store.
+            log.warning("broker %d's id is another listener's now", self.me.broker_id)
         await brokers.place(db, now)
         self.apply(await brokers.snapshot(db, now_ms()))
 

@@ -29,7 +29,7 @@ from tests.support.cluster import Cluster, cluster_on
 from tests.support.java import java_command
 from tests.support.kafka_broker import Broker, http_produce
 from tests.support.kafka_wire import Connection, produce_request
-from tests.support.streams import INPUTS, App, amount, assert_totals, committed_output
+from tests.support.streams import App, amount, assert_totals, committed_output
 
 pytestmark = pytest.mark.slow
 
@@ -229,9 +229,16 @@ def test_each_broker_lists_the_groups_it_coordinates(cluster: Cluster) -> None:
             offsets = [{"topic": "listed", "partition": 0, "offset": 0}]
             answer = http.post(f"/v1/groups/{group}/offsets", json={"offsets": offsets})
             assert answer.status_code == 200, answer.text
-    listed = [asyncio.run(_listed_groups(port)) for port in cluster.kafka_ports]
-    mine = [{g for g in found if g in groups} for found in listed]
-    assert sum(len(m) for m in mine) == len(groups)  # each group by one broker
+
+    def each_once() -> list[set[str]] | None:
+        """Each broker's groups, once every group is listed by exactly one: after a broker
+        comes back (the module's earlier tests pause and kill them), the others see it live
+        at their next beat, and until then two may both take some of its groups."""
+        listed = [asyncio.run(_listed_groups(port)) for port in cluster.kafka_ports]
+        mine = [{g for g in found if g in groups} for found in listed]
+        return mine if sum(len(m) for m in mine) == len(groups) else None
+
+    mine = until(each_once, "every group listed by one broker")
     assert set().union(*mine) == groups
     assert all(mine)  # spread: every broker coordinates some
 
@@ -243,7 +250,7 @@ def test_clients_follow_the_partitions_of_a_killed_and_a_paused_process(
     of another past its lease, twice in turn (`Cluster.kill_then_pause`); a read_committed
     consumer then reads every acknowledged record once, at the offset it was acknowledged at,
     with no offset skipped or reused."""
-    topic, total = "through-faults", 4500
+    topic = "through-faults"
     create_topic(cluster, topic, 6)
     until(lambda: leaders(cluster, topic), "the partitions placed")
     acknowledged: dict[str, tuple[int, int]] = {}
@@ -265,10 +272,12 @@ def test_clients_follow_the_partitions_of_a_killed_and_a_paused_process(
             "retry.backoff.ms": 50,
         }
     )
-    stop = threading.Event()
+    faults_over, flushed = threading.Event(), threading.Event()
+    sent = [0]
 
-    def produce() -> None:
-        for i in range(total):
+    def produce() -> None:  # until the faults are over, so every one of them meets the writes
+        while not faults_over.is_set():
+            i = sent[0]
             while True:
                 try:
                     producer.produce(
@@ -277,17 +286,22 @@ def test_clients_follow_the_partitions_of_a_killed_and_a_paused_process(
                     break
                 except BufferError:
                     producer.poll(0.05)
+            sent[0] += 1
             producer.poll(0)
-            time.sleep(0.004)  # about 18 s: the faults come while it writes
-        producer.flush(60)
-        stop.set()
+            time.sleep(0.004)
+        if producer.flush(60) == 0:
+            flushed.set()
 
     writer = threading.Thread(target=produce)
     writer.start()
     until(lambda: len(acknowledged) >= 500, "500 records acknowledged")
-    cluster.kill_then_pause(lambda: None)
-    writer.join(120)
-    assert stop.is_set() and not failed, failed
+    try:
+        cluster.kill_then_pause(lambda: None)
+    finally:
+        faults_over.set()
+        writer.join(120)
+    total = sent[0]
+    assert flushed.is_set() and not failed, failed
     assert len(acknowledged) == total
     moved = until(lambda: leaders(cluster, topic), "the live processes agreeing on the leaders")
     assert max(epoch for _, epoch in moved.values()) >= 1  # partitions moved
@@ -339,7 +353,7 @@ def test_kafkas_java_producer_and_consumer_through_a_killed_and_a_paused_process
     meanwhile. Every acknowledged record is in the log once, where it was acknowledged, with no
     offset skipped or reused; the Java consumer followed the moves to the end of every
     partition."""
-    topic, total = "java-through-faults", 7000  # about 18 s at 400 a second
+    topic = "java-through-faults"
     create_topic(cluster, topic, 6)
     until(lambda: leaders(cluster, topic), "the partitions placed")
     config = tmp_path / "client.properties"
@@ -354,7 +368,7 @@ def test_kafkas_java_producer_and_consumer_through_a_killed_and_a_paused_process
     with produced.open("w") as out:
         producer = subprocess.Popen(
             java_command(
-                *common, "--max-messages", str(total), "--throughput", "400", "--acks", "-1",
+                *common, "--max-messages", "-1", "--throughput", "400", "--acks", "-1",
                 "--command-config", str(config),
                 main="org.apache.kafka.tools.VerifiableProducer",
             ),
@@ -376,12 +390,15 @@ def test_kafkas_java_producer_and_consumer_through_a_killed_and_a_paused_process
             assert producer.poll() is None, produced.read_text()[-3000:]
 
         cluster.kill_then_pause(alive)
-        assert producer.wait(120) == 0, produced.read_text()[-3000:]
+        producer.terminate()  # it flushes what it sent, then says what was acknowledged
+        assert producer.wait(120) in (0, 143), produced.read_text()[-3000:]
+        (summary,) = _events(produced, "tool_data")
         acknowledged = {
             e["value"]: (e["partition"], e["offset"])
             for e in _events(produced, "producer_send_success")
         }
-        assert len(acknowledged) == total, _events(produced, "producer_send_error")[:5]
+        total = summary["sent"]
+        assert summary["acked"] == total == len(acknowledged), summary
         read = read_committed(cluster, topic, total)
         assert Counter(v for v, _, _ in read) == Counter(list(acknowledged))  # all, once each
         assert {v: (p, o) for v, p, o in read} == acknowledged
@@ -417,28 +434,43 @@ def test_kafka_streams_exactly_once_v2_through_a_killed_and_a_paused_process(
     source, output = "streams-in", "streams-out"
     for topic in (source, output):
         create_topic(cluster, topic, 2)
-    inputs = [f"{i}:{amount(i)}:g{i % 5}" for i in range(INPUTS)]
-    for p in range(2):
-        http_produce(broker, source, p, inputs[p::2])
+    faults_over = threading.Event()
+    fed = [0]
+
+    def feed() -> None:
+        """Inputs, input i to partition i % 2, about 25 a second until the faults are over:
+        every fault meets the app at work (it counts some 100 a second)."""
+        while not faults_over.is_set() or fed[0] == 0:
+            first = fed[0]
+            chunk = [f"{i}:{amount(i)}:g{i % 5}" for i in range(first, first + 10)]
+            for p in range(2):
+                http_produce(broker, source, p, chunk[p::2])
+            fed[0] += len(chunk)
+            time.sleep(0.4)
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
     app = App(
         broker, "cluster-totals", tmp_path / "state", (source, output), "classic",
         "request.timeout.ms=3000", "metadata.max.age.ms=1000", "retry.backoff.ms=50",
-        delay_ms="40",  # 24 s of work at least: both rounds of faults come in the middle of it
     )  # fmt: skip
     try:
         deadline = time.monotonic() + DEADLINE_S
-        while len(committed_output(broker, output)) < INPUTS // 5:
+        while len(committed_output(broker, output)) < 50:
             app.alive()
             assert time.monotonic() < deadline, app.lines()
             time.sleep(0.2)
-        cluster.kill_then_pause(app.alive)
-        assert len(committed_output(broker, output)) < INPUTS  # the faults came mid-work
+        try:
+            cluster.kill_then_pause(app.alive)
+        finally:
+            faults_over.set()
+            feeder.join(60)
         deadline = time.monotonic() + 3 * DEADLINE_S
-        while len(committed_output(broker, output)) < INPUTS:
+        while len(committed_output(broker, output)) < fed[0]:
             app.alive()
             assert time.monotonic() < deadline, app.lines()
             time.sleep(0.2)
-        assert_totals(broker, output)
+        assert_totals(broker, output, fed[0])
     finally:
         app.stop()
         broker.http.close()

@@ -86,15 +86,16 @@ def until_output(broker: Broker, topic: str, app: App, count: int) -> None:
         time.sleep(0.2)
 
 
-def assert_totals(broker: Broker, output: str) -> None:
-    """Every input counted once; each group's totals are the running sums of its inputs, in the
-    order they were counted (the output of a group is on one partition, in order)."""
+def assert_totals(broker: Broker, output: str, inputs: int = INPUTS) -> None:
+    """Every one of the `inputs` inputs counted once; each group's totals are the running sums
+    of its inputs, in the order they were counted (the output of a group is on one partition, in
+    order)."""
     counted: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for p in range(2):
         for record in records(broker, output, p):
             ident, text = record["value"].split(":")
             counted[record["key"]].append((int(ident), int(text)))
-    assert sorted(i for group in counted.values() for i, _ in group) == list(range(INPUTS))
+    assert sorted(i for group in counted.values() for i, _ in group) == list(range(inputs))
     for group, updates in counted.items():
         assert all(f"g{i % GROUPS}" == group for i, _ in updates), group
         running = 0

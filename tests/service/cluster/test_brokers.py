@@ -4,6 +4,7 @@ taken under, on the locking path and on Postgres's one-statement path alike."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -156,3 +157,30 @@ async def test_a_partition_held_by_an_append_moves_at_a_later_beat(
         assert (await _leaders(db, "held"))[0] == (1, 1)
     finally:
         await other.dispose()
+
+
+async def test_processes_registering_at_once_get_ids_of_their_own(app: Any) -> None:
+    """Three listeners starting together (as a cluster's processes do) end with three ids, and
+    each one's row is its own: none takes or removes another's (what let a starting process's
+    first renewal fail before)."""
+    db, now = app.state.db, now_ms()
+    stores = [open_store(app.state.settings) for _ in range(3)]
+
+    async def start(store: Any, port: int) -> int:
+        for _ in range(5):
+            found = await brokers.register(store, None, "h", port, None, LEASE, now)
+            if found is not None:
+                assert await brokers.renew(store, Broker(found, "h", port), LEASE, now)
+                return found
+        raise AssertionError("never registered")
+
+    try:
+        ids = await asyncio.gather(
+            *(start(s, port) for s, port in zip(stores, (1, 2, 3), strict=True))
+        )
+    finally:
+        for store in stores:
+            await store.dispose()
+    assert sorted(ids) == [0, 1, 2]
+    seen = await brokers.snapshot(db, now)
+    assert {(b.broker_id, b.port) for b in seen.live} == set(zip(ids, (1, 2, 3), strict=True))
