@@ -217,6 +217,31 @@ class TransactionalWorker:
         ]
         return writes, offsets
 
+    def record_end(
+        self,
+        txn: int,
+        outcome: Outcome,
+        writes: list[Write],
+        offsets: list[SentOffset],
+        error: str | None,
+        pid: int = -1,
+        epoch: int = -1,
+    ) -> None:
+        """The transaction's end in the history (-1: the producer id and epoch not known)."""
+        self.recorder.record(
+            Txn(
+                producer=self.name,
+                txn=txn,
+                outcome=outcome,
+                tid=self.tid,
+                pid=pid,
+                epoch=epoch,
+                writes=writes,
+                offsets=offsets,
+                error=error,
+            )
+        )
+
     def next_plan(self) -> tuple[int, list[Write], list[SentOffset]]:
         """The next transaction's number, writes and offsets, written to the plans file first
         (the checker reads what was meant, whatever the run then did)."""
@@ -281,19 +306,7 @@ class TransactionalWorker:
                     log.info("%s: txn %d: abort failed too: %s", self.name, txn, again)
                     usable = False
             log.info("%s: txn %d %s: %s", self.name, txn, outcome, exc)
-        self.recorder.record(
-            Txn(
-                producer=self.name,
-                txn=txn,
-                outcome=outcome,
-                tid=self.tid,
-                pid=pid,
-                epoch=epoch,
-                writes=writes,
-                offsets=offsets,
-                error=error,
-            )
-        )
+        self.record_end(txn, outcome, writes, offsets, error, pid=pid, epoch=epoch)
         if not usable:
             self.drop_producer()
             if error in _TAKEN_OVER:
@@ -386,19 +399,7 @@ class KafkaTransactionalWorker(TransactionalWorker):
             log.warning(
                 "%s: txn %d: librdkafka hung for %gs; a new instance", self.name, txn, STUCK_S
             )
-            self.recorder.record(
-                Txn(
-                    producer=self.name,
-                    txn=txn,
-                    outcome="unknown",
-                    tid=self.tid,
-                    pid=-1,
-                    epoch=-1,
-                    writes=writes,
-                    offsets=offsets,
-                    error="HUNG",
-                )
-            )
+            self.record_end(txn, "unknown", writes, offsets, "HUNG")
         self.kafka = self.producer = self._consumer = self.group_metadata = None  # not closed
         return "unknown"
 
@@ -446,19 +447,7 @@ class KafkaTransactionalWorker(TransactionalWorker):
         with call.lock:
             if call.abandoned:
                 return outcome  # the watchdog recorded it, and a new instance fenced this one
-            self.recorder.record(
-                Txn(
-                    producer=self.name,
-                    txn=txn,
-                    outcome=outcome,
-                    tid=self.tid,
-                    pid=-1,
-                    epoch=-1,
-                    writes=writes,
-                    offsets=offsets,
-                    error=error,
-                )
-            )
+            self.record_end(txn, outcome, writes, offsets, error)
         if not usable:
             self.drop_producer()
             if error in ("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "_FENCED"):

@@ -187,7 +187,9 @@ async def metadata(client: Client, request: Request) -> Any:
                     else NOT_ASKED
                 ),
                 partitions=tuple(
-                    _metadata_partition(reply, client, name, i, factors.get(name, 1))
+                    _partition(
+                        reply, "MetadataResponsePartition", client, name, i, factors.get(name, 1)
+                    )
                     for i in range(partitions)
                 ),
             )
@@ -219,11 +221,15 @@ def _replicas(client: Client, leader: int, factor: int) -> tuple[int, ...]:
     return tuple(ids[(start + i) % len(ids)] for i in range(factor))
 
 
-def _metadata_partition(reply: Reply, client: Client, topic: str, index: int, factor: int) -> Any:
+def _partition(
+    reply: Reply, entity: str, client: Client, topic: str, index: int, factor: int, **more: Any
+) -> Any:
+    """A partition as Metadata (`entity` MetadataResponsePartition) and DescribeTopicPartitions
+    answer it: its leader, epoch and replicas (`more`: the fields only one of them has)."""
     leader, epoch = client.cluster.leader(topic, index)
     replicas = _replicas(client, leader, factor)
     return reply(
-        "MetadataResponsePartition",
+        entity,
         # A leader that died and whose move is not placed yet: Kafka's "election under way".
         error_code=ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available,
         partition_index=index,
@@ -232,6 +238,7 @@ def _metadata_partition(reply: Reply, client: Client, topic: str, index: int, fa
         replica_nodes=replicas,
         isr_nodes=replicas if leader >= 0 else (),
         offline_replicas=(),
+        **more,
     )
 
 
@@ -340,7 +347,16 @@ async def describe_topic_partitions(client: Client, request: Request) -> Any:
                 topic_id=topic.topic_id or _NO_TOPIC_ID,
                 is_internal=False,
                 partitions=tuple(
-                    _described_partition(reply, client, name, i, topic.replication_factor)
+                    _partition(
+                        reply,
+                        "DescribeTopicPartitionsResponsePartition",
+                        client,
+                        name,
+                        i,
+                        topic.replication_factor,
+                        eligible_leader_replicas=(),
+                        last_known_elr=(),
+                    )
                     for i in shown
                 ),
                 topic_authorized_operations=client.access.topic_operations(name),
@@ -350,23 +366,6 @@ async def describe_topic_partitions(client: Client, request: Request) -> Any:
             next_cursor = reply("Cursor", topic_name=name, partition_index=shown.stop)
             break
     return reply.body(topics=tuple(topics), next_cursor=next_cursor)
-
-
-def _described_partition(reply: Any, client: Client, topic: str, index: int, factor: int) -> Any:
-    leader, epoch = client.cluster.leader(topic, index)
-    replicas = _replicas(client, leader, factor)
-    return reply(
-        "DescribeTopicPartitionsResponsePartition",
-        error_code=ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available,
-        partition_index=index,
-        leader_id=leader,
-        leader_epoch=epoch,
-        replica_nodes=replicas,
-        isr_nodes=replicas if leader >= 0 else (),
-        eligible_leader_replicas=(),
-        last_known_elr=(),
-        offline_replicas=(),
-    )
 
 
 def _topic_refused(reply: Any, name: str, code: ErrorCode) -> Any:
