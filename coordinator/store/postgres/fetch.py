@@ -75,9 +75,17 @@ WHERE $9 AND b.topic = $1 AND b."partition" = $2 AND b.control = {CONTROL_ABORT}
 # $4 each partition's own budget (in the request's order: `ord`), $5 read_committed, $6 the chunk
 # limit, $7 the request's budget, $8 the aborted lists asked. Rows: kind 0 each partition's
 # bounds (log start, high watermark, LSO, its chunk's row count); kind 1 a batch of its chunk
-# (base offset, last offset, payload; the payload null past the partition's budget or the
-# request's, where the rules stop); kind 2 an aborted transaction (producer id, first offset).
-# Markers and aborted batches are in the chunks: a Kafka client filters them.
+# (base offset, last offset, payload), up to the first that starts past the partition's budget;
+# kind 2 an aborted transaction (producer id, first offset). Markers and aborted batches are in
+# the chunks: a Kafka client filters them. A payload the rules cannot take is not sent: it is
+# null where the rules stop (`Filling.take`), at the first batch that would take its partition
+# past the partition's budget or the request past the request's (only the first batch of the
+# first partition with data may pass them). So a fetch of batches near the budget's size reads
+# from the store what it answers, where it read up to a batch more a partition (twice as much
+# for 1 MB batches). `before_all` counts the batches before it that fit their partitions'
+# budgets (and each partition's first): what the rules took of them, unless the request's
+# budget cut one short or a first batch was past its partition's, and then the later partitions
+# answer less than the rules would have taken, as a Kafka broker may.
 _FETCH_MANY = f"""
 WITH asked AS (
   SELECT a.topic, a."partition", a."offset", a.max_bytes, a.ord
@@ -108,16 +116,19 @@ WITH asked AS (
     ORDER BY b.base_offset LIMIT $6
   ) c
 ), kept AS (
-  SELECT ord, base_offset, last_offset, payload,
-         sum(size) OVER (ORDER BY ord, base_offset) - size AS before_all
-  FROM chunk WHERE before_here < max_bytes
+  SELECT ord, base_offset, last_offset, size, payload, fits,
+         sum(CASE WHEN fits OR before_here = 0 THEN size ELSE 0 END)
+           OVER (ORDER BY ord, base_offset)
+           - CASE WHEN fits OR before_here = 0 THEN size ELSE 0 END AS before_all
+  FROM (SELECT *, before_here + size <= max_bytes AS fits FROM chunk) c
+  WHERE before_here < max_bytes
 )
 SELECT 0, b.ord, b.log_start_offset, b.high_watermark, b.stable,
        (SELECT count(*) FROM chunk c WHERE c.ord = b.ord), NULL::bytea
 FROM bounds b
 UNION ALL
 SELECT 1, k.ord, k.base_offset, k.last_offset, NULL, NULL,
-       CASE WHEN k.before_all < $7 THEN k.payload END
+       CASE WHEN k.before_all = 0 OR k.fits AND k.before_all + k.size <= $7 THEN k.payload END
 FROM kept k
 UNION ALL
 SELECT 2, s.ord, b.producer_id, b.first_offset, NULL, NULL, NULL

@@ -245,6 +245,59 @@ async def test_a_fetch_within_a_chunk_is_one_statement(
     assert (fetched.next_offset, fetched.high_watermark, fetched.aborted) == (3, 3, [])
 
 
+async def test_a_kafka_fetch_reads_no_payload_its_rules_cannot_take(
+    app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Batches of 600 KB against budgets of 1 MB: the statement sends a partition's first batch
+    # (even past the budget, as the rules take it), and never the one after it that would pass
+    # its partition's budget or starts past the request's; the answer is the rules' all the same.
+    import random
+
+    from coordinator.log import fetch as log_fetch
+    from coordinator.log import topics as log_topics
+    from coordinator.log.topics import TopicSpec
+    from coordinator.store.postgres import fetch as engine
+
+    db, settings = app.state.db, app.state.settings
+    await log_topics.create_topic(db, TopicSpec("big", 3))
+    noise = random.Random(0).randbytes(600_000)
+    for partition, batches in ((0, 3), (1, 2), (2, 1)):
+        for _ in range(batches):
+            batch = recordbatch.build([(1, b"k", noise, [])], producer_id=-1, producer_epoch=-1)
+            await produce.produce_batch(db, settings, "big", partition, batch, None)
+    sent: list[int] = []  # the payloads' sizes the statement answered with
+    on_driver = engine.on_driver
+
+    async def measuring(connection: Any, sql: str, *args: Any) -> Any:
+        rows = await on_driver(connection, sql, *args)
+        sent.extend(len(row[-1]) for row in rows if row[0] == 1 and row[-1] is not None)
+        return rows
+
+    monkeypatch.setattr(engine, "on_driver", measuring)
+
+    async def fetch(partitions: list[int], max_bytes: int) -> list[list[bytes]]:
+        sent.clear()
+        asks = [log_fetch.PartitionAsk("big", p, 0, 1_000_000) for p in partitions]
+        answers = await log_fetch.fetch_partitions(
+            db, asks, max_bytes, 50 * 2**20, read_committed=True
+        )
+        return [answer.batches for answer in answers if isinstance(answer, log_fetch.Fetched)]
+
+    # One partition: its first batch alone fits; the second would pass the partition's budget.
+    answered = await fetch([0], 10**7)
+    assert [len(batches) for batches in answered] == [1]
+    assert sent == [len(answered[0][0])]
+    # Three partitions within a request's budget of 1 MB: the first partition's batch, past it
+    # for the second's, none sent for the third.
+    answered = await fetch([0, 1, 2], 1_000_000)
+    assert [len(batches) for batches in answered] == [1, 0, 0]
+    assert sent == [len(answered[0][0])]
+    # A budget under one batch: the first partition's first batch still comes, whole.
+    answered = await fetch([1, 0], 100_000)
+    assert [len(batches) for batches in answered] == [1, 0]
+    assert sent == [len(answered[0][0])]
+
+
 async def test_a_transactions_later_batches_on_a_partition_go_in_one_statement(
     client: httpx.AsyncClient, paths: list[str]
 ) -> None:
