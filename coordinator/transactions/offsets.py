@@ -11,7 +11,12 @@ and the member may commit those partitions (`fencing.check_member_commit`, KIP-4
 refuses, and anything missing (no such transaction or group), is left to the locking path,
 which answers from rows read under its locks. The second statement takes the locks in the fixed
 order and writes the offsets into the transaction (`pending_from`), and the transaction's state,
-only if every locked row is the version the rule read (`coordinator.store.postgres`).
+only if the group's locked rows are the versions the rule read and the transaction, as locked,
+still passes the rule's own checks of it, rendered into the SQL (`caller.in_sql`, the states
+`Op.ADD_OFFSETS` starts from): an append that joined the transaction meanwhile, as a Kafka
+client's Produce may while its offsets are on their way, gives the row a new version but leaves
+it the caller's and open, and the offsets wait for that append's lock and are written
+(`coordinator.store.postgres`).
 """
 
 from __future__ import annotations

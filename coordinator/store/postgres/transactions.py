@@ -223,8 +223,10 @@ async def end(
 # -- AddOffsets ------------------------------------------------------------------------------------
 
 # The member's facts as `committing` reads them ($1 group, $2 member, $3 topics, $4
-# partitions), and the transaction's beside them ($5); a version is the row's xmin (the
-# transaction's is its row's and its producer's).
+# partitions), and the transaction's beside them ($5); a version is the row's xmin. The write
+# checks the group's rows by their versions, and the transaction on its row as it locked it,
+# as the rule checks it (its caller current, $13 and $14, and in a state the offsets join, $6),
+# so an append that joined the transaction between the two does not send the call to the locks.
 _OFFSETS_FACTS = f"""
 SELECT t.state, t.producer_id, i.producer_epoch, t.xmin::text || '/' || i.xmin::text, f.*
 FROM ({FACTS}) AS f
@@ -241,13 +243,15 @@ _PENDING = rows_of(
 )
 _OFFSETS_WRITE = f"""
 WITH txn AS (
-  SELECT t.xmin::text || '/' || i.xmin::text AS version
+  SELECT t.state, t.producer_id, i.producer_epoch
   FROM transactions t
   JOIN producer_ids i ON i.producer_id = t.producer_id
   WHERE t.transactional_id = $5
   FOR UPDATE OF t, i
 ), {member_locks(after="txn")}, checked AS (
-  SELECT (SELECT version FROM txn) = $6
+  SELECT EXISTS (SELECT 1 FROM txn
+                  WHERE state = ANY($6::text[])
+                    AND {in_sql("producer_id", "producer_epoch", "$13", "$14")})
      AND ($7::text IS NULL OR (SELECT version FROM g) = $7)
      AND ($2::varchar IS NULL OR (SELECT version FROM m) = $8)
      AND (SELECT coalesce(array_agg(version ORDER BY topic, "partition"), '{{}}') FROM o)
@@ -256,13 +260,17 @@ WITH txn AS (
   {render(pending_from(postgresql.insert, _PENDING))}
 ), updated AS (
   UPDATE transactions
-  SET state = $13, updated_ms = $14,
-      started_ms = CASE WHEN $15 THEN $14 ELSE started_ms END,
-      deadline_ms = CASE WHEN $15 THEN $14 + timeout_ms ELSE deadline_ms END
+  SET state = '{State.ONGOING}', updated_ms = $15,
+      started_ms = CASE WHEN state = '{State.ONGOING}' THEN started_ms ELSE $15 END,
+      deadline_ms = CASE WHEN state = '{State.ONGOING}' THEN deadline_ms
+                         ELSE $15 + timeout_ms END
   WHERE transactional_id = $5 AND (SELECT passes FROM checked)
 )
 SELECT passes FROM checked
 """
+_OFFSETS_STATES = [str(state) for state in TRANSITIONS[Op.ADD_OFFSETS]]
+# The statement writes 'Ongoing': every state the offsets may join a transaction in leads there.
+assert set(TRANSITIONS[Op.ADD_OFFSETS].values()) == {State.ONGOING}
 
 
 async def add_offsets(
@@ -301,15 +309,15 @@ async def add_offsets(
         topics,
         partitions,
         ask.transactional_id,
-        txn_version,
+        _OFFSETS_STATES,
         group_version,
         member_version,
         owned_versions,
         [offset for offset, _, _ in ask.offsets],
         [None if metadata is None else metadata.encode() for _, metadata, _ in ask.offsets],
         [leader_epoch for _, _, leader_epoch in ask.offsets],
-        str(target),
+        ask.producer_id,
+        ask.producer_epoch,
         ask.now,
-        State(state) is not State.ONGOING,
     )
-    return target if written[0] else None
+    return State.ONGOING if written[0] else None

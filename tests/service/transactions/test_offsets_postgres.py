@@ -1,7 +1,8 @@
 """A transaction's offsets on Postgres (coordinator.transactions.offsets): the facts of the
 transaction and of the committing member read in one statement, the rules applied to them, and
-the offsets written into the transaction by a second that checks nothing it read changed;
-whatever the rules refuse, or what changed between the two, is answered by the locking path. The
+the offsets written into the transaction by a second that checks the transaction's caller and
+state again on its locked row, and that the group's rows are the versions read; whatever the
+rules refuse, or a group that changed between the two, is answered by the locking path. The
 rules themselves run on both stores in test_transactions and test_groups.
 
 Postgres only: SQLite always takes the locking path.
@@ -124,14 +125,12 @@ async def test_what_the_rules_refuse_is_answered_by_the_locks(
 @pytest.mark.parametrize(
     "change",
     [
-        "UPDATE transactions SET updated_ms = updated_ms + 1",
-        "UPDATE producer_ids SET producer_epoch = producer_epoch",
         "UPDATE group_members SET last_heartbeat_ms = last_heartbeat_ms + 1",
         "UPDATE consumer_groups SET group_epoch = group_epoch",
     ],
-    ids=["transaction", "producer", "member", "group"],
+    ids=["member", "group"],
 )
-async def test_a_row_changed_between_the_statements_sends_the_call_to_the_locks(
+async def test_a_group_row_changed_between_the_statements_sends_the_call_to_the_locks(
     app: Any,
     client: httpx.AsyncClient,
     member: Member,
@@ -147,6 +146,55 @@ async def test_a_row_changed_between_the_statements_sends_the_call_to_the_locks(
     assert statements == [None]  # written by the locking path, which still accepts it
     assert (await producer.end(commit=True)).status_code == 200
     assert await group_offsets(client) == [("t", 0, 5)]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        # What an append that joins the transaction does to it, as librdkafka's Produce may
+        # while its offsets are on their way: the offsets wait for its lock, then are written.
+        "UPDATE transactions SET updated_ms = updated_ms + 1",
+        "UPDATE producer_ids SET producer_epoch = producer_epoch",
+    ],
+    ids=["transaction", "producer"],
+)
+async def test_a_transaction_still_its_callers_after_a_change_takes_the_offsets_in_two_statements(
+    app: Any,
+    client: httpx.AsyncClient,
+    member: Member,
+    statements: list[State | None],
+    monkeypatch: pytest.MonkeyPatch,
+    change: str,
+) -> None:
+    producer = await started(client, "x")
+    between_the_statements(app, monkeypatch, engine, change)
+
+    assert (await add(producer, member, ("t", 0, 5))).status_code == 200
+
+    assert statements == [State.ONGOING]  # checked on the row as the write locked it
+    described = await producer.describe()
+    assert described["state"] == "Ongoing" and described["started_at"] is not None
+    assert (await producer.end(commit=True)).status_code == 200
+    assert await group_offsets(client) == [("t", 0, 5)]
+
+
+async def test_a_producer_fenced_between_the_statements_is_refused_by_the_locks(
+    app: Any,
+    client: httpx.AsyncClient,
+    member: Member,
+    statements: list[State | None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    producer = await started(client, "x")
+    fence = "UPDATE producer_ids SET producer_epoch = producer_epoch + 1"
+    between_the_statements(app, monkeypatch, engine, fence)
+
+    refused = await add(producer, member, ("t", 0, 5))
+
+    assert_problem(refused, 409, "PRODUCER_FENCED")
+    assert statements == [None]
+    assert (await producer.describe())["state"] == "Empty"
+    assert await group_offsets(client) == []
 
 
 async def test_a_partition_taken_away_between_the_statements_is_fenced_by_the_locks(
