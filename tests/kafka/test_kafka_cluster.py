@@ -307,7 +307,9 @@ def test_clients_follow_the_partitions_of_a_killed_and_a_paused_process(
     assert max(epoch for _, epoch in moved.values()) >= 1  # partitions moved
     read = read_committed(cluster, topic, total)
     values = Counter(value for value, _, _ in read)
-    assert len(values) == total and max(values.values()) == 1  # all of them, once each
+    dups = [(v, p, o, acknowledged.get(v)) for v, p, o in read if values[v] > 1]
+    missing = [(v, acknowledged[v]) for v in acknowledged if v not in values]
+    assert len(values) == total and max(values.values()) == 1, (dups, missing)
     assert {v: (p, o) for v, p, o in read} == acknowledged  # where each was acknowledged
     for partition in range(6):
         offsets = sorted(o for _, p, o in read if p == partition)
