@@ -117,10 +117,11 @@ WITH asked AS (
   ) c
 ), kept AS (
   SELECT ord, base_offset, last_offset, size, payload, fits,
-         sum(CASE WHEN fits OR before_here = 0 THEN size ELSE 0 END)
-           OVER (ORDER BY ord, base_offset)
-           - CASE WHEN fits OR before_here = 0 THEN size ELSE 0 END AS before_all
-  FROM (SELECT *, before_here + size <= max_bytes AS fits FROM chunk) c
+         sum(counted) OVER (ORDER BY ord, base_offset) - counted AS before_all
+  FROM (SELECT *, before_here + size <= max_bytes AS fits,
+               CASE WHEN before_here + size <= max_bytes OR before_here = 0 THEN size ELSE 0 END
+                 AS counted
+        FROM chunk) c
   WHERE before_here < max_bytes
 )
 SELECT 0, b.ord, b.log_start_offset, b.high_watermark, b.stable,

@@ -223,12 +223,13 @@ async def end(
 # -- AddOffsets ------------------------------------------------------------------------------------
 
 # The member's facts as `committing` reads them ($1 group, $2 member, $3 topics, $4
-# partitions), and the transaction's beside them ($5); a version is the row's xmin. The write
-# checks the group's rows by their versions, and the transaction on its row as it locked it,
-# as the rule checks it (its caller current, $13 and $14, and in a state the offsets join, $6),
-# so an append that joined the transaction between the two does not send the call to the locks.
+# partitions), and the transaction's beside them ($5), if there is one; a version is the row's
+# xmin. The write checks the group's rows by their versions, and the transaction on its row as
+# it locked it, as the rule checks it (its caller current, $13 and $14, and in a state the
+# offsets join, $6), so an append that joined the transaction between the two does not send the
+# call to the locks.
 _OFFSETS_FACTS = f"""
-SELECT t.state, t.producer_id, i.producer_epoch, t.xmin::text || '/' || i.xmin::text, f.*
+SELECT t.state, t.producer_id, i.producer_epoch, t.transactional_id IS NOT NULL, f.*
 FROM ({FACTS}) AS f
 LEFT JOIN transactions t ON t.transactional_id = $5
 LEFT JOIN producer_ids i ON i.producer_id = t.producer_id
@@ -288,8 +289,8 @@ async def add_offsets(
         partitions,
         ask.transactional_id,
     )
-    state, producer_id, epoch, txn_version = row[0:4]
-    if txn_version is None:
+    state, producer_id, epoch, found = row[0:4]
+    if not found:
         return None
     read = read_facts(ask.group_id, row[4:])
     target = rule(ask, TxnFacts(state, producer_id, epoch), read)

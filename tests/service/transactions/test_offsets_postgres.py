@@ -72,6 +72,25 @@ async def add(
     )
 
 
+async def add_with_a_change_between(
+    app: Any,
+    client: httpx.AsyncClient,
+    member: Member,
+    monkeypatch: pytest.MonkeyPatch,
+    change: str,
+) -> tuple[Instance, httpx.Response]:
+    """A transaction begun, then offsets added with `change` committed between their two
+    statements."""
+    producer = await started(client, "x")
+    between_the_statements(app, monkeypatch, engine, change)
+    return producer, await add(producer, member, ("t", 0, 5))
+
+
+async def committed_once(producer: Instance, client: httpx.AsyncClient) -> None:
+    assert (await producer.end(commit=True)).status_code == 200
+    assert await group_offsets(client) == [("t", 0, 5)]
+
+
 async def test_a_members_offsets_join_the_transaction_in_two_statements(
     client: httpx.AsyncClient, member: Member, statements: list[State | None]
 ) -> None:
@@ -138,14 +157,11 @@ async def test_a_group_row_changed_between_the_statements_sends_the_call_to_the_
     monkeypatch: pytest.MonkeyPatch,
     change: str,
 ) -> None:
-    producer = await started(client, "x")
-    between_the_statements(app, monkeypatch, engine, change)
+    producer, added = await add_with_a_change_between(app, client, member, monkeypatch, change)
 
-    assert (await add(producer, member, ("t", 0, 5))).status_code == 200
-
+    assert added.status_code == 200
     assert statements == [None]  # written by the locking path, which still accepts it
-    assert (await producer.end(commit=True)).status_code == 200
-    assert await group_offsets(client) == [("t", 0, 5)]
+    await committed_once(producer, client)
 
 
 @pytest.mark.parametrize(
@@ -166,16 +182,13 @@ async def test_a_transaction_still_its_callers_after_a_change_takes_the_offsets_
     monkeypatch: pytest.MonkeyPatch,
     change: str,
 ) -> None:
-    producer = await started(client, "x")
-    between_the_statements(app, monkeypatch, engine, change)
+    producer, added = await add_with_a_change_between(app, client, member, monkeypatch, change)
 
-    assert (await add(producer, member, ("t", 0, 5))).status_code == 200
-
+    assert added.status_code == 200
     assert statements == [State.ONGOING]  # checked on the row as the write locked it
     described = await producer.describe()
     assert described["state"] == "Ongoing" and described["started_at"] is not None
-    assert (await producer.end(commit=True)).status_code == 200
-    assert await group_offsets(client) == [("t", 0, 5)]
+    await committed_once(producer, client)
 
 
 async def test_a_producer_fenced_between_the_statements_is_refused_by_the_locks(
@@ -185,11 +198,8 @@ async def test_a_producer_fenced_between_the_statements_is_refused_by_the_locks(
     statements: list[State | None],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    producer = await started(client, "x")
     fence = "UPDATE producer_ids SET producer_epoch = producer_epoch + 1"
-    between_the_statements(app, monkeypatch, engine, fence)
-
-    refused = await add(producer, member, ("t", 0, 5))
+    producer, refused = await add_with_a_change_between(app, client, member, monkeypatch, fence)
 
     assert_problem(refused, 409, "PRODUCER_FENCED")
     assert statements == [None]
