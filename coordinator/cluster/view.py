@@ -20,7 +20,7 @@ from coordinator.cluster.placement import Broker, Key
 from coordinator.core.clock import now_ms
 from coordinator.core.errors import StoreUnavailable
 from coordinator.log import epochs
-from coordinator.log.errors import NotLeaderOrFollower
+from coordinator.log.errors import NotLeaderOrFollower, UnknownLeaderEpoch
 from coordinator.store import Store
 
 log = logging.getLogger("coordinator.cluster")
@@ -89,6 +89,23 @@ class Cluster:
                 + (f"; broker {leader} does" if leader != NO_LEADER else "; it is moving")
             )
         return leader, epoch
+
+    async def lead_as_read(
+        self, db: Store, topic: str, partition: int, current_leader_epoch: int
+    ) -> tuple[int, int]:
+        """`lead`, but a refusal the view may owe to being behind the store is checked again on
+        the cluster read again first: a client whose epoch is ahead of the view, or one sent here
+        as the leader (by a process that read the store since) while the view says another
+        leads, has seen a move this process has not read yet. So a process just made leader
+        takes a producer's first request there, rather than refusing it and then taking the
+        next, the gap librdkafka answers by bumping its epoch on every partition
+        (confluentinc/librdkafka#4953). A view read within `_REFRESH_AT_MOST_EVERY_S` is not
+        read again: a client with stale metadata costs a read that often at most."""
+        try:
+            return self.lead(topic, partition, current_leader_epoch)
+        except (UnknownLeaderEpoch, NotLeaderOrFollower):
+            await self.refresh(db)
+            return self.lead(topic, partition, current_leader_epoch)
 
     def knows(self, topics: Iterable[tuple[str, int]]) -> bool:
         """Whether the view holds every partition of these (topic, partition count)s: else a

@@ -18,7 +18,7 @@ from coordinator.log import epochs
 from coordinator.log import fetch as log_fetch
 from coordinator.log import produce as appending
 from coordinator.log import topics as log_topics
-from coordinator.log.errors import NotLeaderOrFollower, UnknownLeaderEpoch
+from coordinator.log.errors import NotLeaderOrFollower
 from coordinator.log.purgatory import PURGATORY
 
 READ_COMMITTED = 1
@@ -47,7 +47,9 @@ async def produce(client: Client, request: Request) -> Any:
                 if body.acks not in (0, 1, -1):
                     raise Refused(ErrorCode.invalid_required_acks, f"acks={body.acks}: 0, 1 or -1")
                 client.access.produce(topic.name, tid)
-                leader = client.cluster.lead(topic.name, data.index, epochs.NO_EPOCH)
+                leader = await client.cluster.lead_as_read(
+                    client.db, topic.name, data.index, epochs.NO_EPOCH
+                )
                 if data.records is None:
                     raise Refused(ErrorCode.corrupt_message, "no record batch")
                 append = await appending.checked_append(
@@ -171,7 +173,9 @@ async def _fetch_once(
                 continue
             try:
                 client.access.fetch(name)
-                _, epoch = await _lead(client, name, asked.partition, asked)
+                _, epoch = await client.cluster.lead_as_read(
+                    client.db, name, asked.partition, _current(asked)
+                )
             except FAILURES as failure:
                 checked.append(failure)
                 continue
@@ -216,15 +220,9 @@ async def _fetch_once(
     return tuple(topics), spliced
 
 
-async def _lead(client: Client, topic: str, partition: int, asked: Any) -> tuple[int, int]:
-    """This broker as the partition's leader (`Cluster.lead`); a client whose epoch is ahead
-    of the view has seen a move this process has not read yet: read again, and checked again."""
-    current = getattr(asked, "current_leader_epoch", epochs.NO_EPOCH)
-    try:
-        return client.cluster.lead(topic, partition, current)
-    except UnknownLeaderEpoch:
-        await client.cluster.refresh(client.db)
-        return client.cluster.lead(topic, partition, current)
+def _current(asked: Any) -> int:
+    """A partition's `current_leader_epoch` as a request asks it (-1 in versions without it)."""
+    return int(getattr(asked, "current_leader_epoch", epochs.NO_EPOCH))
 
 
 def _partition_data(
@@ -281,7 +279,9 @@ async def list_offsets(client: Client, request: Request) -> Any:
                     asked.timestamp,
                     read_committed=read_committed,
                 )
-                _, epoch = await _lead(client, topic.name, asked.partition_index, asked)
+                _, epoch = await client.cluster.lead_as_read(
+                    client.db, topic.name, asked.partition_index, _current(asked)
+                )
                 answer |= {
                     "offset": offset,
                     "timestamp": timestamp,
@@ -325,7 +325,9 @@ async def offset_for_leader_epoch(client: Client, request: Request) -> Any:
                     epochs.NO_EPOCH,
                     epoch,
                 )
-                await _lead(client, topic.topic, asked.partition, asked)
+                await client.cluster.lead_as_read(
+                    client.db, topic.topic, asked.partition, _current(asked)
+                )
                 answer = {
                     "leader_epoch": end.leader_epoch,
                     "end_offset": end.end_offset,
