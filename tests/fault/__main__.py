@@ -73,7 +73,15 @@ def main(argv: list[str] | None = None) -> int:
         "--minutes",
         type=float,
         help="how long faults run (default: the profile's: short 1, long 10); a run goes on, up "
-        "to a minute more, until every fault kind of the profile happened",
+        "to two minutes more, until it did what its profile demands: every fault kind, and "
+        "committed transactions ("
+        + ", ".join(
+            f"{p.name} {p.min_committed}"
+            + "".join(f" and {n} of {kind}" for kind, n in p.min_faults.items())
+            for p in PROFILES.values()
+            if p.min_committed
+        )
+        + ")",
     )
     parser.add_argument(
         "--seed", type=int, help="seed of every random choice (default: a random one, printed)"

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -67,7 +67,10 @@ SWEEP_INTERVAL_MS = 500  # COORDINATOR_TIMEOUT_CHECK_INTERVAL_MS: timeouts must 
 BROKER_SESSION_TIMEOUT_MS = 1500
 BROKER_HEARTBEAT_MS = 250
 SETTLE_S = 60.0  # bound on waiting for the last open transactions to end before the final read
-COVERAGE_GRACE_S = 60.0  # how far a run may go past its end until each fault kind happened
+# How far a run may go past its end until it did what its profile demands (every fault kind, as
+# many times as asked, and `min_committed` transactions): a slow machine runs longer, a stuck
+# one fails.
+COVERAGE_GRACE_S = 120.0
 RECOVERY_S = 60.0  # bound on each producer's first commit once the faults stopped
 STOP_PRODUCERS_S = 60.0  # a producer asked to stop finishes its transaction within this
 HTTP = httpx.Timeout(10.0)
@@ -75,7 +78,10 @@ HTTP = httpx.Timeout(10.0)
 
 @dataclass(frozen=True)
 class Profile:
-    """What a run does. `min_committed` is what the short test demands so it cannot pass idle."""
+    """What a run does. `min_committed` and `min_faults` (by kind; 1 for a kind not named) are
+    what a run must do before it ends, so that it cannot pass idle: an amount of work under the
+    faults, not a rate: the run goes on past `minutes`, within COVERAGE_GRACE_S, until it is
+    done."""
 
     name: str
     minutes: float
@@ -87,6 +93,7 @@ class Profile:
     txn_timeout_ms: int = 5_000
     producer_think_ms: int = 100
     min_committed: int = 0
+    min_faults: Mapping[str, int] = field(default_factory=dict)
     # Which door the producers use: "http" (the SDK, through the fault proxy), "kafka"
     # (confluent-kafka to the services' Kafka listeners; the readers stay on HTTP), or "both"
     # (half the producers through each, with each second instance through its victim's door).
@@ -117,6 +124,9 @@ class Profile:
         network = tuple(k for k in FAULT_KINDS if self.proxy.probability(k) > 0)
         return self.nemesis + network
 
+    def fault_count_needed(self, kind: str) -> int:
+        return self.min_faults.get(kind, 1)
+
 
 _PROXY_FAULTS = ProxyFaults(
     drop_request=0.015, drop_response=0.015, delay=0.03, duplicate_request=0.03
@@ -140,6 +150,7 @@ PROFILES = {
         proxy=_PROXY_FAULTS,
         timing=NemesisTiming(gap=(2.0, 5.0)),
         min_committed=60,
+        min_faults={"failover": 5},  # several per run
         replication="sync",
     ),
     "patroni": Profile(
@@ -390,17 +401,27 @@ class _Run:
         assert self.nemesis is not None and self.proxy is not None
         return {**self.nemesis.injected, **self.proxy.counts}
 
-    def not_yet_injected(self) -> list[str]:
-        injected = self.injected()
-        return [kind for kind in self.profile.fault_kinds if not injected.get(kind)]
+    def not_yet_done(self) -> list[str]:
+        """What the profile demands that the run has not done yet: fault kinds injected too few
+        times, and too few committed transactions."""
+        p, injected = self.profile, self.injected()
+        short = [k for k in p.fault_kinds if injected.get(k, 0) < p.fault_count_needed(k)]
+        if p.min_committed and self.committed() < p.min_committed:
+            short.append(f"{p.min_committed} committed transactions")
+        return short
+
+    def committed(self) -> int:
+        """The transactions the producers saw committed so far, from their history."""
+        events = load(sorted(self.history.glob("*.jsonl")))
+        return sum(1 for e in events if isinstance(e, Txn) and e.outcome == "committed")
 
     def watch(self, until: float) -> None:
-        """Wait out the run, and past its end (a little) until every fault kind of the profile
-        was injected, so a slow machine cannot make a run that skipped one; fail at once if a
-        worker dies or the nemesis breaks."""
+        """Wait out the run, and past its end until it did what the profile demands (within
+        COVERAGE_GRACE_S), so a slow machine runs longer rather than judging too little work;
+        fail at once if a worker dies or the nemesis breaks."""
         next_report = time.monotonic() + 15
         latest = until + COVERAGE_GRACE_S
-        while (now := time.monotonic()) < until or (now < latest and self.not_yet_injected()):
+        while (now := time.monotonic()) < until or (now < latest and self.not_yet_done()):
             time.sleep(0.5)
             for name, process in {**self.producers, **self.readers}.items():
                 if process.poll() is not None:

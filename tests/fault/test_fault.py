@@ -29,9 +29,9 @@ pytestmark = pytest.mark.slow
 
 # A fixed seed replays the same schedule of faults; FAULT_SEED explores others.
 SEED = int(os.environ.get("FAULT_SEED", "20251122"))
-# The run takes about 75 s, or up to a minute more on a slow machine (until every fault kind
-# happened); past this it is stuck, not slow.
-RUN_TIMEOUT_S = 270
+# The run takes about 75 s, or up to two minutes more on a slow machine (until it did what its
+# profile demands, runner.COVERAGE_GRACE_S); past this it is stuck, not slow.
+RUN_TIMEOUT_S = 330
 CLEANUP_S = 60  # what the runner gets, after SIGTERM, to stop its processes and drop its database
 REPO = Path(__file__).resolve().parents[2]
 
@@ -79,8 +79,7 @@ def test_failover_run_keeps_exactly_once(tmp_path: Path) -> None:
     """Postgres failover through both doors (issue 37, item 1): the run's own primary is
     SIGKILLed, its synchronous standby promoted and a new standby built from it, every 2 to 5 s
     for a minute, under the proxy's faults; no anomaly, nothing acknowledged lost."""
-    summary = judge(tmp_path, "both", "failover")
-    assert summary["faults"]["failover"] >= 5, summary  # several per run
+    judge(tmp_path, "both", "failover")
 
 
 def judge(tmp_path: Path, door: str, name: str) -> dict[str, Any]:
@@ -89,13 +88,19 @@ def judge(tmp_path: Path, door: str, name: str) -> dict[str, Any]:
     code, stdout, stderr = run_profile(tmp_path / "run", door, name)
     assert code in (0, 1), f"the run broke (exit {code}):\n{stdout}\n{stderr[-6000:]}"
     summary = summary_of(stdout)
-    report = f"{stdout}\n(seed {SEED}; history in {tmp_path / 'run'})"
+    # Each fault as the nemesis saw it (a failover's seconds to promotion and to a whole pair):
+    # where a run did too little, whether the faults took the time.
+    nemesis = tmp_path / "run" / "history" / "nemesis.jsonl"
+    seen = nemesis.read_text() if nemesis.exists() else "(no nemesis history)\n"
+    report = f"{stdout}\n{seen}(seed {SEED}; history in {tmp_path / 'run'})"
 
     assert not any(summary["anomalies"].values()), report
     assert code == 0 and summary["ok"], report
-    # It cannot pass idle: every fault of the profile happened, and work got done under them.
-    missing = [k for k in profile.fault_kinds if summary["faults"].get(k, 0) < 1]
-    assert not missing, f"never injected: {missing}\n{report}"
+    # It cannot pass idle: every fault of the profile happened (as often as it asks), and work
+    # got done under them.
+    injected = summary["faults"]
+    missing = [k for k in profile.fault_kinds if injected.get(k, 0) < profile.fault_count_needed(k)]
+    assert not missing, f"injected too few times: {missing}\n{report}"
     committed = summary["transactions"]["committed"]
     assert committed >= profile.min_committed, report
     assert summary["transactions"]["aborted"] > 0, report

@@ -3,6 +3,7 @@ valid history, and for each rule the smallest change that breaks it. Also the hi
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 from collections.abc import Sequence
@@ -25,6 +26,7 @@ from tests.fault.history import (
     Write,
     load,
 )
+from tests.fault.runner import PROFILES, _Run
 
 Record = tuple[int, str | None]
 Log = dict[tuple[str, int], list[Record]]
@@ -646,3 +648,28 @@ def test_load_reads_several_files_and_ignores_unknown_kinds(tmp_path: Path) -> N
         FaultCount(fault="delay", count=4, process="proxy", t=9),
     ]
     assert check(events).faults == {"delay": 4}
+
+
+# What a run must do before it ends.
+
+
+def test_a_run_goes_on_until_it_did_the_work_and_the_faults_its_profile_demands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An amount, not a rate: a slow machine's run is short of work, and the run goes on (within
+    its grace) until the producers' history holds the committed transactions and the nemesis the
+    failovers that the failover profile asks for; an aborted transaction counts for nothing."""
+    profile = PROFILES["failover"]
+    with _Run(profile, 1, tmp_path, io.StringIO()) as run:
+        injected = dict.fromkeys(profile.fault_kinds, 1) | {"failover": 4}
+        monkeypatch.setattr(run, "injected", lambda: injected)
+        with Recorder(run.history / "p1.jsonl", "p1") as recorder:
+            for number in range(profile.min_committed - 1):
+                recorder.record(txn("p1", number, "committed", [(0, f"p1-{number}-0")]))
+            recorder.record(txn("p1", 1000, "aborted", [(0, "p1-1000-0")]))
+            demanded = f"{profile.min_committed} committed transactions"
+            assert run.not_yet_done() == ["failover", demanded]
+            injected["failover"] = 5
+            assert run.not_yet_done() == [demanded]
+            recorder.record(txn("p1", 1001, "committed", [(0, "p1-1001-0")]))
+        assert run.not_yet_done() == []
