@@ -18,6 +18,7 @@ import os
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, Literal
 
 from kio.index import load_payload_module
@@ -242,12 +243,22 @@ def encode(correlation_id: int, response: Any) -> bytes:
 
 
 @functools.cache
+def payload_module(
+    api_key: int, version: int, kind: Literal[EntityType.request, EntityType.response]
+) -> ModuleType:
+    """kio's module of one API version's request or response, looked up once: kio resolves it
+    by name through importlib on every call (2.7% of the service's CPU under small
+    transactions, when each request's Reply looked it up)."""
+    return load_payload_module(api_key, version, kind)
+
+
+@functools.cache
 def payload_type(
     api_key: int, version: int, kind: Literal[EntityType.request, EntityType.response]
 ) -> Any:
     """kio's request or response type of one API version (looked up once, then cached: every
     request needs both)."""
-    module = load_payload_module(api_key, version, kind)
+    module = payload_module(api_key, version, kind)
     for value in vars(module).values():
         if isinstance(value, type) and getattr(value, "__type__", None) is kind:
             return value
@@ -275,7 +286,7 @@ class Reply:
 
     def __init__(self, api_key: int, version: int) -> None:
         self.response = payload_type(api_key, version, EntityType.response)
-        self.module = load_payload_module(api_key, version, EntityType.response)
+        self.module = payload_module(api_key, version, EntityType.response)
 
     def __call__(self, entity: str, /, **values: Any) -> Any:
         return _build(getattr(self.module, entity), values)
