@@ -124,8 +124,13 @@ class Profile:
         network = tuple(k for k in FAULT_KINDS if self.proxy.probability(k) > 0)
         return self.nemesis + network
 
-    def fault_count_needed(self, kind: str) -> int:
-        return self.min_faults.get(kind, 1)
+    def short_of(self, injected: Mapping[str, int], committed: int) -> list[str]:
+        """What a run with these fault counts and committed transactions has not yet done of
+        what this profile demands: each fault kind injected too few times, and the commits."""
+        short = [k for k in self.fault_kinds if injected.get(k, 0) < self.min_faults.get(k, 1)]
+        if committed < self.min_committed:
+            short.append(f"{self.min_committed} committed transactions")
+        return short
 
 
 _PROXY_FAULTS = ProxyFaults(
@@ -402,18 +407,10 @@ class _Run:
         return {**self.nemesis.injected, **self.proxy.counts}
 
     def not_yet_done(self) -> list[str]:
-        """What the profile demands that the run has not done yet: fault kinds injected too few
-        times, and too few committed transactions."""
-        p, injected = self.profile, self.injected()
-        short = [k for k in p.fault_kinds if injected.get(k, 0) < p.fault_count_needed(k)]
-        if p.min_committed and self.committed() < p.min_committed:
-            short.append(f"{p.min_committed} committed transactions")
-        return short
-
-    def committed(self) -> int:
-        """The transactions the producers saw committed so far, from their history."""
-        events = load(sorted(self.history.glob("*.jsonl")))
-        return sum(1 for e in events if isinstance(e, Txn) and e.outcome == "committed")
+        """What the profile demands that the run has not done yet (`Profile.short_of`), its
+        commits counted by the checker on the history so far, as its verdict will count them."""
+        committed = check(load(sorted(self.history.glob("*.jsonl")))).committed
+        return self.profile.short_of(self.injected(), committed)
 
     def watch(self, until: float) -> None:
         """Wait out the run, and past its end until it did what the profile demands (within

@@ -475,7 +475,8 @@ def test_kafkas_java_producer_and_consumer_through_a_killed_and_a_paused_process
         failed = _events(produced, "producer_send_error")
         refused = [e for e in failed if e["message"] in _REFUSED_BY_A_CLOSED_PRODUCER]
         assert failed == refused, failed
-        assert all(int(e["value"]) > max(map(int, acknowledged)) for e in refused), refused
+        last = max(map(int, acknowledged))
+        assert all(int(e["value"]) > last for e in refused), refused
         assert summary["acked"] == len(acknowledged) == summary["sent"] - len(refused), summary
         read = read_committed(cluster, topic, 6)
         assert Counter(v for v, _, _ in read) == Counter(list(acknowledged))  # all, once each
