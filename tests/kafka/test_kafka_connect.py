@@ -237,8 +237,18 @@ def test_an_exactly_once_source_writes_each_line_once_across_a_kill(cluster: Clu
     # The same cluster started again: the task goes on from the position committed with its
     # last transaction (having fenced the killed task's transactional producer).
     cluster.worker = Worker(served, cluster.name).start()
+
+    def log_state() -> str:
+        """How far the read got, and the log's ends: a last stable offset behind the high
+        watermark is a transaction left open, one level with it a task that stopped writing."""
+        read = len(committed(served.bootstrap, topic))
+        (ends,) = httpx.get(f"{served.service.url}/v1/topics/{topic}").json()["partitions"]
+        return f"{read} of {len(lines)} lines read committed; the log's ends {ends}"
+
     cluster.worker.wait(
-        lambda: len(committed(served.bootstrap, topic)) >= len(lines), "every line committed"
+        lambda: len(committed(served.bootstrap, topic)) >= len(lines),
+        "every line committed",
+        state=log_state,
     )
     assert committed(served.bootstrap, topic) == lines
 

@@ -57,16 +57,23 @@ class JvmProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
 
-    def wait(self, done: Callable[[], bool], what: str, every_s: float = 0.2) -> None:
+    def wait(
+        self,
+        done: Callable[[], bool],
+        what: str,
+        every_s: float = 0.2,
+        state: Callable[[], str] = lambda: "",
+    ) -> None:
         """Until `done()`: Connect's progress, which it does not announce (its REST API and the
-        clusters are all an operator has)."""
+        clusters are all an operator has). A failure prints `state()`, what the clusters held
+        then, before the worker's log."""
         deadline = time.monotonic() + STEP_S
         while not done():
             assert self.process is not None
             if self.process.poll() is not None:
                 pytest.fail(f"{self.what} exited waiting for {what}:\n{self.log_tail()}")
             if time.monotonic() > deadline:
-                pytest.fail(f"no {what} after {STEP_S:.0f} s:\n{self.log_tail()}")
+                pytest.fail(f"no {what} after {STEP_S:.0f} s: {state()}\n{self.log_tail()}")
             time.sleep(every_s)
 
     def log_tail(self) -> str:
