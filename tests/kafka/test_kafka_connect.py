@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.connect import JvmProcess, committed
+from tests.support.connect import JvmProcess, committed, read_committed
 from tests.support.kafka_wire import Connection
 from tests.support.services import ServiceProcess, free_port, serve_on_fresh_store
 
@@ -220,7 +220,12 @@ def test_an_exactly_once_source_writes_each_line_once_across_a_kill(cluster: Clu
             "file": str(source),
             "topic": topic,
             "tasks.max": "1",
-            "batch.size": "50",
+            # More than the file's lines, so a poll never returns a full batch: Kafka's
+            # FileStreamSourceTask then keeps the lines it read past the batch in its buffer,
+            # and takes them out only after its next read of new bytes, so on a file that has
+            # stopped growing they wait for ever (FileStreamSourceTask.poll, 4.x). Seen here:
+            # a restarted task caught up in 34 polls of 50 and left the last 10 lines unread.
+            "batch.size": "10000",
             "exactly.once.support": "required",
             # A transaction a second: the kill comes while one is open, almost surely.
             "transaction.boundary": "interval",
@@ -239,11 +244,22 @@ def test_an_exactly_once_source_writes_each_line_once_across_a_kill(cluster: Clu
     cluster.worker = Worker(served, cluster.name).start()
 
     def log_state() -> str:
-        """How far the read got, and the log's ends: a last stable offset behind the high
-        watermark is a transaction left open, one level with it a task that stopped writing."""
+        """How far the read got, and the ends of the log and of the worker's offsets topic: a
+        last stable offset behind the high watermark is a transaction left open, one level
+        with it a task that stopped writing (or, on the offsets topic, never started: it
+        reads that topic to its high watermark first)."""
         read = len(committed(served.bootstrap, topic))
-        (ends,) = httpx.get(f"{served.service.url}/v1/topics/{topic}").json()["partitions"]
-        return f"{read} of {len(lines)} lines read committed; the log's ends {ends}"
+
+        def ends(name: str) -> dict[str, int]:
+            (partition,) = httpx.get(f"{served.service.url}/v1/topics/{name}").json()["partitions"]
+            return {k: v for k, v in partition.items() if k != "partition"}
+
+        offsets = f"{cluster.name}-offsets"
+        last = read_committed(served.bootstrap, offsets)[-1:]
+        return (
+            f"{read} of {len(lines)} lines read committed; the log's ends {ends(topic)}; "
+            f"the offsets topic's {ends(offsets)}, its last committed record {last}"
+        )
 
     cluster.worker.wait(
         lambda: len(committed(served.bootstrap, topic)) >= len(lines),
