@@ -58,6 +58,14 @@ from coordinator.transactions.states import TRANSITIONS, Op, State
 # (`updated_ms`, which is how an end sees its membership changed), and the partitions are
 # included, those already in it left as they are. $1 transactional id, $2 producer id, $3
 # epoch, $4 states it may start from, $5 topics and $6 partitions (the keys, in order), $7 now.
+#
+# Its commit is not flushed on its own (`synchronous_commit` off for this statement's
+# transaction alone): everything that comes of an add and matters is written by a later unit of
+# work that does flush (the transaction's batches, its offsets, its end), and a flush of the WAL
+# takes every commit before it along. What a crash of the store can lose is the add alone, with
+# nothing written on it: the producer's next batch to the partition joins (and starts) the
+# transaction itself (`TRANSITIONS[Op.PRODUCE]`), and an end finds it as it was before the add
+# (docs/pages/semantics.md, "What an acknowledgement means").
 _ADD_PARTITIONS = f"""
 WITH txn AS (
   SELECT t.state, t.producer_id, i.producer_epoch
@@ -87,7 +95,7 @@ WITH txn AS (
   SELECT $1, topic, "partition", $2 FROM wanted WHERE (SELECT passes FROM checked)
   ON CONFLICT DO NOTHING
 )
-SELECT passes FROM checked
+SELECT passes, set_config('synchronous_commit', 'off', true) FROM checked
 """
 
 _ADD_STATES = [str(state) for state in TRANSITIONS[Op.ADD_PARTITIONS]]

@@ -12,14 +12,15 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import select
+from sqlalchemy import delete, select, text, update
 
 from coordinator.groups.inputs import CommittedOffset
 from coordinator.store.postgres import PostgresStore
+from coordinator.store.postgres import transactions as pg_transactions
 from coordinator.transactions import service as transactions
 from coordinator.transactions.errors import ProducerFenced
 from coordinator.transactions.inputs import AddOffsets, Caller
-from coordinator.transactions.models import Transaction
+from coordinator.transactions.models import Transaction, TransactionPartition
 from tests.support.api import assert_problem, create_topic, read_all
 from tests.support.services import Backend
 from tests.support.txn import Instance, included, started
@@ -145,3 +146,74 @@ async def test_kafkas_add_offsets_goes_in_the_one_statement_of_an_add_of_no_part
             app.state.db, "a", AddOffsets(Caller(producer.pid, producer.epoch - 1), "g")
         )
     assert one_statement_adds == [True, False]
+
+
+async def test_the_statement_leaves_its_connection_flushing_every_commit(
+    app: Any, client: httpx.AsyncClient
+) -> None:
+    """The add's commit alone is not flushed on its own: the connection it ran on, back in the
+    pool, flushes the next unit's commit (an EndTxn's, say) as before."""
+    await create_topic(client, "t")
+    producer = await started(client, "a")
+    async with app.state.db.autocommit() as connection:
+        added = await pg_transactions.add_partitions(
+            connection, "a", producer.pid, producer.epoch, [("t", 0)], 1
+        )
+        assert added
+        assert await connection.scalar(text("SHOW synchronous_commit")) == "on"
+    assert await included(producer) == ("Ongoing", [("t", 0)])
+
+
+async def transaction_as_stored(app: Any, tid: str) -> dict[str, Any]:
+    async with app.state.db.read() as session:
+        txn = await session.get(Transaction, tid)
+        assert txn is not None
+        return {c.key: getattr(txn, c.key) for c in Transaction.__table__.columns}
+
+
+async def lose_the_add(app: Any, tid: str, before: dict[str, Any]) -> None:
+    """The rows as a crash of the store leaves them when the add's commit never reached its
+    disk: as they were before it."""
+    async with app.state.db.write() as session:
+        await session.execute(
+            delete(TransactionPartition).where(TransactionPartition.transactional_id == tid)
+        )
+        await session.execute(
+            update(Transaction).where(Transaction.transactional_id == tid).values(**before)
+        )
+
+
+async def test_an_add_lost_with_its_commit_leaves_nothing_wrong_behind(
+    app: Any, client: httpx.AsyncClient, one_statement_adds: list[bool]
+) -> None:
+    """What a crash of the store can lose of an add, whose commit is not flushed on its own, is
+    the add alone (what rests on it is written by later commits, which flush it along): the
+    producer's batch joins and starts the transaction itself, and commits once."""
+    await create_topic(client, "t", partitions=2)
+    producer = await started(client, "a")
+    assert (await producer.add(("t", 0))).status_code == 200
+    assert (await producer.produce("t", 0, "x")).status_code == 200
+    assert (await producer.end(commit=True)).status_code == 200
+    ended = await transaction_as_stored(app, "a")
+
+    assert (await producer.add(("t", 1))).status_code == 200
+    await lose_the_add(app, "a", ended)
+    assert await included(producer) == ("CompleteCommit", [])
+    assert (await producer.produce("t", 1, "y")).status_code == 200
+    assert await included(producer) == ("Ongoing", [("t", 1)])
+    assert (await producer.end(commit=True)).status_code == 200
+
+    assert [r["value"] for r in await read_all(client, "t", 1)] == ["y"]
+    state = (await client.get("/v1/topics/t")).json()["partitions"][1]
+    assert state["high_watermark"] == state["last_stable_offset"] == 2
+    assert one_statement_adds == [True, True]
+
+    # Lost with nothing written on it, the add leaves an end nothing to end: a commit is
+    # refused as it would be without the add, and nothing is written.
+    ended = await transaction_as_stored(app, "a")
+    assert (await producer.add(("t", 0))).status_code == 200
+    await lose_the_add(app, "a", ended)
+    assert_problem(await producer.end(commit=True), 409, "INVALID_TXN_STATE")
+    assert await transaction_as_stored(app, "a") == ended
+    state = (await client.get("/v1/topics/t")).json()["partitions"][0]
+    assert state["high_watermark"] == state["last_stable_offset"] == 2
