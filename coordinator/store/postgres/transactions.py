@@ -65,7 +65,8 @@ from coordinator.transactions.states import TRANSITIONS, Op, State
 # takes every commit before it along. What a crash of the store can lose is the add alone, with
 # nothing written on it: the producer's next batch to the partition joins (and starts) the
 # transaction itself (`TRANSITIONS[Op.PRODUCE]`), and an end finds it as it was before the add
-# (docs/pages/semantics.md, "What an acknowledgement means").
+# (docs/pages/semantics.md, AddPartitions on Postgres). That holds while a batch may join and
+# start a transaction wherever an add may (asserted below).
 _ADD_PARTITIONS = f"""
 WITH txn AS (
   SELECT t.state, t.producer_id, i.producer_epoch
@@ -101,6 +102,9 @@ SELECT passes, set_config('synchronous_commit', 'off', true) FROM checked
 _ADD_STATES = [str(state) for state in TRANSITIONS[Op.ADD_PARTITIONS]]
 # The statement writes 'Ongoing': every state it may start from leads there.
 assert set(TRANSITIONS[Op.ADD_PARTITIONS].values()) == {State.ONGOING}
+# Its commit is not flushed on its own: an add lost with it costs nothing only because the
+# producer's batch joins (and starts) the transaction from every state an add does.
+assert TRANSITIONS[Op.PRODUCE] == TRANSITIONS[Op.ADD_PARTITIONS]
 
 
 async def add_partitions(
