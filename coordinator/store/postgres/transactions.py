@@ -102,8 +102,7 @@ SELECT passes, set_config('synchronous_commit', 'off', true) FROM checked
 _ADD_STATES = [str(state) for state in TRANSITIONS[Op.ADD_PARTITIONS]]
 # The statement writes 'Ongoing': every state it may start from leads there.
 assert set(TRANSITIONS[Op.ADD_PARTITIONS].values()) == {State.ONGOING}
-# Its commit is not flushed on its own: an add lost with it costs nothing only because the
-# producer's batch joins (and starts) the transaction from every state an add does.
+# Why its commit need not be flushed on its own (see the statement).
 assert TRANSITIONS[Op.PRODUCE] == TRANSITIONS[Op.ADD_PARTITIONS]
 
 
