@@ -29,6 +29,7 @@ from coordinator.log.appends import (
 )
 from coordinator.log.epochs import leads_in_sql
 from coordinator.store.postgres.driver import on_driver
+from coordinator.store.postgres.flushes import UNFLUSHED
 from coordinator.transactions.caller import in_sql
 
 _VIEWS = """
@@ -95,6 +96,7 @@ WITH appended AS (
 UPDATE partitions p SET high_watermark = v.next_offset
 FROM {_unnest(("topic", "partition", "next_offset"), ("varchar", "int", "bigint"), _B + _S + 1)}
 WHERE p.topic = v.topic AND p."partition" = v."partition"
+RETURNING {UNFLUSHED}
 """
 
 
@@ -289,7 +291,8 @@ WITH txns AS (
 )
 SELECT l.topic, l."partition", l.high_watermark, l.log_start_offset, {_PASSES},
        ARRAY(SELECT h.producer_id FROM held h
-             WHERE h.reopened AND h.topic = l.topic AND h."partition" = l."partition")
+             WHERE h.reopened AND h.topic = l.topic AND h."partition" = l."partition"),
+       {UNFLUSHED}
 FROM locked l
 """
 
