@@ -54,7 +54,6 @@ class _GroupCommit:
         self._waiting: deque[_Request] = deque()
         self._writing: set[tuple[str, int]] = set()  # the partitions units are writing
         self._writers: set[asyncio.Task[None]] = set()
-        self._flushing: set[asyncio.Task[None]] = set()  # groups written, answered once flushed
 
     def submit(self, batch: Sequence[Append]) -> Awaitable[list[Appended | BaseException]]:
         """Queue `batch` behind every append queued before it, now; the answers when written."""
@@ -74,14 +73,9 @@ class _GroupCommit:
                 partitions = frozenset().union(*(request.partitions for request in group))
                 self._writing |= partitions
                 try:
-                    batch, answers, results = await self._write(group)
+                    await self._write(group)
                 finally:
                     self._writing -= partitions
-                # Committed, perhaps not yet flushed (`Store.flushed`): the partitions' next
-                # groups go now, while this one's answers wait for a flush that holds it.
-                flushing = self._loop.create_task(self._answer_flushed(batch, answers, results))
-                self._flushing.add(flushing)
-                flushing.add_done_callback(self._flushing.discard)
         except asyncio.CancelledError:
             while self._waiting:  # the loop is closing: nothing more is written
                 for answer in self._waiting.popleft().answers:
@@ -116,11 +110,7 @@ class _GroupCommit:
         self._waiting.extendleft(reversed(behind))
         return group
 
-    async def _write(
-        self, group: list[_Request]
-    ) -> tuple[list[Append], list[asyncio.Future[Appended]], list[Appended | BaseException]]:
-        """The group written, in the order written: its batches, their answers, and what each
-        answer is to be once the writes are flushed."""
+    async def _write(self, group: list[_Request]) -> None:
         batch = [a for request in group for a in request.appends]
         answers = [f for request in group for f in request.answers]
         order = in_sequence_order(batch)
@@ -143,23 +133,6 @@ class _GroupCommit:
         except Exception as exc:
             # One batch the store refused must not fail the others: each goes alone.
             results = [exc] if len(batch) == 1 else [await self._write_alone(a) for a in batch]
-        return batch, answers, results
-
-    async def _answer_flushed(
-        self,
-        batch: list[Append],
-        answers: list[asyncio.Future[Appended]],
-        results: list[Appended | BaseException],
-    ) -> None:
-        """Answer the group once what it wrote, and what it read, is flushed: an answer means
-        durable (a duplicate's too, whose original another group may have written just before),
-        and fetches are woken only for what they may serve."""
-        try:
-            await self._db.flushed()
-        except StoreUnavailable as exc:
-            # Committed, but whether a crash of the store kept it is unknown: as with a lost
-            # answer, only the clients may retry (an idempotent batch's retry is a duplicate).
-            results = [exc if isinstance(r, Appended) else r for r in results]
         appended = {
             (append.topic, append.partition)
             for append, result in zip(batch, results, strict=True)

@@ -293,12 +293,6 @@ class Store:
         answer, or the error that refused it alone."""
         raise NotImplementedError
 
-    async def flushed(self) -> None:
-        """Once every commit made before the call is as durable as the store makes a commit:
-        what an append's answer waits for, where the engine commits appends before their flush
-        (Postgres: `store.postgres.flushes`). An engine whose every commit is flushed by itself
-        returns at once."""
-
     def moved(self, partitions: Collection[tuple[str, int]]) -> None:
         """These partitions moved here (appended to, or a transaction ended on them): tell the
         other processes on the store, whose fetches may wait on them (`listen_moves`)."""

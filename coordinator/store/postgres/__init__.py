@@ -24,7 +24,6 @@ from coordinator.log.fetch import FetchAsk, Fetched, KafkaFetch, PartitionAsk
 from coordinator.store.base import Store
 from coordinator.store.postgres import appends, fetch, groups, moves, transactions
 from coordinator.store.postgres.driver import on_driver, one_statement, server_gone
-from coordinator.store.postgres.flushes import Flusher
 from coordinator.store.postgres.replicas import Replicas
 from coordinator.transactions.offsets import OffsetsRule, TxnOffsets
 from coordinator.transactions.states import State
@@ -46,7 +45,6 @@ class PostgresStore(Store):
         self.settings = settings
         self.writers = settings.append_groups_in_flight
         self._relay = moves.Relay(self)
-        self.flusher = Flusher(self)
         self.replicas = (
             Replicas.of(settings.read_replica_urls, settings.pool_size, settings.replica_max_lag_ms)
             if settings.read_replica_urls
@@ -109,9 +107,6 @@ class PostgresStore(Store):
             {"class": _CLAIM_CLASS, "key": what},
         )
         return bool(claimed)
-
-    async def flushed(self) -> None:
-        await self.flusher.flushed()
 
     def moved(self, partitions: Collection[tuple[str, int]]) -> None:
         self._relay.moved(partitions)

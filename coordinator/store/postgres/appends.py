@@ -29,7 +29,6 @@ from coordinator.log.appends import (
 )
 from coordinator.log.epochs import leads_in_sql
 from coordinator.store.postgres.driver import on_driver
-from coordinator.store.postgres.flushes import UNFLUSHED
 from coordinator.transactions.caller import in_sql
 
 _VIEWS = """
@@ -96,7 +95,6 @@ WITH appended AS (
 UPDATE partitions p SET high_watermark = v.next_offset
 FROM {_unnest(("topic", "partition", "next_offset"), ("varchar", "int", "bigint"), _B + _S + 1)}
 WHERE p.topic = v.topic AND p."partition" = v."partition"
-RETURNING {UNFLUSHED}
 """
 
 
@@ -291,8 +289,7 @@ WITH txns AS (
 )
 SELECT l.topic, l."partition", l.high_watermark, l.log_start_offset, {_PASSES},
        ARRAY(SELECT h.producer_id FROM held h
-             WHERE h.reopened AND h.topic = l.topic AND h."partition" = l."partition"),
-       {UNFLUSHED}
+             WHERE h.reopened AND h.topic = l.topic AND h."partition" = l."partition")
 FROM locked l
 """
 

@@ -27,7 +27,6 @@ from coordinator.log.fetch import (
 )
 from coordinator.log.models import CONTROL_ABORT
 from coordinator.store.postgres.driver import on_driver
-from coordinator.store.postgres.flushes import WRITTEN_AND_FLUSHED
 from coordinator.store.postgres.replicas import Replica, count_fetch
 
 if TYPE_CHECKING:
@@ -37,8 +36,7 @@ if TYPE_CHECKING:
 # partition, $3 offset, $4 read_committed, $5 include_control, $6 include_aborted, $7 limit,
 # $8 max_bytes, $9 aborted_list. Rows: kind 0 the bounds (log start, high watermark, LSO, the
 # chunk's row count), kind 1 a batch within the budget (base offset, last offset, payload),
-# kind 2 an aborted transaction (producer id, first offset), kind 3 where the WAL was written
-# and flushed up to (`flushes.WRITTEN_AND_FLUSHED`). Out of range: the bounds and kind 3.
+# kind 2 an aborted transaction (producer id, first offset). Out of range: the bounds alone.
 _FETCH = f"""
 WITH bounds AS (
   SELECT p.log_start_offset, p.high_watermark,
@@ -70,8 +68,6 @@ SELECT 2, b.producer_id, b.first_offset, NULL, NULL, NULL
 FROM batches b, span
 WHERE $9 AND b.topic = $1 AND b."partition" = $2 AND b.control = {CONTROL_ABORT}
   AND b.base_offset >= $3 AND b.first_offset < span.upper
-UNION ALL
-SELECT 3, {WRITTEN_AND_FLUSHED}, NULL, NULL, NULL
 """
 
 
@@ -80,8 +76,7 @@ SELECT 3, {WRITTEN_AND_FLUSHED}, NULL, NULL, NULL
 # limit, $7 the request's budget, $8 the aborted lists asked. Rows: kind 0 each partition's
 # bounds (log start, high watermark, LSO, its chunk's row count); kind 1 a batch of its chunk
 # (base offset, last offset, payload), up to the first that starts past the partition's budget;
-# kind 2 an aborted transaction (producer id, first offset); kind 3 where the WAL was written
-# and flushed up to (`flushes.WRITTEN_AND_FLUSHED`). Markers and aborted batches are in
+# kind 2 an aborted transaction (producer id, first offset). Markers and aborted batches are in
 # the chunks: a Kafka client filters them. A payload the rules cannot take is not sent: it is
 # null where the rules stop (`Filling.take`), at the first batch that would take its partition
 # past the partition's budget or the request past the request's (only the first batch of the
@@ -141,8 +136,6 @@ SELECT 2, s.ord, b.producer_id, b.first_offset, NULL, NULL, NULL
 FROM span s JOIN batches b ON b.topic = s.topic AND b."partition" = s."partition"
 WHERE $8 AND b.control = {CONTROL_ABORT} AND b.base_offset >= s."offset"
   AND b.first_offset < s.upper
-UNION ALL
-SELECT 3, NULL, {WRITTEN_AND_FLUSHED}, NULL, NULL, NULL
 """
 
 
@@ -185,16 +178,13 @@ async def _fetch_partitions_on(
     heads: dict[int, Any] = {}
     chunks: dict[int, list[tuple[int, int, bytes | None]]] = {}
     aborted: dict[int, list[tuple[int, int]]] = {}
-    wal: tuple[int | None, int | None] = (None, None)
     for kind, ord_, a, b, c, count, payload in found:
         if kind == 0:
             heads[ord_] = (a, b, c, count)
         elif kind == 1:
             chunks.setdefault(ord_, []).append((a, b, payload))
-        elif kind == 2:
-            aborted.setdefault(ord_, []).append((a, b))
         else:
-            wal = (a, b)
+            aborted.setdefault(ord_, []).append((a, b))
     if replica is not None and any(
         heads.get(i) is None or asked.offset > heads[i][1] for i, asked in enumerate(asks, 1)
     ):
@@ -219,8 +209,6 @@ async def _fetch_partitions_on(
                     (pid, first) for pid, first in aborted.get(i, ()) if first < fetched.next_offset
                 )
         results.append(rules.took(fetched, ask))
-    if any(isinstance(r, Fetched) and r.batches for r in results):
-        await db.flusher.visible_flushed(*wal)
     return results
 
 
@@ -311,5 +299,4 @@ async def _fetch_on(db: PostgresStore, replica: Replica | None, ask: FetchAsk) -
         fetched.aborted = sorted(
             (r[1], r[2]) for r in found if r[0] == 2 and r[2] < fetched.next_offset
         )
-        await db.flusher.visible_flushed(*next(r[1:3] for r in found if r[0] == 3))
     return fetched
