@@ -1,12 +1,13 @@
 """The Postgres engine: the production store. A pool of asyncpg connections, shared by every unit
-of work; the hot calls on prepared statements sent to the driver itself, one round trip each
-(`driver`), and the one-statement paths that apply the domains' rules to the rows they lock;
-fetches from hot standbys (`replicas`)."""
+of work; the hot calls on prepared statements sent to the driver itself, one round trip each,
+on connections kept for them (`driver`), and the one-statement paths that apply the domains'
+rules to the rows they lock; fetches from hot standbys (`replicas`)."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
+from contextlib import asynccontextmanager
 from typing import Any, ClassVar
 
 import asyncpg
@@ -23,7 +24,7 @@ from coordinator.log.appends import ConditionalAppends, ProducerView, WrittenIfU
 from coordinator.log.fetch import FetchAsk, Fetched, KafkaFetch, PartitionAsk
 from coordinator.store.base import Store
 from coordinator.store.postgres import appends, fetch, groups, moves, transactions
-from coordinator.store.postgres.driver import on_driver, one_statement, server_gone
+from coordinator.store.postgres.driver import Driven, Kept, on_driver, one_statement, server_gone
 from coordinator.store.postgres.replicas import Replicas
 from coordinator.transactions.offsets import OffsetsRule, TxnOffsets
 from coordinator.transactions.states import State
@@ -32,6 +33,19 @@ from coordinator.transactions.states import State
 # store's advisory locks), on the partition's name.
 _CLAIM_CLASS = 0x4C4F47  # "LOG": what `claim` holds (a partition to clean, the placement)
 _NAMES_BY_ID = "SELECT topic_id, name FROM topics WHERE topic_id = ANY($1::uuid[])"
+# The connections a process keeps for the driver's statements (`driver.Kept`), per event loop,
+# beside the pool's (at most half the pool's size).
+_KEPT = 4
+
+
+def _driver_args(engine: Any) -> dict[str, Any]:
+    """What asyncpg connects with for `engine`'s URL, as SQLAlchemy's dialect reads it (without
+    the options SQLAlchemy's own adapter takes)."""
+    _, args = engine.dialect.create_connect_args(engine.url)
+    own = ("async_creator_fn", "prepared_statement_cache_size", "prepared_statement_name_func")
+    for name in own:
+        args.pop(name, None)
+    return dict(args)
 
 
 class PostgresStore(Store):
@@ -45,6 +59,7 @@ class PostgresStore(Store):
         self.settings = settings
         self.writers = settings.append_groups_in_flight
         self._relay = moves.Relay(self)
+        self._kept = Kept(_driver_args(engine), min(_KEPT, settings.pool_size // 2))
         self.replicas = (
             Replicas.of(settings.read_replica_urls, settings.pool_size, settings.replica_max_lag_ms)
             if settings.read_replica_urls
@@ -65,8 +80,26 @@ class PostgresStore(Store):
             autocommit = await connection.execution_options(isolation_level="AUTOCOMMIT")
             await autocommit.exec_driver_sql(f"VACUUM (SKIP_LOCKED) {', '.join(tables)}")
 
+    @asynccontextmanager
+    async def driver(self) -> AsyncIterator[Driven]:
+        """`autocommit()` for statements sent to the driver alone: one of the connections the
+        process keeps for them (`driver.Kept`), or a pooled one when those are all busy."""
+        async with self._outages():
+            kept = await self._kept.take()
+            if kept is None:
+                async with self.engine.connect() as connection:
+                    yield connection
+                return
+            try:
+                yield kept
+            except BaseException as exc:
+                self._kept.give_back(kept, exc)
+                raise
+            self._kept.give_back(kept, None)
+
     async def dispose(self) -> None:
         await self._relay.close()
+        await self._kept.close()
         if self.replicas is not None:
             await self.replicas.dispose()
         await super().dispose()
@@ -117,7 +150,7 @@ class PostgresStore(Store):
     async def topic_names(self, ids: Collection[uuid.UUID]) -> dict[uuid.UUID, str]:
         # In the one round trip of a statement that commits by itself (a fetch names its topics
         # by id on every request).
-        async with self.autocommit() as connection:
+        async with self.driver() as connection:
             rows = await on_driver(connection, _NAMES_BY_ID, list(ids))
         return {topic_id: name for topic_id, name in rows}
 
@@ -138,7 +171,7 @@ class PostgresStore(Store):
     async def write_appends_if_unchanged(
         self, planned: ConditionalAppends
     ) -> WrittenIfUnchanged | None:
-        async with self.autocommit() as connection:
+        async with self.driver() as connection:
             return await appends.write_if_unchanged(connection, planned)
 
     async def fetch(self, ask: FetchAsk) -> Fetched:
@@ -157,7 +190,7 @@ class PostgresStore(Store):
         keys: list[tuple[str, int]],
         now: int,
     ) -> bool:
-        async with self.autocommit() as connection:
+        async with self.driver() as connection:
             return await transactions.add_partitions(
                 connection, transactional_id, producer_id, epoch, keys, now
             )
@@ -165,21 +198,21 @@ class PostgresStore(Store):
     async def end_at_once(
         self, values: dict[str, Any], raise_epoch: bool
     ) -> list[tuple[str, int]] | None:
-        async with self.autocommit() as connection:
+        async with self.driver() as connection:
             return await transactions.end(connection, values, raise_epoch)
 
     async def add_offsets_at_once(self, ask: TxnOffsets, rule: OffsetsRule) -> State | None:
-        async with self.autocommit() as connection:
+        async with self.driver() as connection:
             return await transactions.add_offsets(connection, ask, rule)
 
     async def commit_as_member(self, commit: MemberCommit, rule: CommitRule) -> bool:
-        async with self.autocommit() as connection:
+        async with self.driver() as connection:
             return await groups.commit_as_member(connection, commit, rule)
 
     async def renew_if_steady(
         self, group_id: str, member_id: str, now: int, steady: SteadyRule, renewal: Renewal
     ) -> list[tuple[str, int]] | None:
-        async with self.autocommit() as connection:
+        async with self.driver() as connection:
             return await groups.renew_if_steady(
                 connection, group_id, member_id, now, steady, renewal
             )

@@ -28,7 +28,7 @@ from coordinator.log.appends import (
     states,
 )
 from coordinator.log.epochs import leads_in_sql
-from coordinator.store.postgres.driver import on_driver
+from coordinator.store.postgres.driver import Driven, on_driver
 from coordinator.transactions.caller import in_sql
 
 _VIEWS = """
@@ -295,7 +295,7 @@ FROM locked l
 
 
 async def write_if_unchanged(
-    connection: AsyncConnection, planned: ConditionalAppends
+    connection: Driven, planned: ConditionalAppends
 ) -> WrittenIfUnchanged | None:
     """`planned` in one statement that commits by itself, on a connection with no transaction
     open: what it found and wrote, or None when nothing was written."""

@@ -11,7 +11,6 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.core.errors import CoordinatorError
 from coordinator.log.bounds import Bounds
@@ -162,7 +161,7 @@ async def fetch_partitions(
 async def _fetch_partitions_on(
     db: PostgresStore, replica: Replica | None, asks: Sequence[PartitionAsk], rules: KafkaFetch
 ) -> list[Fetched | CoordinatorError]:
-    async with _connection(db, replica) as connection:
+    async with _connection(db, replica, driven=True) as connection:
         found = await on_driver(
             connection,
             _FETCH_MANY,
@@ -252,10 +251,14 @@ async def fetch(db: PostgresStore, ask: FetchAsk) -> Fetched:
 
 
 @asynccontextmanager
-async def _connection(db: PostgresStore, replica: Replica | None) -> AsyncIterator[AsyncConnection]:
-    """A connection to the standby (its failures `_NotOnReplica`) or the primary."""
+async def _connection(
+    db: PostgresStore, replica: Replica | None, *, driven: bool = False
+) -> AsyncIterator[Any]:
+    """A connection to the standby (its failures `_NotOnReplica`) or the primary: for
+    statements sent to the driver alone (`driven`, `PostgresStore.driver`), or for SQLAlchemy's
+    too."""
     if replica is None:
-        async with db.autocommit() as connection:
+        async with db.driver() if driven else db.autocommit() as connection:
             yield connection
         return
     assert db.replicas is not None
@@ -268,7 +271,7 @@ async def _connection(db: PostgresStore, replica: Replica | None) -> AsyncIterat
 
 async def _fetch_on(db: PostgresStore, replica: Replica | None, ask: FetchAsk) -> Fetched:
     topic, partition, offset = ask.topic, ask.partition, ask.offset
-    async with _connection(db, replica) as connection:
+    async with _connection(db, replica, driven=True) as connection:
         found = await on_driver(
             connection, _FETCH, topic, partition, offset, ask.read_committed,
             ask.include_control, ask.include_aborted, FETCH_CHUNK, ask.max_bytes,

@@ -11,7 +11,6 @@ from typing import Any
 
 import orjson
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.groups.committing import (
     CommitRule,
@@ -24,7 +23,7 @@ from coordinator.groups.consumer import Renewal, SteadyFacts, SteadyRule
 from coordinator.groups.fencing import CommitFacts
 from coordinator.groups.models import CLASSIC, CONSUMER
 from coordinator.groups.offsets import COLUMNS, commit_from
-from coordinator.store.postgres.driver import on_driver, render, rows_of
+from coordinator.store.postgres.driver import Driven, on_driver, render, rows_of
 
 # -- a member's commit ----------------------------------------------------------------------------
 
@@ -120,9 +119,7 @@ def read_facts(group_id: str, row: Sequence[Any]) -> ReadFacts | None:
     )
 
 
-async def commit_as_member(
-    connection: AsyncConnection, commit: MemberCommit, rule: CommitRule
-) -> bool:
+async def commit_as_member(connection: Driven, commit: MemberCommit, rule: CommitRule) -> bool:
     topics, partitions = [t for t, _ in commit.keys], [p for _, p in commit.keys]
     group_id, member_id = commit.group_id, commit.member_id
     (row,) = await on_driver(connection, FACTS, group_id, member_id, topics, partitions)
@@ -204,7 +201,7 @@ SELECT passes FROM checked
 
 
 async def renew_if_steady(
-    connection: AsyncConnection,
+    connection: Driven,
     group_id: str,
     member_id: str,
     now: int,

@@ -83,7 +83,7 @@ class Relay:
             if not batch:
                 return
             try:
-                async with self._store.autocommit() as connection:
+                async with self._store.driver() as connection:
                     await on_driver(connection, "SELECT pg_notify($1, $2)", CHANNEL, encode(batch))
             except Exception as exc:  # the waiters elsewhere answer at their deadlines
                 log.debug("could not tell the other processes what moved: %s", exc)

@@ -32,12 +32,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import ARRAY
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from coordinator.groups.offsets import commit_from
 from coordinator.log.markers import ENDING_COLUMNS, marker_writes
 from coordinator.producers.repository import SET_EPOCH
-from coordinator.store.postgres.driver import Compiled, on_driver, render, rows_of
+from coordinator.store.postgres.driver import Compiled, Driven, on_driver, render, rows_of
 from coordinator.store.postgres.groups import FACTS, member_locks, read_facts
 from coordinator.transactions.caller import in_sql
 from coordinator.transactions.ending import ENDED, KEPT_BY_VERSION_1, end_writes
@@ -107,7 +106,7 @@ assert TRANSITIONS[Op.PRODUCE] == TRANSITIONS[Op.ADD_PARTITIONS]
 
 
 async def add_partitions(
-    connection: AsyncConnection,
+    connection: Driven,
     transactional_id: str,
     producer_id: int,
     epoch: int,
@@ -222,7 +221,7 @@ _END = {raise_epoch: _end_statement(raise_epoch) for raise_epoch in (True, False
 
 
 async def end(
-    connection: AsyncConnection, values: dict[str, Any], raise_epoch: bool
+    connection: Driven, values: dict[str, Any], raise_epoch: bool
 ) -> list[tuple[str, int]] | None:
     rows = await _END[raise_epoch].run(connection, values)
     if not (rows and rows[0][0]):
@@ -285,9 +284,7 @@ _OFFSETS_STATES = [str(state) for state in TRANSITIONS[Op.ADD_OFFSETS]]
 assert set(TRANSITIONS[Op.ADD_OFFSETS].values()) == {State.ONGOING}
 
 
-async def add_offsets(
-    connection: AsyncConnection, ask: TxnOffsets, rule: OffsetsRule
-) -> State | None:
+async def add_offsets(connection: Driven, ask: TxnOffsets, rule: OffsetsRule) -> State | None:
     """The facts read, `rule` applied, the offsets and the transaction's state written if every
     locked row is the version the rule read."""
     topics, partitions = [t for t, _ in ask.keys], [p for _, p in ask.keys]
