@@ -215,6 +215,14 @@ class TcpProxy:
             with contextlib.suppress(ConnectionError, OSError):
                 await writer.wait_closed()
             return
+        if not self._up:
+            # Cut while the store's side was being opened: a connection accepted before the cut
+            # must not slip past it (the cut closed only the connections it found).
+            for each in (writer, up_writer):
+                each.close()
+                with contextlib.suppress(ConnectionError, OSError):
+                    await each.wait_closed()
+            return
         self._writers |= {writer, up_writer}
 
         async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
