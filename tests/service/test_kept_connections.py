@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -132,16 +131,9 @@ async def test_statements_beyond_the_kept_connections_go_on_the_pools(db: Postgr
 
 async def test_the_kept_connections_close_with_the_store(db: PostgresStore) -> None:
     pids = set()
-
-    @contextlib.asynccontextmanager
-    async def both() -> AsyncIterator[None]:
-        async with db.driver() as one, db.driver() as two:
-            for connection in (one, two):
-                pids.add((await on_driver(connection, _PID))[0][0])
-            yield
-
-    async with both():
-        pass
+    async with db.driver() as one, db.driver() as two:
+        for connection in (one, two):
+            pids.add((await on_driver(connection, _PID))[0][0])
     assert len(pids) == 2
     await db.dispose()
     for pid in pids:

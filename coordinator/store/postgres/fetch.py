@@ -25,7 +25,7 @@ from coordinator.log.fetch import (
     read_chunks,
 )
 from coordinator.log.models import CONTROL_ABORT
-from coordinator.store.postgres.driver import on_driver
+from coordinator.store.postgres.driver import Driven, on_driver
 from coordinator.store.postgres.replicas import Replica, count_fetch
 
 if TYPE_CHECKING:
@@ -253,7 +253,7 @@ async def fetch(db: PostgresStore, ask: FetchAsk) -> Fetched:
 @asynccontextmanager
 async def _connection(
     db: PostgresStore, replica: Replica | None, *, driven: bool = False
-) -> AsyncIterator[Any]:
+) -> AsyncIterator[Driven]:
     """A connection to the standby (its failures `_NotOnReplica`) or the primary: for
     statements sent to the driver alone (`driven`, `PostgresStore.driver`), or for SQLAlchemy's
     too."""
