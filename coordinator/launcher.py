@@ -19,12 +19,20 @@ import httpx
 SERVE = ("-m", "coordinator", "serve")
 
 
+_handed_out: set[int] = set()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on now (the kernel's pick)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A port nothing listens on now (the kernel's pick), and never one this process was given
+    before: the kernel may pick a port again once the probe closes, so two calls before either
+    port is bound (a service's HTTP and Kafka ports) could otherwise get the same one."""
+    while True:
+        with socket.socket() as s:
+            s.bind((host, 0))
+            port: int = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 class Launched:
