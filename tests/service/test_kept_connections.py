@@ -138,3 +138,31 @@ async def test_the_kept_connections_close_with_the_store(db: PostgresStore) -> N
     await db.dispose()
     for pid in pids:
         await _until_gone(db, pid)  # asked on a pooled connection: the engine outlives dispose
+
+
+async def test_a_connection_that_opens_as_the_store_closes_is_not_kept(
+    db: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    connect, opened = asyncpg.connect, []
+    connecting, go = asyncio.Event(), asyncio.Event()
+
+    async def connect_late(**args: Any) -> asyncpg.Connection:
+        connecting.set()
+        await go.wait()
+        opened.append(await connect(**args))
+        return opened[-1]
+
+    async def second() -> Any:
+        async with db.driver() as connection:
+            return (await on_driver(connection, "SELECT 1"))[0][0], type(connection)
+
+    async with db.driver() as one:
+        assert isinstance(one, asyncpg.Connection)
+        monkeypatch.setattr(asyncpg, "connect", connect_late)
+        statement = asyncio.create_task(second())
+        await connecting.wait()
+        await db.dispose()
+        go.set()
+        # The store closed while it connected: it is cut, and the statement takes the pool's.
+        assert await statement == (1, AsyncConnection)
+    assert opened[0].is_closed()

@@ -93,6 +93,9 @@ class Kept:
         if len(opened) >= self._size:
             return None
         connection = await asyncpg.connect(**self._args)
+        if self._open.get(loop) is not opened:
+            connection.terminate()  # closed while it connected: the caller takes the pool's
+            return None
         opened.add(connection)
         return connection
 
@@ -123,7 +126,7 @@ class Kept:
         mine = self._open.pop(loop, set())
         self._idle.pop(loop, None)
         self.drop()
-        for connection in mine:
+        for connection in list(mine):
             try:
                 await connection.close(timeout=2)
             except Exception:  # a connection that will not close is cut
