@@ -6,12 +6,17 @@ ends, no traceback."""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
 import datetime
 import gc
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import asyncpg
 import httpx
 import pytest
 from kio.schema.errors import ErrorCode
@@ -135,6 +140,73 @@ def test_connections_the_server_terminates_are_an_outage_not_a_bug(
     finally:
         kafka.sock.close()
     assert set(codes) <= {ErrorCode.none, ErrorCode.request_timed_out}
-    assert 503 in answers  # the pool's connections were cut under the service
     assert answers.count(200) > len(answers) // 2 and codes.count(ErrorCode.none) > len(codes) // 2
+
+    # Whether a request above met a connection its backend had left depends on when the
+    # service read the server's goodbye. One that surely does: an append waiting for the
+    # partition's row, which a session of the test's holds until that append's backend ended.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        with _row_held(service.database_url, "t"):
+            produced = pool.submit(
+                httpx.post,
+                f"{service.url}/v1/topics/t/partitions/0/records",
+                json={"records": [{"value": "v"}]},
+                timeout=DEADLINE_S,
+            )
+            _end_the_lock_waiter(service.database_url)
+        assert produced.result().status_code == 503, produced.result().text
     assert "Traceback" not in service.log.read_text(errors="replace")
+
+
+@contextlib.contextmanager
+def _row_held(database_url: str, topic: str) -> Iterator[None]:
+    """A session of the test's holding `topic`'s partition rows (FOR UPDATE) for the block, or
+    until its backend is ended."""
+    locked, release = threading.Event(), threading.Event()
+
+    async def hold() -> None:
+        connection = await asyncpg.connect(database_url.replace("+asyncpg", ""))
+        try:
+            async with connection.transaction():
+                await connection.execute(
+                    "SELECT * FROM partitions WHERE topic = $1 FOR UPDATE", topic
+                )
+                locked.set()
+                await asyncio.to_thread(release.wait)
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, ConnectionError):
+            pass  # its backend was ended
+        finally:
+            connection.terminate()
+
+    holder = threading.Thread(target=asyncio.run, args=(hold(),))
+    holder.start()
+    try:
+        assert locked.wait(DEADLINE_S)
+        yield
+    finally:
+        release.set()
+        holder.join(DEADLINE_S)
+
+
+def _end_the_lock_waiter(database_url: str) -> None:
+    """Once a session of the database waits for a row lock (the server's view, polled), end
+    its backend, and wait until it is gone."""
+
+    async def end() -> bool:
+        connection = await asyncpg.connect(database_url.replace("+asyncpg", ""))
+        try:
+            pid = await connection.fetchval(
+                "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database()"
+            )
+            if pid is None:
+                return False
+            await connection.execute("SELECT pg_terminate_backend($1, $2)", pid, 10_000)
+            return True
+        finally:
+            await connection.close()
+
+    deadline = time.monotonic() + DEADLINE_S
+    while not asyncio.run(end()):
+        assert time.monotonic() < deadline, "no append waited for the partition's row"
+        time.sleep(0.01)
