@@ -3,11 +3,12 @@
 What a peer can make the process hold beyond its sockets' buffers is reserved here before it is
 held: an HTTP body while it is buffered and the request runs, a Kafka frame from the moment its
 size is read until it is answered, and a compressed batch's inflated records while they are
-checked. A reservation that does not fit waits, first come first served, for others to end; one
-that waited `COORDINATOR_QUEUED_MAX_REQUEST_WAIT_MS` is refused as `Overloaded` (retriable), so
-concurrent hostile requests are served one budget at a time, never all at once, and the process
-does not grow with them. A reservation larger than the whole budget is cut to the budget (it
-then runs alone). The event loop is the only user: no lock is needed.
+checked; and, when they fit without waiting, what the process may do without (a Kafka fetch read
+ahead, `try_hold`). A reservation that does not fit waits, first come first served, for others
+to end; one that waited `COORDINATOR_QUEUED_MAX_REQUEST_WAIT_MS` is refused as `Overloaded`
+(retriable), so concurrent hostile requests are served one budget at a time, never all at once,
+and the process does not grow with them. A reservation larger than the whole budget is cut to
+the budget (it then runs alone). The event loop is the only user: no lock is needed.
 """
 
 from __future__ import annotations
@@ -50,6 +51,18 @@ class RequestMemory:
         if size == 0:  # a request without a body: nothing to hold, nothing to wait for
             return _nothing
         await self._acquire(size)
+        return self._releaser(size)
+
+    def try_hold(self, size: int) -> Callable[[], None] | None:
+        """Hold `size` bytes now if they fit and nobody waits for memory, else None: for what
+        the process may do without (a fetch read ahead), which never makes a request wait."""
+        if self._waiting or self.used + size > self.budget:
+            return None
+        self.used += size
+        return self._releaser(size)
+
+    def _releaser(self, size: int) -> Callable[[], None]:
+        """What gives `size` held bytes back, once."""
         held = [size]
 
         def release() -> None:

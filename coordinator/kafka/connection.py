@@ -15,6 +15,7 @@ from coordinator.core.quotas import MutationQuota
 from coordinator.core.settings import Settings
 from coordinator.kafka.share_sessions import ShareSessions
 from coordinator.kafka.wire import Request
+from coordinator.log.read_ahead import ReadAhead
 from coordinator.store import Store
 from coordinator.telemetry.instances import Instances
 
@@ -57,6 +58,8 @@ class Client:
     # The cluster as this process sees it (`coordinator.cluster.view`): the brokers, who leads
     # each partition, who coordinates each group and transactional id.
     cluster: Cluster = field(default_factory=Cluster.alone)
+    # The connection's next fetch, read while its last answer is on the way (`ReadAhead`).
+    read_ahead: ReadAhead = field(default_factory=ReadAhead)
     # Called by a Produce handler once its batches are queued for appending: what the listener
     # reads of the connection next can no longer overtake them (see KafkaListener).
     queued: Callable[[], None] = lambda: None

@@ -252,6 +252,7 @@ class KafkaListener:
                 "Kafka request from %s failed (%s)", client.client_host, client.last_request
             )
         finally:
+            client.read_ahead.close()
             if pipeline:
                 # Requests under way finish unanswered (their appends stand, as those of a
                 # request whose answer is lost); cancelled if the listener cancels this.

@@ -186,12 +186,13 @@ async def _fetch_once(
                     name, asked.partition, asked.fetch_offset, asked.partition_max_bytes
                 )
             )
-    fetched = await log_fetch.fetch_partitions(
+    fetched = await client.read_ahead.fetch_partitions(
         client.db,
         wanted,
         getattr(body, "max_bytes", None) or None,
         client.settings.fetch_max_bytes,
         read_committed=read_committed,
+        min_bytes=max(1, body.min_bytes),
     )
     spliced: list[Spliced] = []
     each = iter(checked)
